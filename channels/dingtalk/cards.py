@@ -1,0 +1,147 @@
+"""Confirmation cards for DingTalk's card instances API.
+
+A card's ``outTrackId`` is derived from the confirmation id, so a click maps back to
+its confirmation without any state kept in the channel. The parameter map carries the
+variables of the standard card (the public MarkdownButton template that ships with
+the dingtalk-stream SDK) and, beside them, plain variables a custom template can bind
+(see docs/dingtalk.md).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gateway import texts
+from gateway.confirm.model import Confirmation, Decision, Status, canonical_id
+
+OUT_TRACK_PREFIX = "gwconf-"
+
+# The public "MarkdownButton" template the dingtalk-stream SDK uses for
+# MarkdownButtonCardInstance (dingtalk_stream/card_instance.py): title, markdown, tips
+# and sys_full_json_obj.msgButtons. Any app can deliver it without drawing a template.
+STANDARD_TEMPLATE_ID = "1366a1eb-bc54-4859-ac88-517c56a9acb1.schema"
+
+ACTION_APPROVE = "approve"
+ACTION_REJECT = "reject"
+_ACTIONS = {ACTION_APPROVE: Decision.APPROVE, ACTION_REJECT: Decision.REJECT}
+
+_STATUS_ICONS = {
+    Status.PENDING: "⚠️",
+    Status.APPROVED: "✅",
+    Status.REJECTED: "❌",
+    Status.EXPIRED: "⌛",
+    Status.CANCELLED: "🚫",
+}
+
+
+def out_track_id(confirmation_id: str) -> str:
+    return f"{OUT_TRACK_PREFIX}{confirmation_id}"
+
+
+def confirmation_id_from(track_id: str) -> str | None:
+    """The confirmation id inside one of our outTrackIds; None for cards we did not send."""
+    if not track_id.startswith(OUT_TRACK_PREFIX):
+        return None
+    cid = canonical_id(track_id[len(OUT_TRACK_PREFIX) :])
+    return cid or None
+
+
+@dataclass(frozen=True, slots=True)
+class CardClick:
+    """A button click as the card callback topic delivers it."""
+
+    confirmation_id: str | None
+    decision: Decision | None
+    user_id: str
+    out_track_id: str
+
+
+def parse_card_callback(data: Mapping[str, Any]) -> CardClick:
+    """Read ``{outTrackId, userId, content: "{cardPrivateData: {actionIds, params}}"}``."""
+    track = str(data.get("outTrackId") or "")
+    content: Any = data.get("content") or {}
+    if isinstance(content, str):
+        try:
+            content = json.loads(content)
+        except ValueError:
+            content = {}
+    raw_private = content.get("cardPrivateData") if isinstance(content, dict) else None
+    private: dict[str, Any] = raw_private if isinstance(raw_private, dict) else {}
+    action_ids = private.get("actionIds") or []
+    raw_params = private.get("params")
+    params: dict[str, Any] = raw_params if isinstance(raw_params, dict) else {}
+    # Custom templates name the button by actionId; the standard template's request
+    # buttons only echo their params.
+    candidates = [
+        *[str(a) for a in action_ids],
+        str(params.get("action", "")),
+        str(params.get("id", "")),
+    ]
+    decision = next((_ACTIONS[c] for c in candidates if c in _ACTIONS), None)
+    return CardClick(
+        confirmation_id=confirmation_id_from(track),
+        decision=decision,
+        user_id=str(data.get("userId") or ""),
+        out_track_id=track,
+    )
+
+
+def _button(label: str, action: str, color: str, confirmation_id: str) -> dict[str, Any]:
+    return {
+        "text": label,
+        "color": color,
+        "request": True,
+        "id": action,
+        "params": {"action": action, "id": action, "confirmation_id": confirmation_id},
+    }
+
+
+def card_params(c: Confirmation, *, now: float | None = None) -> dict[str, str]:
+    """The card's ``cardParamMap``: every value a string, as DingTalk requires."""
+    now = time.time() if now is None else now
+    pending = c.status is Status.PENDING
+    icon = _STATUS_ICONS[c.status]
+    if pending:
+        title = f"{icon} 需要确认 Confirmation required [{c.id}]"
+        tips = texts.reply_hint(c)
+        buttons = [
+            _button("确认 Approve", ACTION_APPROVE, "blue", c.id),
+            _button("取消 Reject", ACTION_REJECT, "red", c.id),
+        ]
+    else:
+        title = f"{icon} {texts.status_line(c)}"
+        tips = texts.outcome(c)
+        buttons = []
+    body = [c.summary, *texts.detail_lines(c)]
+    if pending:
+        body.append(f"过期时间 Expires: {time.strftime('%H:%M:%S', time.localtime(c.expires_at))}")
+        if c.four_eyes:
+            body.append(texts.FOUR_EYES)
+        elif c.is_group:
+            body.append(texts.ONLY_APPROVERS)
+    else:
+        body.append(f"**{texts.status_line(c)}**")
+    # DingTalk markdown needs a blank line to break a line.
+    markdown = "\n\n".join(body)
+    return {
+        # The standard (MarkdownButton) template.
+        "title": title,
+        "markdown": markdown,
+        "tips": tips,
+        "sys_full_json_obj": json.dumps({"msgButtons": buttons}, ensure_ascii=False),
+        # Plain variables for a custom template (docs/dingtalk.md).
+        "confirmation_id": c.id,
+        "status": c.status.value,
+        "status_text": texts.STATUS_LABELS[c.status],
+        "status_line": texts.status_line(c),
+        "summary": c.summary,
+        "details": "\n".join(texts.detail_lines(c)),
+        "reply_hint": texts.reply_hint(c),
+        "decided_by": c.decided_by or "",
+        "pending": "true" if pending else "false",
+        "seconds_left": str(int(c.seconds_left(now))),
+    }
