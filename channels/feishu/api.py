@@ -1,0 +1,234 @@
+"""The Feishu open API calls the channel makes, through lark-oapi's async methods.
+
+Why the tenant token is handled here and not by the SDK: lark-oapi 1.7.5 fetches it with a
+blocking ``requests`` call even inside its ``a*`` coroutines (that would stall the
+gateway's loop), caches it in a process-global class attribute shared by every client,
+and never drops it when the API answers "invalid token" (99991663). So the client is built
+with ``enable_set_token(True)`` and every call carries the token from ``TenantToken``,
+which fetches it asynchronously (``Transport.aexecute``), per channel instance, and is
+invalidated on the invalid-token codes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import lark_oapi as lark
+import structlog
+from lark_oapi.api.im.v1 import (
+    CreateMessageRequest,
+    CreateMessageRequestBody,
+    PatchMessageRequest,
+    PatchMessageRequestBody,
+    ReplyMessageRequest,
+    ReplyMessageRequestBody,
+)
+from lark_oapi.core.const import FEISHU_DOMAIN, LARK_DOMAIN
+from lark_oapi.core.enum import AccessTokenType, HttpMethod
+from lark_oapi.core.http import Transport
+from lark_oapi.core.model import BaseRequest, RequestOption
+from lark_oapi.core.token.create_self_tenant_token_request import CreateSelfTenantTokenRequest
+from lark_oapi.core.token.create_token_request_body import CreateTokenRequestBody
+
+log = structlog.get_logger(__name__)
+
+# Feishu's "access token invalid / expired" family: refresh the token and try again.
+INVALID_TOKEN_CODES = frozenset({99991661, 99991663, 99991664, 99991665, 99991666, 99991667, 99991668})
+# Rate limits: app frequency (99991400), the SDK's own list (99991402, 11020, 11021), and
+# per-chat / per-tenant send limits (11232, 230020). Sources disagree on some of these;
+# retrying a rate limit with backoff is harmless, so the union is used.
+RATE_LIMIT_CODES = frozenset({99991400, 99991402, 11020, 11021, 11232, 230020})
+# Refresh a little before Feishu's expiry, as the SDK does (it uses 10 minutes).
+TOKEN_EARLY_REFRESH_SECONDS = 600
+
+
+def resolve_domain(domain: str) -> str:
+    """``feishu`` | ``lark`` | an origin URL (tests use http://127.0.0.1:PORT)."""
+    if domain == "feishu":
+        return FEISHU_DOMAIN
+    if domain == "lark":
+        return LARK_DOMAIN
+    return domain.rstrip("/")
+
+
+@dataclass(frozen=True, slots=True)
+class ApiResult:
+    """What one API call came back with. ``status`` 0 means no HTTP answer at all."""
+
+    status: int
+    code: int
+    msg: str
+    message_id: str | None = None
+    body: Any = None
+
+    @property
+    def ok(self) -> bool:
+        return self.code == 0 and 200 <= self.status < 300
+
+    @property
+    def invalid_token(self) -> bool:
+        return self.code in INVALID_TOKEN_CODES
+
+    @property
+    def retryable(self) -> bool:
+        """Worth another try: rate limits, server errors and no answer at all."""
+        return (
+            self.status in (0, 429)
+            or self.status >= 500
+            or self.code in RATE_LIMIT_CODES
+            or self.invalid_token
+        )
+
+
+class TokenError(Exception):
+    """The tenant token could not be obtained."""
+
+    def __init__(self, result: ApiResult) -> None:
+        super().__init__(f"tenant token: HTTP {result.status}, code {result.code}: {result.msg}")
+        self.result = result
+
+
+class TenantToken:
+    """The tenant access token of one app, fetched without blocking, shared by its calls."""
+
+    def __init__(self, *, config: Any) -> None:
+        self._config = config
+        self._token: str | None = None
+        self._valid_until = 0.0
+        self._lock = asyncio.Lock()
+
+    async def get(self) -> str:
+        async with self._lock:
+            if self._token and time.monotonic() < self._valid_until:
+                return self._token
+            req = (
+                CreateSelfTenantTokenRequest.builder()
+                .request_body(
+                    CreateTokenRequestBody.builder()
+                    .app_id(self._config.app_id)
+                    .app_secret(self._config.app_secret)
+                    .build()
+                )
+                .build()
+            )
+            try:
+                raw = await Transport.aexecute(self._config, req)
+            except Exception as exc:  # noqa: BLE001 - httpx raises many types; all mean "no answer"
+                raise TokenError(ApiResult(0, -1, f"{type(exc).__name__}: {exc}")) from exc
+            try:
+                body = json.loads(raw.content or b"{}")
+            except ValueError:
+                body = {}
+            code = int(body.get("code", -1))
+            token = body.get("tenant_access_token")
+            if code != 0 or not token:
+                raise TokenError(ApiResult(raw.status_code or 0, code, str(body.get("msg", ""))))
+            expire = float(body.get("expire") or 7200)
+            self._token = str(token)
+            self._valid_until = time.monotonic() + max(
+                expire - TOKEN_EARLY_REFRESH_SECONDS, expire / 2
+            )
+            log.info("feishu.token_refreshed", expires_in=expire)
+            return self._token
+
+    def invalidate(self, token: str) -> None:
+        """Forget ``token`` (if still the current one) after Feishu rejected it."""
+        if self._token == token:
+            self._token = None
+            self._valid_until = 0.0
+
+
+class FeishuApi:
+    """Typed wrappers over the SDK's async IM calls, each returning an ``ApiResult``."""
+
+    def __init__(
+        self, *, app_id: str, app_secret: str, domain: str, timeout: float = 10.0
+    ) -> None:
+        self.client: Any = (
+            lark.Client.builder()
+            .app_id(app_id)
+            .app_secret(app_secret)
+            .domain(resolve_domain(domain))
+            .timeout(timeout)
+            # Tokens come from TenantToken (see the module docstring).
+            .enable_set_token(True)
+            .log_level(lark.LogLevel.WARNING)
+            .build()
+        )
+        self.token = TenantToken(config=self.client.config)
+
+    async def _call(self, method: str, req: Any) -> ApiResult:
+        token = await self.token.get()
+        option = RequestOption.builder().tenant_access_token(token).build()
+        try:
+            if method == "raw":
+                resp = await self.client.arequest(req, option)
+            else:
+                resp = await getattr(self.client.im.v1.message, method)(req, option)
+        except ValueError as exc:
+            # A non-JSON body (a proxy's 429/502 page) fails the SDK's unmarshal.
+            return ApiResult(0, -1, f"unreadable response: {exc}")
+        except Exception as exc:  # noqa: BLE001 - httpx errors: timeouts, refused, reset
+            return ApiResult(0, -1, f"{type(exc).__name__}: {exc}")
+        raw = getattr(resp, "raw", None)
+        status = int(getattr(raw, "status_code", 0) or 0)
+        code = int(resp.code if resp.code is not None else -1)
+        data = getattr(resp, "data", None)
+        message_id = getattr(data, "message_id", None) if data is not None else None
+        body: Any = None
+        if method == "raw" and raw is not None and raw.content:
+            try:
+                body = json.loads(raw.content)
+            except ValueError:
+                body = None
+        result = ApiResult(status, code, str(resp.msg or ""), message_id, body)
+        if result.invalid_token:
+            self.token.invalidate(token)
+        return result
+
+    async def create(self, *, chat_id: str, msg_type: str, content: str, uuid: str) -> ApiResult:
+        body = (
+            CreateMessageRequestBody.builder()
+            .receive_id(chat_id)
+            .msg_type(msg_type)
+            .content(content)
+            .uuid(uuid)
+            .build()
+        )
+        req = (
+            CreateMessageRequest.builder().receive_id_type("chat_id").request_body(body).build()
+        )
+        return await self._call("acreate", req)
+
+    async def reply(
+        self, *, message_id: str, msg_type: str, content: str, uuid: str
+    ) -> ApiResult:
+        body = (
+            ReplyMessageRequestBody.builder()
+            .msg_type(msg_type)
+            .content(content)
+            .uuid(uuid)
+            .build()
+        )
+        req = ReplyMessageRequest.builder().message_id(message_id).request_body(body).build()
+        return await self._call("areply", req)
+
+    async def patch(self, *, message_id: str, content: str) -> ApiResult:
+        body = PatchMessageRequestBody.builder().content(content).build()
+        req = PatchMessageRequest.builder().message_id(message_id).request_body(body).build()
+        return await self._call("apatch", req)
+
+    async def bot_info(self) -> ApiResult:
+        """``GET /open-apis/bot/v3/info``: the SDK has no typed call for it."""
+        req = (
+            BaseRequest.builder()
+            .http_method(HttpMethod.GET)
+            .uri("/open-apis/bot/v3/info")
+            .token_types({AccessTokenType.TENANT})
+            .build()
+        )
+        return await self._call("raw", req)

@@ -1,0 +1,211 @@
+"""Feishu events as plain records, and the rules for which messages reach the bus.
+
+The SDK's event models are untyped; they are read once here into small frozen records
+(``FeishuMessage``, ``CardAction``) so the rest of the channel is typed and the same for
+the long connection and the webhook.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from gateway.bus import InboundMessage
+
+CHANNEL = "feishu"
+
+
+@dataclass(frozen=True, slots=True)
+class Mention:
+    key: str  # the placeholder in the text, e.g. "@_user_1"
+    open_id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FeishuMessage:
+    """One ``im.message.receive_v1`` event."""
+
+    message_id: str
+    chat_id: str
+    chat_type: str  # "p2p" | "group"
+    sender_open_id: str
+    sender_type: str  # "user" | "app"
+    message_type: str  # "text" | "post" | "image" | ...
+    content: str  # the JSON string Feishu sends
+    create_time_ms: int
+    mentions: tuple[Mention, ...] = ()
+    parent_id: str | None = None
+    thread_id: str | None = None
+
+    @property
+    def is_group(self) -> bool:
+        return self.chat_type != "p2p"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CardAction:
+    """One ``card.action.trigger`` callback (a button click)."""
+
+    operator_open_id: str
+    value: Mapping[str, Any] = field(default_factory=dict)
+    open_message_id: str = ""
+    open_chat_id: str = ""
+
+
+def _s(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def message_from_sdk(data: Any) -> FeishuMessage:
+    """Read a ``P2ImMessageReceiveV1`` into a ``FeishuMessage``."""
+    event = data.event
+    msg = event.message
+    sender = event.sender
+    sender_id = sender.sender_id if sender is not None else None
+    mentions = tuple(
+        Mention(key=_s(m.key), open_id=_s(m.id.open_id if m.id else ""), name=_s(m.name))
+        for m in (msg.mentions or [])
+    )
+    try:
+        created = int(msg.create_time)
+    except (TypeError, ValueError):
+        created = int(time.time() * 1000)
+    return FeishuMessage(
+        message_id=_s(msg.message_id),
+        chat_id=_s(msg.chat_id),
+        chat_type=_s(msg.chat_type) or "p2p",
+        sender_open_id=_s(sender_id.open_id if sender_id is not None else ""),
+        sender_type=_s(sender.sender_type if sender is not None else ""),
+        message_type=_s(msg.message_type),
+        content=_s(msg.content) or "{}",
+        create_time_ms=created,
+        mentions=mentions,
+        parent_id=msg.parent_id or None,
+        thread_id=getattr(msg, "thread_id", None) or None,
+    )
+
+
+def card_action_from_sdk(data: Any) -> CardAction:
+    """Read a ``P2CardActionTrigger`` into a ``CardAction``."""
+    event = data.event
+    operator = event.operator
+    action = event.action
+    context = event.context
+    value = action.value if action is not None and isinstance(action.value, dict) else {}
+    return CardAction(
+        operator_open_id=_s(operator.open_id if operator is not None else ""),
+        value=value,
+        open_message_id=_s(context.open_message_id if context is not None else ""),
+        open_chat_id=_s(context.open_chat_id if context is not None else ""),
+    )
+
+
+def _post_text(content: Mapping[str, Any], mentions: Mapping[str, str]) -> str:
+    # Received posts are {"title", "content": [[elements]]}; sent ones are keyed by locale.
+    body: Any = content
+    if "content" not in body:
+        body = next((v for v in content.values() if isinstance(v, dict)), {})
+    lines: list[str] = []
+    title = body.get("title")
+    if title:
+        lines.append(str(title))
+    for paragraph in body.get("content") or []:
+        parts: list[str] = []
+        for el in paragraph or []:
+            tag = el.get("tag")
+            if tag in ("text", "md", "a"):
+                parts.append(str(el.get("text", "")))
+            elif tag == "at":
+                key = str(el.get("user_id", ""))
+                parts.append(mentions.get(key, "@" + str(el.get("user_name", ""))))
+            elif tag == "code_block":
+                parts.append(str(el.get("text", "")))
+        lines.append("".join(parts))
+    return "\n".join(lines)
+
+
+def message_text(msg: FeishuMessage, *, bot_open_id: str | None) -> str | None:
+    """The text a person wrote, mentions of the bot removed; None for unsupported types."""
+    try:
+        content = json.loads(msg.content)
+    except ValueError:
+        return None
+    if not isinstance(content, dict):
+        return None
+    # Placeholder -> what replaces it: nothing for the bot, "@Name" for anyone else.
+    by_key = {m.key: ("" if m.open_id == bot_open_id else f"@{m.name}") for m in msg.mentions}
+    by_open_id = {m.open_id: ("" if m.open_id == bot_open_id else f"@{m.name}") for m in msg.mentions}
+    if msg.message_type == "text":
+        text = str(content.get("text", ""))
+        for key, replacement in sorted(by_key.items(), key=lambda kv: -len(kv[0])):
+            text = text.replace(key, replacement)
+    elif msg.message_type == "post":
+        text = _post_text(content, by_open_id)
+        for key, replacement in sorted(by_key.items(), key=lambda kv: -len(kv[0])):
+            text = text.replace(key, replacement)
+    else:
+        return None
+    return " ".join(text.split()) if "\n" not in text else text.strip()
+
+
+class Verdict(StrEnum):
+    """What happens to a received message."""
+
+    ACCEPT = "accept"
+    FROM_BOT = "from_bot"
+    NOT_MENTIONED = "not_mentioned"
+    NOT_ALLOWED = "not_allowed"
+    TOO_OLD = "too_old"
+    UNSUPPORTED = "unsupported"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReceiveRules:
+    """The receive settings of ``[channels.feishu]`` that decide what reaches the bus."""
+
+    allow_from: Sequence[str]
+    group_policy: str  # "mention" | "open"
+    max_message_age_seconds: float
+
+    def allowed(self, open_id: str) -> bool:
+        # Empty means nobody: a bot that answers everyone must be configured so on purpose.
+        return "*" in self.allow_from or open_id in self.allow_from
+
+    def judge(
+        self, msg: FeishuMessage, *, bot_open_id: str | None, now: float
+    ) -> tuple[Verdict, str | None]:
+        """(verdict, text): text is the message's text when the verdict is ACCEPT."""
+        if msg.sender_type == "app" or (bot_open_id and msg.sender_open_id == bot_open_id):
+            return Verdict.FROM_BOT, None
+        age = now - msg.create_time_ms / 1000
+        if self.max_message_age_seconds > 0 and age > self.max_message_age_seconds:
+            # A burst redelivered after a reconnect: answering hours-old messages confuses.
+            return Verdict.TOO_OLD, None
+        if msg.is_group and self.group_policy != "open":
+            if bot_open_id is None or not any(m.open_id == bot_open_id for m in msg.mentions):
+                return Verdict.NOT_MENTIONED, None
+        if not self.allowed(msg.sender_open_id):
+            return Verdict.NOT_ALLOWED, None
+        text = message_text(msg, bot_open_id=bot_open_id)
+        if text is None:
+            return Verdict.UNSUPPORTED, None
+        return Verdict.ACCEPT, text
+
+
+def to_inbound(msg: FeishuMessage, text: str) -> InboundMessage:
+    """The bus message: sender = open_id, session = ``feishu:<chat_id>``."""
+    return InboundMessage(
+        channel=CHANNEL,
+        chat_id=msg.chat_id,
+        sender_id=msg.sender_open_id,
+        text=text,
+        message_id=msg.message_id,
+        is_group=msg.is_group,
+        reply_to=msg.parent_id,
+        metadata={"feishu_message_id": msg.message_id, "chat_type": msg.chat_type},
+    )

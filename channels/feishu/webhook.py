@@ -1,0 +1,160 @@
+"""Feishu events and card callbacks over HTTP, on the gateway's aiohttp server.
+
+Verification is done here rather than by ``EventDispatcherHandler.do``: the SDK answers
+every failure with HTTP 500 (Feishu then retries), reads headers from a case-sensitive
+dict (lower-cased names, as proxies send them, crash it with a TypeError), checks neither
+timestamp age nor nonce reuse, and is synchronous. The SDK's ``AESCipher`` decrypts and
+its event models parse the verified body.
+
+Order of checks: parse → decrypt → url_verification (token only, as Feishu does not sign
+it) → signature → replay window → nonce → verification token → dispatch. Bad input is 400,
+failed authentication 401; nothing unverified reaches the bus.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import structlog
+from aiohttp import web
+from cachetools import TTLCache
+from lark_oapi.api.im.v1 import P2ImMessageReceiveV1
+from lark_oapi.core.json import JSON
+from lark_oapi.core.utils import AESCipher
+from lark_oapi.event.callback.model.p2_card_action_trigger import P2CardActionTrigger
+
+from channels.feishu.inbound import CardAction, FeishuMessage, card_action_from_sdk, message_from_sdk
+
+log = structlog.get_logger(__name__)
+
+MessageSink = Callable[[FeishuMessage], None]
+CardHandler = Callable[[CardAction], Awaitable[dict[str, Any]]]
+
+
+class _Reject(Exception):
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class WebhookReceiver:
+    """The request handler for the event and card callback URLs."""
+
+    def __init__(
+        self,
+        *,
+        encrypt_key: str | None,
+        verification_token: str | None,
+        replay_window_seconds: float,
+        on_message: MessageSink,
+        on_card: CardHandler,
+    ) -> None:
+        self._encrypt_key = encrypt_key or None
+        self._token = verification_token or None
+        self._window = replay_window_seconds
+        self._on_message = on_message
+        self._on_card = on_card
+        # Nonces seen inside the window; older ones fail the timestamp check anyway.
+        self._nonces: TTLCache[str, bool] = TTLCache(
+            maxsize=100_000, ttl=max(2 * replay_window_seconds, 1.0)
+        )
+        self._cipher = AESCipher(self._encrypt_key) if self._encrypt_key else None
+
+    async def handle(self, request: web.Request) -> web.Response:
+        try:
+            return await self._handle(request)
+        except _Reject as exc:
+            log.warning(
+                "feishu.webhook_rejected",
+                status=exc.status,
+                reason=exc.reason,
+                remote=request.remote,
+            )
+            return web.json_response({"msg": exc.reason}, status=exc.status)
+
+    def _decrypt(self, raw: bytes) -> dict[str, Any]:
+        try:
+            outer = json.loads(raw)
+        except ValueError as exc:
+            raise _Reject(400, "body is not JSON") from exc
+        if not isinstance(outer, dict):
+            raise _Reject(400, "body is not a JSON object")
+        encrypted = outer.get("encrypt")
+        if self._cipher is None:
+            if encrypted is not None:
+                raise _Reject(400, "encrypted body but no encrypt_key configured")
+            return outer
+        if not isinstance(encrypted, str):
+            raise _Reject(400, "expected an encrypted body (an encrypt_key is configured)")
+        try:
+            plain = json.loads(self._cipher.decrypt_str(encrypted))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise _Reject(400, "cannot decrypt the body") from exc
+        if not isinstance(plain, dict):
+            raise _Reject(400, "decrypted body is not a JSON object")
+        return plain
+
+    def _check_token(self, token: Any) -> None:
+        if self._token is None:
+            return
+        if not isinstance(token, str) or not hmac.compare_digest(token, self._token):
+            raise _Reject(401, "invalid verification token")
+
+    def _check_signature(self, request: web.Request, raw: bytes) -> None:
+        # aiohttp's headers are case-insensitive, unlike the SDK's RawRequest dict.
+        ts = request.headers.get("X-Lark-Request-Timestamp", "")
+        nonce = request.headers.get("X-Lark-Request-Nonce", "")
+        sig = request.headers.get("X-Lark-Signature", "")
+        if self._encrypt_key is not None:
+            if not (ts and nonce and sig):
+                raise _Reject(401, "missing signature headers")
+            expected = hashlib.sha256((ts + nonce + self._encrypt_key).encode() + raw).hexdigest()
+            if not hmac.compare_digest(expected, sig):
+                raise _Reject(401, "bad signature")
+        if ts:
+            try:
+                age = abs(time.time() - float(ts))
+            except ValueError as exc:
+                raise _Reject(400, "bad timestamp") from exc
+            if age > self._window:
+                raise _Reject(401, "timestamp outside the replay window")
+        if nonce:
+            if nonce in self._nonces:
+                raise _Reject(401, "nonce already used")
+            self._nonces[nonce] = True
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        raw = await request.read()
+        payload = self._decrypt(raw)
+        if payload.get("type") == "url_verification":
+            self._check_token(payload.get("token"))
+            return web.json_response({"challenge": payload.get("challenge", "")})
+        self._check_signature(request, raw)
+        header = payload.get("header")
+        if not isinstance(header, dict):
+            raise _Reject(400, "only event schema 2.0 is supported")
+        self._check_token(header.get("token"))
+        event_type = header.get("event_type")
+        plain = json.dumps(payload)
+        if event_type == "im.message.receive_v1":
+            try:
+                msg = message_from_sdk(JSON.unmarshal(plain, P2ImMessageReceiveV1))
+            except (AttributeError, TypeError, ValueError) as exc:
+                raise _Reject(400, "malformed message event") from exc
+            # Acknowledge first: the agent's work happens after this response.
+            self._on_message(msg)
+            return web.json_response({"msg": "success"})
+        if event_type == "card.action.trigger":
+            try:
+                action = card_action_from_sdk(JSON.unmarshal(plain, P2CardActionTrigger))
+            except (AttributeError, TypeError, ValueError) as exc:
+                raise _Reject(400, "malformed card callback") from exc
+            return web.json_response(await self._on_card(action))
+        log.debug("feishu.webhook_ignored", event_type=event_type)
+        return web.json_response({"msg": "success"})

@@ -1,0 +1,371 @@
+"""The Feishu long connection: lark-oapi's ws client in a thread with its own event loop.
+
+What lark-oapi 1.7.5's ``lark.ws.Client`` does that a daemon cannot live with, and what
+this module does instead (the frame protocol, acks, chunk reassembly, ping frames and
+event dispatch stay the SDK's):
+
+* ``start()`` runs on a loop captured at import (``lark_oapi.ws.client.loop``), blocks
+  forever and has no ``stop()`` (PR #128); several clients race on that loop (#119).
+  ``start()`` is never called here. ``_connect`` and ``_receive_message_loop`` — the only
+  other users of the module loop — are replaced by versions that use the running loop of
+  our own thread, so the module global is never touched.
+* Endpoint discovery is a blocking ``requests.post`` with no timeout (#169: a hung
+  reconnect leaves the bot silent for days). Here it is an aiohttp POST with a timeout,
+  cancellable on stop.
+* ``_connect`` returns early with its lock still held when already connected. The
+  replacement holds the lock in ``async with``.
+* On a lost connection the SDK reconnects on its own schedule (``ReconnectInterval``
+  defaults to 120 s). Here the SDK's reconnect is off and a supervisor reconnects with
+  jittered exponential backoff (tenacity), resetting after each good connection.
+* ``type=card`` DATA frames are dropped without dispatch or ack (#126; Feishu then shows
+  error 200340 to the person who clicked). They are relabelled ``event`` and handed to
+  the SDK's own handler, which dispatches ``card.action.trigger`` and acks with the
+  callback's answer.
+* The SDK's ``_ping_loop`` logs through the deprecated ``Logger.warn`` and never ends;
+  our ping loop stops with the connection.
+
+Stopping: ``stop()`` sets an event on the thread's loop; the supervisor closes the socket
+(bounded), cancels its tasks, the thread's loop finishes, and the gateway joins the
+thread with a timeout. A handler blocked in a card callback waits at most the callback
+budget (under 3 s). The thread is a daemon, so a join that times out cannot hold up exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import threading
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import aiohttp
+import lark_oapi as lark
+import structlog
+import websockets
+from lark_oapi.core.json import JSON
+from lark_oapi.event.callback.model.p2_card_action_trigger import P2CardActionTriggerResponse
+from lark_oapi.ws import client as ws_client
+from lark_oapi.ws.const import GEN_ENDPOINT_URI, INTERNAL_ERROR, OK, SYSTEM_BUSY
+from lark_oapi.ws.exception import ClientException, ServerException
+from lark_oapi.ws.model import EndpointResp
+from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
+from websockets.exceptions import InvalidHandshake
+
+from channels.feishu.api import resolve_domain
+from channels.feishu.inbound import CardAction, FeishuMessage, card_action_from_sdk, message_from_sdk
+
+log = structlog.get_logger(__name__)
+
+MessageSink = Callable[[FeishuMessage], None]
+CardHandler = Callable[[CardAction], dict[str, Any]]
+
+
+class _Stopping(Exception):
+    """Raised out of a backoff sleep when the channel is stopping."""
+
+
+class _SessionLost(Exception):
+    pass
+
+
+class FeishuWsClient(lark.ws.Client):  # type: ignore[misc]
+    """``lark.ws.Client`` with the daemon-hostile parts replaced (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        app_id: str,
+        app_secret: str,
+        domain: str,
+        event_handler: Any,
+        connect_timeout: float,
+    ) -> None:
+        super().__init__(
+            app_id,
+            app_secret,
+            log_level=lark.LogLevel.WARNING,
+            event_handler=event_handler,
+            domain=resolve_domain(domain),
+            auto_reconnect=False,
+        )
+        self._connect_timeout = connect_timeout
+        self._receive_task: asyncio.Task[None] | None = None
+        self._frame_tasks: set[asyncio.Task[None]] = set()
+        self.lost = asyncio.Event()
+
+    async def _discover(self) -> str:
+        """``POST /callback/ws/endpoint``: the socket URL and the server's timing config."""
+        timeout = aiohttp.ClientTimeout(total=self._connect_timeout)
+        async with (
+            aiohttp.ClientSession(timeout=timeout) as session,
+            session.post(
+                self._domain + GEN_ENDPOINT_URI,
+                json={"AppID": self._app_id, "AppSecret": self._app_secret},
+                headers={"locale": "zh"},
+            ) as resp,
+        ):
+            raw = await resp.text()
+            if resp.status != 200:
+                raise ServerException(resp.status, "endpoint discovery failed")
+        answer = JSON.unmarshal(raw, EndpointResp)
+        if answer.code in (SYSTEM_BUSY, INTERNAL_ERROR):
+            raise ServerException(answer.code, answer.msg or "system busy")
+        if answer.code != OK or answer.data is None or not answer.data.URL:
+            # Wrong app id / secret, app not allowed to use the long connection, ...
+            raise ClientException(answer.code, answer.msg or "no endpoint")
+        if answer.data.ClientConfig is not None:
+            self._configure(answer.data.ClientConfig)
+        return str(answer.data.URL)
+
+    async def _connect(self) -> None:
+        async with self._lock:
+            if self._conn is not None:
+                return
+            url = ws_client.build_connection_url(await self._discover(), self._connection_host)
+            query = parse_qs(urlparse(url).query)
+            try:
+                conn = await websockets.connect(
+                    url,
+                    open_timeout=self._connect_timeout,
+                    **ws_client._ws_connect_kwargs(self._connection_headers),
+                )
+            except InvalidHandshake as exc:
+                ws_client._parse_ws_conn_exception(exc)
+                raise
+            self._conn = conn
+            self._conn_url = url
+            self._conn_id = query["device_id"][0]
+            self._service_id = query["service_id"][0]
+            self.lost = asyncio.Event()
+            self._receive_task = asyncio.get_running_loop().create_task(
+                self._receive_message_loop(), name="feishu-ws-receive"
+            )
+
+    async def _receive_message_loop(self) -> None:
+        conn = self._conn
+        try:
+            while conn is not None:
+                frame = await conn.recv()
+                task = asyncio.get_running_loop().create_task(self._handle_message(frame))
+                self._frame_tasks.add(task)
+                task.add_done_callback(self._frame_tasks.discard)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any receive error means the socket is gone
+            log.warning("feishu.ws_receive_ended", error=f"{type(exc).__name__}: {exc}")
+        finally:
+            self.lost.set()
+
+    async def _handle_data_frame(self, frame: Any) -> None:
+        for header in frame.headers:
+            if header.key == "type" and header.value == "card":
+                # lark-oapi 1.7.5 returns on type=card without dispatch or ack (#126).
+                header.value = "event"
+        await super()._handle_data_frame(frame)
+
+    async def ping(self) -> None:
+        if self._conn is not None and self._service_id:
+            await self._write_message(
+                ws_client._new_ping_frame(int(self._service_id)).SerializeToString()
+            )
+
+    @property
+    def ping_interval(self) -> float:
+        return float(self._ping_interval or 120)
+
+    async def close(self, timeout: float) -> None:
+        """Close the socket and end this connection's tasks, within ``timeout``."""
+        with contextlib.suppress(Exception):
+            # websockets waits up to its close_timeout for the peer's close frame.
+            await asyncio.wait_for(self._disconnect(), timeout)
+        tasks = [t for t in (self._receive_task, *self._frame_tasks) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._receive_task = None
+
+
+class LongConnection:
+    """Runs ``FeishuWsClient`` in a thread of its own; reconnects; stops within a bound."""
+
+    def __init__(
+        self,
+        *,
+        app_id: str,
+        app_secret: str,
+        domain: str,
+        on_message: MessageSink,
+        on_card: CardHandler,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 60.0,
+        connect_timeout: float = 10.0,
+        stop_timeout: float = 5.0,
+    ) -> None:
+        self._on_message = on_message
+        self._on_card = on_card
+        self._backoff_initial = backoff_initial
+        self._backoff_max = backoff_max
+        self._stop_timeout = stop_timeout
+        handler = (
+            lark.EventDispatcherHandler.builder("", "")
+            .register_p2_im_message_receive_v1(self._message)
+            .register_p2_card_action_trigger(self._card)
+            .build()
+        )
+        self.client = FeishuWsClient(
+            app_id=app_id,
+            app_secret=app_secret,
+            domain=domain,
+            event_handler=handler,
+            connect_timeout=connect_timeout,
+        )
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._loop_ready = threading.Event()
+        self._connected = threading.Event()
+        self.connections = 0
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    # ---- SDK handlers: run on the ws thread, must return at once ----------------------
+
+    def _message(self, data: Any) -> None:
+        try:
+            msg = message_from_sdk(data)
+        except Exception:  # noqa: BLE001 - a malformed event must not make Feishu redeliver it
+            log.exception("feishu.bad_message_event")
+            return
+        # Hand over and return: the ack goes out only after this returns, and Feishu
+        # redelivers after ~3 s without one.
+        self._on_message(msg)
+
+    def _card(self, data: Any) -> P2CardActionTriggerResponse:
+        action = card_action_from_sdk(data)
+        return P2CardActionTriggerResponse(self._on_card(action))
+
+    # ---- lifecycle ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="feishu-ws", daemon=True)
+        self._thread.start()
+        self._loop_ready.wait(5)
+
+    async def stop(self) -> None:
+        thread, loop, stop = self._thread, self._loop, self._stop
+        if thread is None:
+            return
+        if loop is not None and stop is not None:
+            with contextlib.suppress(RuntimeError):  # the thread's loop already ended
+                loop.call_soon_threadsafe(stop.set)
+        await asyncio.to_thread(thread.join, self._stop_timeout)
+        if thread.is_alive():
+            log.warning("feishu.ws_stop_timeout", seconds=self._stop_timeout)
+        else:
+            log.info("feishu.ws_stopped")
+        self._thread = None
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        self._loop = loop
+        self._stop = asyncio.Event()
+        self._loop_ready.set()
+        try:
+            loop.run_until_complete(self._supervise())
+        except Exception:  # noqa: BLE001 - the thread must end cleanly, whatever happened
+            log.exception("feishu.ws_thread_failed")
+        finally:
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+            self._connected.clear()
+
+    async def _sleep(self, seconds: float) -> None:
+        assert self._stop is not None
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), seconds)
+        if self._stop.is_set():
+            raise _Stopping
+
+    async def _connect_with_backoff(self) -> None:
+        def before_sleep(state: Any) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            log.warning(
+                "feishu.ws_connect_failed",
+                attempt=state.attempt_number,
+                retry_in=round(state.upcoming_sleep, 2),
+                error=f"{type(exc).__name__}: {exc}",
+            )
+
+        async for attempt in AsyncRetrying(
+            wait=wait_exponential_jitter(initial=self._backoff_initial, max=self._backoff_max),
+            retry=retry_if_exception_type(Exception) & ~retry_if_exception_type(_Stopping),
+            sleep=self._sleep,
+            before_sleep=before_sleep,
+            reraise=True,
+        ):
+            with attempt:
+                await self._until_stopped(self.client._connect())
+
+    async def _until_stopped(self, coro: Any) -> None:
+        """Run ``coro``, but give up on it (cancel it) as soon as stop is asked for."""
+        assert self._stop is not None
+        work = asyncio.ensure_future(coro)
+        stop_wait = asyncio.ensure_future(self._stop.wait())
+        await asyncio.wait({work, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        stop_wait.cancel()
+        if not work.done():
+            work.cancel()
+            await asyncio.gather(work, stop_wait, return_exceptions=True)
+            raise _Stopping
+        await asyncio.gather(stop_wait, return_exceptions=True)
+        work.result()
+
+    async def _ping_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.client.ping_interval)
+            try:
+                await self.client.ping()
+            except Exception as exc:  # noqa: BLE001 - a failed ping shows up as a lost socket
+                log.debug("feishu.ws_ping_failed", error=str(exc))
+
+    async def _supervise(self) -> None:
+        assert self._stop is not None
+        stop = self._stop
+        try:
+            while not stop.is_set():
+                try:
+                    await self._connect_with_backoff()
+                except _Stopping:
+                    break
+                self.connections += 1
+                self._connected.set()
+                log.info("feishu.ws_connected", connections=self.connections)
+                pinger = asyncio.get_running_loop().create_task(self._ping_loop())
+                stop_wait = asyncio.ensure_future(stop.wait())
+                lost_wait = asyncio.ensure_future(self.client.lost.wait())
+                await asyncio.wait({stop_wait, lost_wait}, return_when=asyncio.FIRST_COMPLETED)
+                for waiter in (pinger, stop_wait, lost_wait):
+                    waiter.cancel()
+                await asyncio.gather(pinger, stop_wait, lost_wait, return_exceptions=True)
+                self._connected.clear()
+                await self.client.close(timeout=2.0)
+                if stop.is_set():
+                    break
+                log.warning("feishu.ws_lost")
+                # Jitter before reconnecting, so many gateways do not reconnect in step.
+                try:
+                    await self._sleep(random.uniform(0, self._backoff_initial))
+                except _Stopping:
+                    break
+        finally:
+            self._connected.clear()
+            await self.client.close(timeout=2.0)

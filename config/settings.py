@@ -1,0 +1,367 @@
+"""Settings: a TOML file, then ``GATEWAY_*`` environment variables, then defaults.
+
+Precedence (highest first): keyword arguments, environment (``GATEWAY_`` prefix, ``__`` for
+nesting, e.g. ``GATEWAY_CONFIRMATION__TIMEOUT_SECONDS=30``), the TOML file (``--config PATH``
+or ``./gateway.toml`` when present), then the defaults below, which run on a fresh machine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+DEFAULT_KEYWORDS_FILE = PACKAGE_DIR / "keywords.toml"
+
+Level = Literal["auto", "notify", "confirm", "manual", "deny"]
+RiskName = Literal["low", "medium", "high", "critical"]
+
+
+class _Section(BaseModel):
+    # A misspelt key in a TOML section is an error, not silently ignored.
+    model_config = ConfigDict(extra="forbid")
+
+
+class ServerSettings(_Section):
+    """The one aiohttp server: web chat, admin API and platform webhooks."""
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+
+
+class AdminSettings(_Section):
+    """Admin API access. A token is required when the server listens beyond loopback."""
+
+    token: SecretStr | None = None
+
+
+class LogSettings(_Section):
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["auto", "console", "json"] = "auto"
+
+
+class ConfirmationSettings(_Section):
+    """How tool calls are held for a person's decision."""
+
+    timeout_seconds: float = Field(default=300.0, gt=0)
+    on_other_message: Literal["reject_with_feedback", "cancel", "keep_pending"] = (
+        "reject_with_feedback"
+    )
+    approvers: list[str] = Field(default_factory=list)
+    max_unclear_replies: int = Field(default=3, ge=1)
+    store: Literal["memory", "sqlite", "redis"] = "sqlite"
+    redis_url: str = "redis://127.0.0.1:6379/0"
+
+
+class KeywordsSettings(_Section):
+    """The confirm/cancel words file admins edit; reloaded on change."""
+
+    file: Path = DEFAULT_KEYWORDS_FILE
+    watch: bool = True
+
+
+class SqlToolSettings(_Section):
+    """The SQL tools' database (an SQLAlchemy async URL)."""
+
+    # None means the demo SQLite database under data_dir, created on first run.
+    url: str | None = None
+    max_rows: int = Field(default=50, ge=1)
+    statement_timeout_seconds: float = Field(default=30.0, gt=0)
+
+
+class ToolsSettings(_Section):
+    sql: SqlToolSettings = Field(default_factory=SqlToolSettings)
+    plugins: list[str] = Field(default_factory=list)
+
+
+class PolicyRule(_Section):
+    """One policy rule: matched by tool-name glob plus conditions on arguments."""
+
+    name: str = ""
+    tool: str = "*"
+    level: Level | None = None
+    risk: RiskName | None = None
+    # Conditions: argument path -> condition, e.g. {"kind" = {"in" = ["DROP"]}}.
+    when: dict[str, Any] = Field(default_factory=dict)
+
+
+class PolicySettings(_Section):
+    """Supervision levels per tool and rules that override them."""
+
+    default_level: Level = "confirm"
+    levels: dict[str, Level] = Field(default_factory=dict)
+    rules: list[PolicyRule] = Field(default_factory=list)
+    four_eyes_for_critical: bool = False
+
+
+class LlmSettings(_Section):
+    """An OpenAI-compatible chat model. Without base_url/model the command agent is used."""
+
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    model: str | None = None
+    temperature: float = 0.2
+    timeout_seconds: float = Field(default=60.0, gt=0)
+    max_steps: int = Field(default=8, ge=1)
+    max_history_messages: int = Field(default=40, ge=2)
+    max_retries: int = Field(default=3, ge=0)
+    system_prompt: str | None = None
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.model)
+
+
+class ConsoleChannelSettings(_Section):
+    user: str = "local"
+
+
+class WebChatSettings(_Section):
+    enabled: bool = True
+    max_text_length: int = Field(default=4000, ge=1)
+    history_size: int = Field(default=500, ge=10)
+
+
+class FeishuSettings(_Section):
+    """Feishu / Lark bot. Secrets belong in the environment."""
+
+    enabled: bool = False
+    mode: Literal["ws", "webhook"] = "ws"
+    app_id: str | None = None
+    app_secret: SecretStr | None = None
+    encrypt_key: SecretStr | None = None
+    verification_token: SecretStr | None = None
+    domain: str = "feishu"
+    allow_from: list[str] = Field(default_factory=list)
+    group_policy: Literal["mention", "open"] = "mention"
+    approvers: list[str] = Field(default_factory=list)
+    max_message_age_seconds: float = 600.0
+    replay_window_seconds: float = 300.0
+    webhook_path: str = "/webhook/feishu/event"
+    card_webhook_path: str = "/webhook/feishu/card"
+
+
+class DingTalkSettings(_Section):
+    """DingTalk robot. Secrets belong in the environment."""
+
+    enabled: bool = False
+    mode: Literal["stream", "http"] = "stream"
+    client_id: str | None = None
+    client_secret: SecretStr | None = None
+    robot_code: str | None = None
+    card_template_id: str | None = None
+    openapi_endpoint: str = "https://api.dingtalk.com"
+    allow_from: list[str] = Field(default_factory=list)
+    group_policy: Literal["mention", "open"] = "mention"
+    approvers: list[str] = Field(default_factory=list)
+    signature_window_seconds: float = 300.0
+    webhook_path: str = "/webhook/dingtalk"
+    # OpenAPI calls: per-request timeout, attempts and backoff on 429 / 5xx.
+    request_timeout_seconds: float = Field(default=10.0, gt=0)
+    send_attempts: int = Field(default=4, ge=1)
+    retry_base_seconds: float = Field(default=1.0, ge=0)
+    retry_max_seconds: float = Field(default=30.0, ge=0)
+    # Stream reconnect backoff (exponential with jitter) and the bound on shutdown.
+    reconnect_base_seconds: float = Field(default=1.0, gt=0)
+    reconnect_max_seconds: float = Field(default=60.0, gt=0)
+    stop_timeout_seconds: float = Field(default=5.0, gt=0)
+    dead_letter_size: int = Field(default=200, ge=1)
+
+
+class ChannelsSettings(_Section):
+    console: ConsoleChannelSettings = Field(default_factory=ConsoleChannelSettings)
+    webchat: WebChatSettings = Field(default_factory=WebChatSettings)
+    feishu: FeishuSettings = Field(default_factory=FeishuSettings)
+    dingtalk: DingTalkSettings = Field(default_factory=DingTalkSettings)
+
+
+class Settings(BaseSettings):
+    """All settings of one gateway process."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="GATEWAY_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        validate_default=True,
+    )
+
+    # The TOML file used by settings_customise_sources; set by load() before construction.
+    _toml_file: ClassVar[Path | None] = None
+
+    data_dir: Path = Path("data")
+    log: LogSettings = Field(default_factory=LogSettings)
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    admin: AdminSettings = Field(default_factory=AdminSettings)
+    confirmation: ConfirmationSettings = Field(default_factory=ConfirmationSettings)
+    keywords: KeywordsSettings = Field(default_factory=KeywordsSettings)
+    tools: ToolsSettings = Field(default_factory=ToolsSettings)
+    policy: PolicySettings = Field(default_factory=PolicySettings)
+    llm: LlmSettings = Field(default_factory=LlmSettings)
+    channels: ChannelsSettings = Field(default_factory=ChannelsSettings)
+
+    @field_validator("data_dir")
+    @classmethod
+    def _expand(cls, value: Path) -> Path:
+        return value.expanduser()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if cls._toml_file is not None:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=cls._toml_file))
+        return tuple(sources)
+
+    @property
+    def sql_url(self) -> str:
+        """The SQL tools' URL; the demo SQLite database when none is configured."""
+        if self.tools.sql.url:
+            return self.tools.sql.url
+        return f"sqlite+aiosqlite:///{(self.data_dir / 'demo.db').resolve()}"
+
+    @property
+    def uses_demo_database(self) -> bool:
+        return not self.tools.sql.url
+
+
+class ConfigError(Exception):
+    """A configuration problem, with a message that says what to change."""
+
+
+def resolve_config_path(path: Path | str | None) -> Path | None:
+    """The TOML file to read: the given one, else ./gateway.toml when present."""
+    if path is not None:
+        p = Path(path).expanduser()
+        if not p.is_file():
+            raise ConfigError(f"config file {p} does not exist: pass an existing --config PATH")
+        return p
+    default = Path("gateway.toml")
+    return default if default.is_file() else None
+
+
+def _env_name(loc: tuple[int | str, ...]) -> str:
+    return "GATEWAY_" + "__".join(str(part).upper() for part in loc)
+
+
+def _toml_name(loc: tuple[int | str, ...]) -> str:
+    parts = [str(p) for p in loc if not isinstance(p, int)]
+    if len(parts) == 1:
+        return f"top-level key {parts[0]}"
+    return f"[{'.'.join(parts[:-1])}] {parts[-1]}"
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """Turn a pydantic error into lines that name the key and how to set it."""
+    lines = []
+    for item in error.errors():
+        loc = tuple(item["loc"])
+        key = ".".join(str(p) for p in loc)
+        if item["type"] == "extra_forbidden":
+            lines.append(f"{key}: unknown setting; remove it or check its spelling")
+            continue
+        lines.append(
+            f"{key}: {item['msg']} (got {item.get('input')!r}); "
+            f"set {_env_name(loc)} or {_toml_name(loc)}"
+        )
+    return "\n".join(lines)
+
+
+def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
+    """Load settings from the TOML file, the environment and defaults.
+
+    Raises ConfigError with a readable message on any bad value.
+    """
+    toml_path = resolve_config_path(path)
+    Settings._toml_file = toml_path
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        where = f" (file {toml_path})" if toml_path else ""
+        raise ConfigError(f"invalid configuration{where}:\n{describe_validation_error(exc)}") from exc
+    except (OSError, ValueError) as exc:
+        # tomllib.TOMLDecodeError is a ValueError: say which file is broken.
+        raise ConfigError(f"cannot read configuration {toml_path}: {exc}") from exc
+    finally:
+        Settings._toml_file = None
+
+
+def masked_dump(settings: Settings) -> dict[str, Any]:
+    """The effective settings as plain data, secrets replaced by '***'."""
+
+    def walk(value: Any) -> Any:
+        if isinstance(value, SecretStr):
+            return "***" if value.get_secret_value() else ""
+        if isinstance(value, BaseModel):
+            return {k: walk(getattr(value, k)) for k in type(value).model_fields}
+        if isinstance(value, dict):
+            return {k: walk(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [walk(v) for v in value]
+        if isinstance(value, Path):
+            return str(value)
+        return value
+
+    data: dict[str, Any] = walk(settings)
+    llm = data.get("llm", {})
+    if isinstance(llm, dict) and llm.get("base_url"):
+        # URLs may embed credentials (https://user:pass@host).
+        llm["base_url"] = _mask_url(str(llm["base_url"]))
+    sql = data.get("tools", {}).get("sql", {})
+    if isinstance(sql, dict) and sql.get("url"):
+        sql["url"] = _mask_url(str(sql["url"]))
+    conf = data.get("confirmation", {})
+    if isinstance(conf, dict) and conf.get("redis_url"):
+        conf["redis_url"] = _mask_url(str(conf["redis_url"]))
+    return data
+
+
+def _mask_url(url: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if parts.password:
+        netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+        return urlunsplit(parts._replace(netloc=netloc))
+    return url
+
+
+def check_channel_settings(settings: Settings) -> list[str]:
+    """Problems with enabled channels that stop them from starting, as fix-it sentences."""
+    problems: list[str] = []
+    fs = settings.channels.feishu
+    if fs.enabled:
+        for key in ("app_id", "app_secret"):
+            if not getattr(fs, key):
+                problems.append(
+                    f"channels.feishu.{key} is missing: set GATEWAY_CHANNELS__FEISHU__{key.upper()}"
+                    f" or [channels.feishu] {key}"
+                )
+        if fs.mode == "webhook" and not (fs.encrypt_key or fs.verification_token):
+            problems.append(
+                "channels.feishu webhook mode needs encrypt_key or verification_token to verify"
+                " requests: set GATEWAY_CHANNELS__FEISHU__ENCRYPT_KEY or [channels.feishu]"
+                " encrypt_key"
+            )
+    ds = settings.channels.dingtalk
+    if ds.enabled:
+        for key in ("client_id", "client_secret"):
+            if not getattr(ds, key):
+                problems.append(
+                    f"channels.dingtalk.{key} is missing: set "
+                    f"GATEWAY_CHANNELS__DINGTALK__{key.upper()} or [channels.dingtalk] {key}"
+                )
+    return problems

@@ -1,0 +1,75 @@
+"""The command agent: works with no model. ``/sql``, ``/pending``, ``/help``."""
+
+from __future__ import annotations
+
+import time
+
+from gateway import texts
+from gateway.bus import InboundMessage
+from gateway.confirm.model import ToolCall
+from gateway.confirm.service import ConfirmationService, new_call_id
+from gateway.tools.runner import ToolOutcome, ToolRunner, TurnContext
+from gateway.tools.sql import analyze_sql
+
+
+class CommandAgent:
+    """Slash commands through the same policy and confirmation path as a model would use."""
+
+    def __init__(
+        self, *, runner: ToolRunner, confirmations: ConfirmationService, sql_dialect: str = "sqlite"
+    ) -> None:
+        self.runner = runner
+        self.confirmations = confirmations
+        self.sql_dialect = sql_dialect
+
+    async def handle(self, msg: InboundMessage, turn: TurnContext) -> None:
+        text = msg.text.strip()
+        # A person may answer a pending prompt with a new command (reject_with_feedback);
+        # that text comes back as feedback and is handled like a new message, once.
+        for _ in range(2):
+            feedback = await self._dispatch(text, turn)
+            if feedback is None:
+                return
+            text = feedback.strip()
+
+    async def _dispatch(self, text: str, turn: TurnContext) -> str | None:
+        if not text:
+            return None
+        command, _, rest = text.partition(" ")
+        command = command.lower()
+        if command == "/sql":
+            return await self._sql(rest.strip(), turn)
+        if command == "/pending":
+            pending = await self.confirmations.list_pending(turn.session_key)
+            await turn.say(texts.pending_list(pending, time.time()))
+            return None
+        if command in ("/help", "/start", "help", "帮助"):
+            await turn.say(texts.HELP_NO_MODEL)
+            return None
+        if command.startswith("/"):
+            await turn.say(texts.UNKNOWN_COMMAND.format(command=command))
+            return None
+        await turn.say(texts.HELP_NO_MODEL)
+        return None
+
+    async def _sql(self, statement: str, turn: TurnContext) -> str | None:
+        if not statement:
+            await turn.say("用法 usage: /sql <statement>")
+            return None
+        analysis = analyze_sql(statement, self.sql_dialect)
+        name = "sql_query" if analysis.read_only else "sql_modify"
+        outcome = await self.runner.invoke(
+            ToolCall(name=name, args={"sql": statement}, call_id=new_call_id()), turn
+        )
+        return await self._report(outcome, name, turn)
+
+    async def _report(self, outcome: ToolOutcome, name: str, turn: TurnContext) -> str | None:
+        if outcome.status == "ok":
+            await turn.say(texts.tool_result(name, outcome.output))
+        elif outcome.status == "error" and outcome.decision is not None:
+            # Refusals before the policy were already said by the runner.
+            await turn.say(texts.tool_failed(name, outcome.output))
+        elif outcome.status == "unknown_tool":
+            await turn.say(texts.tool_failed(name, outcome.output))
+        # rejected / expired / cancelled were announced by the confirmation update.
+        return outcome.feedback

@@ -1,0 +1,210 @@
+"""``gateway serve | chat | keywords | check-config | ...``"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from config.keywords import KeywordsError, KeywordStore, load_keywords
+from config.settings import (
+    ConfigError,
+    Settings,
+    check_channel_settings,
+    load_settings,
+    masked_dump,
+)
+from gateway.logs import configure_logging
+
+EXIT_CONFIG = 2
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _settings(args: argparse.Namespace, **overrides: Any) -> Settings:
+    return load_settings(args.config, **overrides)
+
+
+# ---------------------------------------------------------------------- serve / chat
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from gateway.app import Gateway, run_until_stopped
+
+    overrides: dict[str, Any] = {}
+    settings = _settings(args, **overrides)
+    if args.host or args.port is not None:
+        server = settings.server.model_copy(
+            update={k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+        )
+        settings = settings.model_copy(update={"server": server})
+    configure_logging(settings.log.level, settings.log.format)
+
+    def started(gw: Gateway) -> None:
+        url = gw.http.url if gw.http else "(no HTTP server)"
+        print(f"gateway is running: open {url}  (Ctrl-C to stop)", flush=True)
+
+    asyncio.run(run_until_stopped(Gateway(settings), on_started=started))
+    return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from gateway.app import Gateway, run_until_stopped
+
+    settings = _settings(args)
+    channels = settings.channels.model_copy(deep=True)
+    channels.console.user = args.user or channels.console.user
+    channels.webchat.enabled = False
+    channels.feishu.enabled = False
+    channels.dingtalk.enabled = False
+    update: dict[str, Any] = {"channels": channels}
+    if args.store:
+        update["confirmation"] = settings.confirmation.model_copy(update={"store": args.store})
+    settings = settings.model_copy(update=update)
+    # The terminal is the chat: only warnings go to stderr.
+    configure_logging("warning" if settings.log.level == "info" else settings.log.level,
+                      settings.log.format)
+    asyncio.run(run_until_stopped(Gateway(settings, console=True, serve_http=False)))
+    return 0
+
+
+# ---------------------------------------------------------------------- config
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    problems = check_channel_settings(settings)
+    try:
+        load_keywords(settings.keywords.file)
+    except KeywordsError as exc:
+        problems.append(f"keywords.file: {exc}")
+    print(json.dumps(masked_dump(settings), indent=2, ensure_ascii=False))
+    if problems:
+        print("\nproblems:", file=sys.stderr)
+        for p in problems:
+            print(f"  - {p}", file=sys.stderr)
+        return EXIT_CONFIG
+    print("\nconfiguration OK", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------- keywords
+
+
+def _keyword_store(args: argparse.Namespace) -> KeywordStore:
+    path = Path(args.file) if args.file else _settings(args).keywords.file
+    return KeywordStore(path)
+
+
+def cmd_keywords(args: argparse.Namespace) -> int:
+    store = _keyword_store(args)
+    if args.action == "list":
+        words = store.words
+        print("confirm:", " ".join(words.confirm))
+        print("cancel: ", " ".join(words.cancel))
+        return 0
+    if args.action == "add":
+        store.add(args.list, args.word)
+        print(f"added {args.word!r} to {args.list} in {store.path}")
+        return 0
+    if args.action == "remove":
+        store.remove(args.word)
+        print(f"removed {args.word!r} from {store.path}")
+        return 0
+    # test
+    from gateway.confirm.replies import ReplyParser
+
+    parsed = ReplyParser(store.words).parse(args.text)
+    parts = [parsed.intent.value]
+    if parsed.matched:
+        parts.append("words=" + ",".join(parsed.matched))
+    if parsed.confirmation_id:
+        parts.append(f"id={parsed.confirmation_id}")
+    if parsed.reason:
+        parts.append(f"reason={parsed.reason!r}")
+    parts.append(f"({parsed.why})")
+    print(" ".join(parts))
+    return 0
+
+
+# ---------------------------------------------------------------------- parser
+
+
+def build_parser(extras: Sequence[Callable[[Any], None]] = ()) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gateway",
+        description="Chat gateway that holds an agent's risky tool calls until a person approves.",
+    )
+    parser.add_argument("--config", "-c", help="TOML settings file (default ./gateway.toml if present)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("serve", help="run the daemon (web chat, admin API, enabled channels)")
+    p.add_argument("--host", help="override server.host")
+    p.add_argument("--port", type=int, help="override server.port")
+    p.set_defaults(handler=cmd_serve)
+
+    p = sub.add_parser("chat", help="chat with the gateway in this terminal")
+    p.add_argument("--user", help="your user id in the console channel (default: local)")
+    p.add_argument("--store", choices=["memory", "sqlite", "redis"],
+                   help="confirmation store (default from settings)")
+    p.set_defaults(handler=cmd_chat)
+
+    p = sub.add_parser("check-config", help="print effective settings (secrets masked); exit 2 on problems")
+    p.set_defaults(handler=cmd_check_config)
+
+    p = sub.add_parser("keywords", help="list, edit or test the confirm/cancel words")
+    p.add_argument("--file", help="keywords file (default: keywords.file setting)")
+    ks = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    ks.add_parser("list", help="show both lists")
+    a = ks.add_parser("add", help="add a word: keywords add confirm|cancel WORD")
+    a.add_argument("list", choices=["confirm", "cancel"])
+    a.add_argument("word")
+    r = ks.add_parser("remove", help="remove a word from whichever list has it")
+    r.add_argument("word")
+    t = ks.add_parser("test", help="show how a reply is read: confirm|cancel|unclear|none ...")
+    t.add_argument("text")
+    p.set_defaults(handler=cmd_keywords)
+
+    for register in extras:
+        register(sub)
+    return parser
+
+
+def extra_commands() -> list[Callable[[Any], None]]:
+    """Subcommands contributed by other modules (confirmations, policy)."""
+    import importlib
+
+    found: list[Callable[[Any], None]] = []
+    for module_name in ("gateway.cli_admin", "gateway.cli_policy"):
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        found.append(module.register)
+    return found
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser(extra_commands())
+    args = parser.parse_args(argv)
+    handler: Handler = args.handler
+    try:
+        return handler(args)
+    except ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except KeywordsError as exc:
+        print(f"keywords error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,239 @@
+"""Text -> reply intent, by whole configured words only (never substrings).
+
+A reply decides only when it consists of decision words of one kind, optionally fillers
+("请", "please") and one confirmation id. Anything else that contains decision words is
+``unclear`` (ask again); text without decision words is ``none`` (ordinary chat).
+Negations, questions, mixed words and conditions therefore never confirm: "不确认" is
+[不, 确认] (mixed), "确认吗" has a question particle, "确认，但只删前10条" has extra words.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from enum import StrEnum
+
+from config.keywords import KeywordSet, normalize_word
+from gateway.confirm.model import ID_ALPHABET, canonical_id
+
+
+class ReplyIntent(StrEnum):
+    CONFIRM = "confirm"
+    CANCEL = "cancel"
+    UNCLEAR = "unclear"
+    NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedReply:
+    intent: ReplyIntent
+    confirmation_id: str | None = None
+    matched: tuple[str, ...] = ()
+    reason: str | None = None
+    why: str = ""
+
+
+# Words that add nothing to a decision: "确认吧", "yes please".
+FILLERS_CJK = frozenset({"请", "吧", "了", "啊", "呀", "哦", "噢", "嗯", "哈", "呗", "的", "哟"})
+FILLERS_ASCII = frozenset({"please", "pls", "plz", "thanks", "thx", "thank", "you"})
+QUESTION_PARTICLES = frozenset({"吗", "么", "嘛", "呢", "吧?"})
+TRAILING = ".。!！~～…·、,，;；"
+QUESTION_MARKS = "?？"
+# A separator after a cancel word that introduces a reason: "取消，太危险了" / "no: wrong table".
+REASON_SEPARATORS = frozenset(",，:：;；。.-—")
+
+_ID_CHARS = frozenset(ID_ALPHABET)
+
+
+def _is_cjk(ch: str) -> bool:
+    return unicodedata.category(ch) == "Lo"
+
+
+def _looks_like_id(token: str) -> bool:
+    if not 4 <= len(token) <= 6:
+        return False
+    # The digit must be typed, not produced by the O->0 alias: "book" and "token" are words.
+    if not any(c.isdigit() for c in token):
+        return False
+    cid = canonical_id(token)
+    return all(c in _ID_CHARS for c in cid) and any(c.isalpha() for c in cid)
+
+
+@dataclass(slots=True)
+class _Token:
+    text: str
+    kind: str  # "confirm" | "cancel" | "id" | "filler" | "question" | "unknown"
+    start: int
+    end: int
+
+
+_ASCII_WORD = re.compile(r"[a-z0-9]+(?:['’][a-z]+)?")
+
+
+class ReplyParser:
+    """Parses replies against one KeywordSet. Rebuilt when the words change."""
+
+    def __init__(self, words: KeywordSet) -> None:
+        self.words = words
+        self._confirm = frozenset(words.confirm)
+        self._cancel = frozenset(words.cancel)
+        cjk = {w for w in (*words.confirm, *words.cancel) if w and _is_cjk(w[0])}
+        self._cjk_vocab = cjk | FILLERS_CJK | QUESTION_PARTICLES
+        self._cjk_max = max((len(w) for w in self._cjk_vocab), default=1)
+        # Multi-word ASCII phrases ("go ahead") are matched over token runs.
+        self._ascii_max_words = max(
+            (len(w.split()) for w in (*words.confirm, *words.cancel)), default=1
+        )
+
+    def _kind(self, word: str) -> str:
+        if word in self._confirm:
+            return "confirm"
+        if word in self._cancel:
+            return "cancel"
+        if word in FILLERS_CJK or word in FILLERS_ASCII:
+            return "filler"
+        if word in QUESTION_PARTICLES:
+            return "question"
+        return "unknown"
+
+    def _segment_cjk(self, run: str, offset: int) -> list[_Token]:
+        """Greedy longest match against known words; unknown characters grouped."""
+        tokens: list[_Token] = []
+        i = 0
+        unknown_start: int | None = None
+        while i < len(run):
+            match = None
+            for size in range(min(self._cjk_max, len(run) - i), 0, -1):
+                piece = run[i : i + size]
+                if piece in self._cjk_vocab:
+                    match = piece
+                    break
+            if match is None:
+                if unknown_start is None:
+                    unknown_start = i
+                i += 1
+                continue
+            if unknown_start is not None:
+                text = run[unknown_start:i]
+                tokens.append(_Token(text, "unknown", offset + unknown_start, offset + i))
+                unknown_start = None
+            tokens.append(_Token(match, self._kind(match), offset + i, offset + i + len(match)))
+            i += len(match)
+        if unknown_start is not None:
+            tokens.append(_Token(run[unknown_start:], "unknown", offset + unknown_start, offset + i))
+        return tokens
+
+    def _tokenize(self, text: str) -> list[_Token]:
+        tokens: list[_Token] = []
+        i = 0
+        while i < len(text):
+            ch = text[i]
+            if _is_cjk(ch):
+                j = i
+                while j < len(text) and _is_cjk(text[j]):
+                    j += 1
+                tokens.extend(self._segment_cjk(text[i:j], i))
+                i = j
+            elif ch.isascii() and ch.isalnum():
+                m = _ASCII_WORD.match(text, i)
+                assert m is not None
+                word = m.group(0)
+                kind = self._kind(word)
+                if kind == "unknown" and _looks_like_id(word):
+                    kind = "id"
+                tokens.append(_Token(word, kind, i, m.end()))
+                i = m.end()
+            elif ch.isspace() or ch in TRAILING or ch in QUESTION_MARKS or ch in "/@#'\"()[]{}":
+                if ch in QUESTION_MARKS:
+                    tokens.append(_Token(ch, "question", i, i + 1))
+                i += 1
+            else:
+                # Emoji, other scripts, symbols: not a decision word.
+                tokens.append(_Token(ch, "unknown", i, i + 1))
+                i += 1
+        return self._join_phrases(tokens, text)
+
+    def _join_phrases(self, tokens: list[_Token], text: str) -> list[_Token]:
+        if self._ascii_max_words < 2:
+            return tokens
+        out: list[_Token] = []
+        i = 0
+        while i < len(tokens):
+            joined = None
+            for size in range(min(self._ascii_max_words, len(tokens) - i), 1, -1):
+                run = tokens[i : i + size]
+                phrase = " ".join(t.text for t in run)
+                if phrase in self._confirm or phrase in self._cancel:
+                    joined = _Token(phrase, self._kind(phrase), run[0].start, run[-1].end)
+                    i += size
+                    break
+            if joined is None:
+                joined = tokens[i]
+                i += 1
+            out.append(joined)
+        return out
+
+    def parse(self, text: str) -> ParsedReply:
+        norm = normalize_word(text)
+        norm = norm.lstrip("/")
+        stripped = norm.rstrip(TRAILING + " ")
+        if not stripped:
+            return ParsedReply(ReplyIntent.NONE, why="empty")
+        tokens = self._tokenize(stripped)
+        ids = [t for t in tokens if t.kind == "id"]
+        confirms = [t for t in tokens if t.kind == "confirm"]
+        cancels = [t for t in tokens if t.kind == "cancel"]
+        unknown = [t for t in tokens if t.kind == "unknown"]
+        question = any(t.kind == "question" for t in tokens)
+        matched = tuple(t.text for t in (*confirms, *cancels))
+        conf_id = canonical_id(ids[0].text) if len(ids) == 1 else None
+
+        if not confirms and not cancels:
+            if ids and not unknown:
+                return ParsedReply(
+                    ReplyIntent.UNCLEAR, conf_id, why="an id without 确认 or 取消"
+                )
+            return ParsedReply(ReplyIntent.NONE, why="no decision words")
+        if len(ids) > 1:
+            return ParsedReply(ReplyIntent.UNCLEAR, None, matched, why="more than one id")
+        if question:
+            return ParsedReply(ReplyIntent.UNCLEAR, conf_id, matched, why="a question")
+        if confirms and cancels:
+            return ParsedReply(
+                ReplyIntent.UNCLEAR, conf_id, matched, why="both confirm and cancel words"
+            )
+        if unknown:
+            reason = self._cancel_reason(tokens, stripped, norm)
+            if cancels and reason is not None:
+                return ParsedReply(
+                    ReplyIntent.CANCEL, conf_id, matched, reason=reason, why="cancel with a reason"
+                )
+            return ParsedReply(
+                ReplyIntent.UNCLEAR,
+                conf_id,
+                matched,
+                why=f"other words besides the decision: {' '.join(t.text for t in unknown)}",
+            )
+        intent = ReplyIntent.CONFIRM if confirms else ReplyIntent.CANCEL
+        return ParsedReply(intent, conf_id, matched, why="clean decision")
+
+    def _cancel_reason(self, tokens: list[_Token], text: str, original: str) -> str | None:
+        """'取消，太危险了' -> '太危险了'; only when the reply starts with a cancel word."""
+        meaningful = [t for t in tokens if t.kind not in ("filler", "id")]
+        if not meaningful or meaningful[0].kind != "cancel":
+            return None
+        first = meaningful[0]
+        after = text[first.end :]
+        gap = after[: len(after) - len(after.lstrip(" " + "".join(REASON_SEPARATORS)))]
+        has_separator = any(c in REASON_SEPARATORS for c in gap)
+        cjk_space = _is_cjk(first.text[0]) and gap.startswith(" ")
+        if not (has_separator or cjk_space):
+            return None
+        rest = after[len(gap) :]
+        # Drop an id from the reason text.
+        for t in tokens:
+            if t.kind == "id" and t.start >= first.end:
+                rest = rest.replace(t.text, "", 1)
+        reason = " ".join(rest.split())
+        return reason or None

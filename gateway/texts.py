@@ -1,0 +1,182 @@
+"""Everything a chat user reads, in one place: Chinese first, English beside it.
+
+Change wording here; channels and the core import these functions and constants.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from gateway.confirm.model import Confirmation, Risk, Status
+
+RISK_LABELS = {
+    Risk.LOW: "低 low",
+    Risk.MEDIUM: "中 medium",
+    Risk.HIGH: "高 high",
+    Risk.CRITICAL: "严重 critical",
+}
+
+STATUS_LABELS = {
+    Status.PENDING: "待确认 pending",
+    Status.APPROVED: "已批准 approved",
+    Status.REJECTED: "已拒绝 rejected",
+    Status.EXPIRED: "已超时 expired",
+    Status.CANCELLED: "已取消 cancelled",
+}
+
+ONLY_APPROVERS = "仅发起人或审批人可操作 / only the requester or an approver can decide"
+FOUR_EYES = "需要另一位审批人批准 / another approver must approve this (four-eyes)"
+NO_PENDING = "当前没有待确认的操作 / nothing is waiting for confirmation here"
+HELP_NO_MODEL = (
+    "未配置模型，可用命令 / No model is configured. Commands:\n"
+    "  /sql <语句 statement>  执行 SQL（修改需确认）/ run SQL (changes need confirmation)\n"
+    "  /pending  查看待确认 / list pending confirmations\n"
+    "  /help  帮助 / this help\n"
+    "配置模型见 README「Use a model」/ to chat with a model, set [llm] (README: Use a model)."
+)
+UNKNOWN_COMMAND = "未知命令 {command}，输入 /help 查看 / unknown command {command}; type /help"
+SHUTDOWN_REASON = "网关关闭 / gateway shutting down"
+SUPERSEDED_REASON = "收到新消息，已取消 / superseded by a new message"
+TOO_MANY_UNCLEAR = "多次回复不明确 / too many unclear replies"
+TIMEOUT_REASON = "超时未确认 / no decision before the timeout"
+RESTART_REASON = "网关重启时已过期 / expired while the gateway was down"
+ERROR_REASON = "内部错误 / internal error: {error}"
+MESSAGE_TOO_LONG = "消息过长（上限 {limit} 字）/ message too long (limit {limit} characters)"
+BUSY = "上一条还在处理，稍后回复 / still working on your previous message; will answer next"
+
+
+def _fmt_time(ts: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ts))
+
+
+def _fmt_left(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 60}:{s % 60:02d}"
+
+
+def detail_lines(c: Confirmation) -> list[str]:
+    """What will happen, field by field (used by text prompts and cards)."""
+    d = c.details
+    lines = [f"工具 Tool: {c.tool_call.name}"]
+    if d.get("statement"):
+        lines.append(f"语句 Statement: {d['statement']}")
+    extra = []
+    if d.get("kind"):
+        extra.append(f"类型 Kind: {d['kind']}")
+    if d.get("tables"):
+        extra.append(f"表 Tables: {', '.join(d['tables'])}")
+    if d.get("rows_affected") is not None:
+        extra.append(f"影响行数 Rows affected: {d['rows_affected']}")
+    if extra:
+        lines.append(" · ".join(extra))
+    if not d.get("statement"):
+        args = ", ".join(f"{k}={v!r}" for k, v in c.tool_call.args.items())
+        lines.append(f"参数 Args: {args}")
+    if d.get("warning"):
+        lines.append(f"注意 Note: {d['warning']}")
+    lines.append(f"风险 Risk: {RISK_LABELS[c.risk]}")
+    return lines
+
+
+def reply_hint(c: Confirmation) -> str:
+    """The text fallback that always works, also under a card."""
+    return f"或回复 确认 {c.id} / 取消 {c.id} (or reply confirm {c.id} / cancel {c.id})"
+
+
+def prompt(c: Confirmation, now: float) -> str:
+    """A confirmation prompt as text."""
+    lines = [f"⚠️ 需要确认 Confirmation required [{c.id}]", c.summary, *detail_lines(c)]
+    lines.append(
+        f"剩余 Time left: {_fmt_left(c.seconds_left(now))}（{_fmt_time(c.expires_at)} 过期 expires）"
+    )
+    if c.four_eyes:
+        lines.append(FOUR_EYES)
+    elif c.is_group:
+        lines.append(f"仅发起人或审批人可确认 / only {c.requester} or an approver can decide")
+    lines.append(f"回复 确认 / 取消 (reply confirm / cancel) · {reply_hint(c)}")
+    return "\n".join(lines)
+
+
+def status_line(c: Confirmation) -> str:
+    """One line: what became of a confirmation."""
+    label = STATUS_LABELS[c.status]
+    who = f" · {c.decided_by}" if c.decided_by else ""
+    why = f" · {c.reason}" if c.reason else ""
+    return f"[{c.id}] {label}{who}{why}"
+
+
+def outcome(c: Confirmation) -> str:
+    """Posted to the chat when a confirmation ends."""
+    tool = c.tool_call.name
+    by = c.decided_by or "-"
+    if c.status is Status.APPROVED:
+        return f"✅ [{c.id}] 已批准，执行中 / approved by {by}, running {tool}"
+    if c.status is Status.REJECTED:
+        reason = f"：{c.reason}" if c.reason else ""
+        en = f": {c.reason}" if c.reason else ""
+        return f"❌ [{c.id}] 已拒绝{reason} / rejected by {by}{en}; {tool} did not run"
+    if c.status is Status.EXPIRED:
+        return f"⌛ [{c.id}] 超时已取消 / expired; {tool} did not run"
+    reason = c.reason or ""
+    return f"🚫 [{c.id}] 已取消 / cancelled ({reason}); {tool} did not run"
+
+
+def already_decided(c: Confirmation) -> str:
+    by = f" {c.decided_by}" if c.decided_by else ""
+    return f"[{c.id}] 已处理：{STATUS_LABELS[c.status]} / already {c.status.value} by{by or ' -'}"
+
+
+def unknown_id(cid: str) -> str:
+    return f"没有待确认的 {cid} / no pending confirmation {cid}"
+
+
+def which_one(pending: Sequence[Confirmation]) -> str:
+    lines = ["有多个待确认操作，请带上编号回复 / several are pending; reply with the id:"]
+    for c in pending:
+        lines.append(f"  确认 {c.id} / 取消 {c.id} — {c.summary}")
+    return "\n".join(lines)
+
+
+def unclear(c: Confirmation, attempts_left: int) -> str:
+    return (
+        f"没听懂，请只回复 确认 或 取消（[{c.id}]，还可 {attempts_left} 次）/ "
+        f"unclear reply: answer just confirm or cancel ({attempts_left} tries left)"
+    )
+
+
+def still_pending(c: Confirmation) -> str:
+    return (
+        f"[{c.id}] 仍在等待确认，您的消息将在之后处理 / still waiting for a decision; "
+        "your message will be handled after it"
+    )
+
+
+def pending_list(pending: Sequence[Confirmation], now: float) -> str:
+    if not pending:
+        return NO_PENDING
+    lines = [f"待确认 Pending ({len(pending)}):"]
+    for c in pending:
+        lines.append(f"  [{c.id}] {c.summary} · {_fmt_left(c.seconds_left(now))} left")
+    return "\n".join(lines)
+
+
+def tool_result(name: str, result: Any) -> str:
+    return f"{name}: {result}"
+
+
+def tool_denied(name: str, reason: str) -> str:
+    return f"⛔ {name} 被策略拒绝 / refused by policy: {reason}"
+
+
+def tool_failed(name: str, error: str) -> str:
+    return f"⚠️ {name} 执行失败 / failed: {error}"
+
+
+def manual_only(name: str, what: str) -> str:
+    return f"📝 {name} 仅展示、不执行（manual）/ shown, not run (manual):\n{what}"
+
+
+def notify_ran(name: str, what: str) -> str:
+    return f"ℹ️ 已执行 ran {name}: {what}"

@@ -1,0 +1,223 @@
+"""Tools the agent can call: the base class, the ``@tool`` decorator and the registry."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, ClassVar, Literal, get_type_hints, overload
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from gateway.confirm.model import Risk
+
+Level = Literal["auto", "notify", "confirm", "manual", "deny"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolPreview:
+    """What a call would do, worked out before any policy or person sees it."""
+
+    summary: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+    risk: Risk | None = None
+    # Set when the call is refused outright (e.g. SQL the parser cannot read).
+    error: str | None = None
+
+
+class ToolArgumentsError(ValueError):
+    """The model or user passed arguments that do not fit the tool's schema."""
+
+
+class Tool(ABC):
+    """One callable capability. Subclasses set the class attributes and ``run``."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    params: ClassVar[type[BaseModel]]
+    default_level: ClassVar[Level] = "auto"
+    risk: ClassVar[Risk] = Risk.LOW
+
+    def parse_args(self, args: Mapping[str, Any]) -> BaseModel:
+        try:
+            return self.params.model_validate(dict(args))
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or 'args'}: {e['msg']}" for e in exc.errors()
+            )
+            raise ToolArgumentsError(f"bad arguments for {self.name}: {problems}") from exc
+
+    def schema(self) -> dict[str, Any]:
+        """The OpenAI function-calling schema."""
+        params = self.params.model_json_schema()
+        params.pop("title", None)
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": params},
+        }
+
+    async def preview(self, args: BaseModel) -> ToolPreview:
+        shown = ", ".join(f"{k}={v!r}" for k, v in args.model_dump().items())
+        return ToolPreview(summary=f"{self.name}({shown})")
+
+    @abstractmethod
+    async def run(self, args: BaseModel) -> Any:
+        """Do the thing. Only ever called after the policy (and a person, if asked) allowed it."""
+
+
+class FunctionTool(Tool):
+    """A tool made from a plain (sync or async) function by ``@tool``."""
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        *,
+        name: str,
+        description: str,
+        params: type[BaseModel],
+        level: Level,
+        risk: Risk,
+    ) -> None:
+        self._func = func
+        self.name = name  # type: ignore[misc]
+        self.description = description  # type: ignore[misc]
+        self.params = params  # type: ignore[misc]
+        self.default_level = level  # type: ignore[misc]
+        self.risk = risk  # type: ignore[misc]
+
+    async def run(self, args: BaseModel) -> Any:
+        kwargs = args.model_dump()
+        if inspect.iscoroutinefunction(self._func):
+            return await self._func(**kwargs)
+        # Sync plugin code may block: keep it off the event loop.
+        return await asyncio.to_thread(self._func, **kwargs)
+
+
+TOOL_ATTR = "__gateway_tool__"
+
+
+def _params_model(func: Callable[..., Any], name: str) -> type[BaseModel]:
+    hints = get_type_hints(func)
+    fields: dict[str, Any] = {}
+    for pname, param in inspect.signature(func).parameters.items():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise TypeError(f"tool {name}: *args/**kwargs cannot be described to a model")
+        if pname not in hints:
+            raise TypeError(f"tool {name}: parameter {pname!r} needs a type hint")
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[pname] = (hints[pname], default)
+    model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+        f"{name}_args", __config__=ConfigDict(extra="forbid"), **fields
+    )
+    return model
+
+
+@overload
+def tool(func: Callable[..., Any], /) -> Callable[..., Any]: ...
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_confirmation: bool = False,
+    level: Level | None = None,
+    risk: Risk | str = Risk.MEDIUM,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
+
+
+def tool(
+    func: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_confirmation: bool = False,
+    level: Level | None = None,
+    risk: Risk | str = Risk.MEDIUM,
+) -> Any:
+    """Mark a function as a tool. The registry picks it up from its module.
+
+    ``requires_confirmation=True`` means level ``confirm`` unless a policy rule says otherwise.
+    The function is returned unchanged (still callable in tests), with the tool attached.
+    """
+
+    def wrap(f: Callable[..., Any]) -> Callable[..., Any]:
+        tool_name = name or f.__name__
+        doc = description or inspect.getdoc(f) or tool_name
+        chosen: Level = level or ("confirm" if requires_confirmation else "auto")
+        t = FunctionTool(
+            f,
+            name=tool_name,
+            description=doc,
+            params=_params_model(f, tool_name),
+            level=chosen,
+            risk=Risk(risk),
+        )
+        setattr(f, TOOL_ATTR, t)
+        return f
+
+    if func is not None:
+        return wrap(func)
+    return wrap
+
+
+class PluginError(Exception):
+    """A plugin module could not be loaded; names the module."""
+
+
+class ToolRegistry:
+    """The tools an agent may call, by name."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for t in tools:
+            self.register(t)
+
+    def register(self, t: Tool) -> None:
+        if t.name in self._tools:
+            raise ValueError(f"tool {t.name!r} is registered twice")
+        self._tools[t.name] = t
+
+    def register_module(self, module: ModuleType) -> list[str]:
+        names = []
+        for value in vars(module).values():
+            t = getattr(value, TOOL_ATTR, None)
+            if isinstance(t, Tool):
+                self.register(t)
+                names.append(t.name)
+        return names
+
+    def load_plugins(self, modules: Iterable[str]) -> list[str]:
+        loaded: list[str] = []
+        for module_name in modules:
+            try:
+                module = importlib.import_module(module_name)
+            except Exception as exc:  # noqa: BLE001 - any import failure is a config error
+                raise PluginError(
+                    f"tools.plugins: cannot import {module_name!r}: {type(exc).__name__}: {exc}"
+                ) from exc
+            try:
+                names = self.register_module(module)
+            except (TypeError, ValueError) as exc:
+                raise PluginError(f"tools.plugins: module {module_name!r}: {exc}") from exc
+            if not names:
+                raise PluginError(f"tools.plugins: module {module_name!r} defines no @tool")
+            loaded.extend(names)
+        return loaded
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def schemas(self) -> list[dict[str, Any]]:
+        return [t.schema() for t in self._tools.values()]

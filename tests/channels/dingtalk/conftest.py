@@ -1,0 +1,115 @@
+"""A real gateway (gateway.app) with the DingTalk channel, against the loopback fake."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from config.settings import Settings
+from gateway.app import Gateway
+from gateway.confirm.model import Confirmation, Status
+from tests.fakes.dingtalk import FakeDingTalk
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    # websockets >= 15 and requests honour *_PROXY: loopback must never go through one.
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeDingTalk]:
+    with FakeDingTalk() as server:
+        yield server
+
+
+def make_settings(tmp_path: Path, fake: FakeDingTalk, **dingtalk: Any) -> Settings:
+    confirmation: dict[str, Any] = {"store": "memory"}
+    if "confirmation_timeout" in dingtalk:
+        confirmation["timeout_seconds"] = dingtalk.pop("confirmation_timeout")
+    options: dict[str, Any] = {
+        "enabled": True,
+        "client_id": fake.client_id,
+        "client_secret": fake.client_secret,
+        "openapi_endpoint": fake.base_url,
+        # Short, so tests that exercise them stay quick.
+        "retry_base_seconds": 0.01,
+        "retry_max_seconds": 0.05,
+        "reconnect_base_seconds": 0.05,
+        "reconnect_max_seconds": 0.2,
+        "request_timeout_seconds": 3.0,
+        "stop_timeout_seconds": 3.0,
+    }
+    options.update(dingtalk)
+    return Settings(
+        data_dir=tmp_path,
+        server={"host": "127.0.0.1", "port": 0},
+        confirmation=confirmation,
+        keywords={"watch": False},
+        channels={"webchat": {"enabled": False}, "dingtalk": options},
+    )
+
+
+@pytest.fixture
+def settings(tmp_path: Path, fake: FakeDingTalk) -> Settings:
+    return make_settings(tmp_path, fake)
+
+
+@pytest.fixture
+async def gateway(settings: Settings, fake: FakeDingTalk) -> AsyncIterator[Gateway]:
+    async with Gateway(settings) as gw:
+        if settings.channels.dingtalk.mode == "stream":
+            await fake.wait_connected()
+        yield gw
+
+
+def order_ids(settings: Settings) -> list[int]:
+    db = settings.data_dir / "demo.db"
+    with sqlite3.connect(db) as conn:
+        return [row[0] for row in conn.execute("SELECT id FROM orders ORDER BY id")]
+
+
+async def wait_pending(gw: Gateway, count: int = 1, *, within: float = 5.0) -> list[Confirmation]:
+    """Poll the real confirmation service until ``count`` confirmations are pending."""
+    assert gw.confirmations is not None
+    deadline = time.monotonic() + within
+    while True:
+        found = await gw.confirmations.list(status=Status.PENDING)
+        if len(found) >= count:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"expected {count} pending confirmation(s), found {found}")
+        await asyncio.sleep(0.02)
+
+
+async def wait_status(
+    gw: Gateway, confirmation_id: str, status: Status, *, within: float = 5.0
+) -> Confirmation:
+    assert gw.confirmations is not None
+    deadline = time.monotonic() + within
+    while True:
+        found = await gw.confirmations.get(confirmation_id)
+        if found is not None and found.status is status:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{confirmation_id} did not become {status}: {found}")
+        await asyncio.sleep(0.02)
+
+
+def webhook_texts(fake: FakeDingTalk) -> list[str]:
+    """Texts sent through session webhooks, in order (text and markdown alike)."""
+    out = []
+    for r in fake.requests("/robot/sendBySession"):
+        body = r.body or {}
+        if body.get("msgtype") == "text":
+            out.append(body["text"]["content"])
+        elif body.get("msgtype") == "markdown":
+            out.append(body["markdown"]["text"])
+    return out
