@@ -180,3 +180,10 @@ def manual_only(name: str, what: str) -> str:
 
 def notify_ran(name: str, what: str) -> str:
     return f"ℹ️ 已执行 ran {name}: {what}"
+
+
+# DingTalk channel
+DINGTALK_NOT_ALLOWED = "您没有使用此机器人的权限 / you are not allowed to use this bot"
+DINGTALK_UNSUPPORTED_MESSAGE = (
+    "暂只支持文字消息 / only text messages are supported; please type your request"
+)
