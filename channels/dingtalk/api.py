@@ -158,7 +158,9 @@ class DingTalkApi:
         retrying = AsyncRetrying(
             retry=retry_if_exception(_is_retryable),
             stop=stop_after_attempt(self._attempts),
-            wait=wait_exponential_jitter(initial=self._retry_base, max=self._retry_max),
+            wait=wait_exponential_jitter(
+                multiplier=self._retry_base, max=self._retry_max, jitter=self._retry_base
+            ),
             reraise=True,
         )
         async for attempt in retrying:

@@ -30,6 +30,7 @@ from aiohttp import WSMsgType, web
 T = TypeVar("T")
 
 CHATBOT_TOPIC = "/v1.0/im/bot/messages/get"
+_BODY: web.RequestKey[Any] = web.RequestKey("body", object)
 CARD_CALLBACK_TOPIC = "/v1.0/card/instances/callback"
 
 
@@ -435,7 +436,7 @@ class FakeDingTalk:
                 status=injected.status,
             )
         else:
-            request["json"] = body
+            request[_BODY] = body
             response = await handler(request)
         if request.path != "/connect":
             with self._state.lock:
@@ -464,7 +465,7 @@ class FakeDingTalk:
         )
 
     async def _open_connection(self, request: web.Request) -> web.Response:
-        body = request["json"] or {}
+        body = request[_BODY] or {}
         with self._state.lock:
             self._state.open_bodies.append(body)
         if body.get("clientId") != self.client_id or body.get("clientSecret") != self.client_secret:
@@ -536,7 +537,7 @@ class FakeDingTalk:
             self._state.cards.setdefault(out_track_id, {}).update(params)
 
     async def _access_token(self, request: web.Request) -> web.Response:
-        body = request["json"] or {}
+        body = request[_BODY] or {}
         if body.get("appKey") != self.client_id or body.get("appSecret") != self.client_secret:
             return web.json_response(
                 {"code": "invalidClientIdOrSecret", "message": "无效的clientId或clientSecret"},
@@ -579,13 +580,13 @@ class FakeDingTalk:
     async def _card_create(self, request: web.Request) -> web.Response:
         if not self._token_ok(request):
             return self._unauthorized()
-        out_track_id = self._store_card(request["json"] or {}, replace=True)
+        out_track_id = self._store_card(request[_BODY] or {}, replace=True)
         return web.json_response({"success": True, "result": out_track_id})
 
     async def _card_deliver(self, request: web.Request) -> web.Response:
         if not self._token_ok(request):
             return self._unauthorized()
-        body = request["json"] or {}
+        body = request[_BODY] or {}
         return web.json_response(
             {
                 "success": True,
@@ -596,7 +597,7 @@ class FakeDingTalk:
     async def _card_create_deliver(self, request: web.Request) -> web.Response:
         if not self._token_ok(request):
             return self._unauthorized()
-        body = request["json"] or {}
+        body = request[_BODY] or {}
         out_track_id = self._store_card(body, replace=True)
         return web.json_response(
             {
@@ -611,7 +612,7 @@ class FakeDingTalk:
     async def _card_update(self, request: web.Request) -> web.Response:
         if not self._token_ok(request):
             return self._unauthorized()
-        body = request["json"] or {}
+        body = request[_BODY] or {}
         out_track_id = str(body.get("outTrackId", ""))
         with self._state.lock:
             known = out_track_id in self._state.cards
