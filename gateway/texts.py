@@ -187,3 +187,26 @@ DINGTALK_NOT_ALLOWED = "您没有使用此机器人的权限 / you are not allow
 DINGTALK_UNSUPPORTED_MESSAGE = (
     "暂只支持文字消息 / only text messages are supported; please type your request"
 )
+
+
+# ---- Feishu channel (cards and notices) ----
+
+FEISHU_APPROVE_BUTTON = "确认 Approve"
+FEISHU_REJECT_BUTTON = "取消 Reject"
+FEISHU_UNSUPPORTED_MESSAGE = (
+    "暂只支持文字和富文本消息 / only text and rich-text messages are supported"
+)
+FEISHU_CARD_UNKNOWN = "无法识别的操作 / unknown card action"
+FEISHU_CARD_WORKING = "处理中，请稍候查看卡片 / still working; the card will show the result"
+FEISHU_CARD_UNAVAILABLE = "网关暂不可用，请回复文字 确认/取消 / gateway unavailable; reply in text"
+
+
+def feishu_card_title(c: Confirmation) -> str:
+    return f"⚠️ 需要确认 Confirmation required [{c.id}]"
+
+
+def feishu_card_expiry(c: Confirmation, now: float) -> str:
+    return (
+        f"剩余 Time left: {_fmt_left(c.seconds_left(now))}"
+        f"（{_fmt_time(c.expires_at)} 过期 expires）"
+    )

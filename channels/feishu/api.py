@@ -37,7 +37,9 @@ from lark_oapi.core.token.create_token_request_body import CreateTokenRequestBod
 log = structlog.get_logger(__name__)
 
 # Feishu's "access token invalid / expired" family: refresh the token and try again.
-INVALID_TOKEN_CODES = frozenset({99991661, 99991663, 99991664, 99991665, 99991666, 99991667, 99991668})
+INVALID_TOKEN_CODES = frozenset(
+    {99991661, 99991663, 99991664, 99991665, 99991666, 99991667, 99991668}
+)
 # Rate limits: app frequency (99991400), the SDK's own list (99991402, 11020, 11021), and
 # per-chat / per-tenant send limits (11232, 230020). Sources disagree on some of these;
 # retrying a rate limit with backoff is harmless, so the union is used.
@@ -49,9 +51,9 @@ TOKEN_EARLY_REFRESH_SECONDS = 600
 def resolve_domain(domain: str) -> str:
     """``feishu`` | ``lark`` | an origin URL (tests use http://127.0.0.1:PORT)."""
     if domain == "feishu":
-        return FEISHU_DOMAIN
+        return str(FEISHU_DOMAIN)
     if domain == "lark":
-        return LARK_DOMAIN
+        return str(LARK_DOMAIN)
     return domain.rstrip("/")
 
 
@@ -117,7 +119,7 @@ class TenantToken:
             )
             try:
                 raw = await Transport.aexecute(self._config, req)
-            except Exception as exc:  # noqa: BLE001 - httpx raises many types; all mean "no answer"
+            except Exception as exc:  # httpx raises many types; all mean "no answer"
                 raise TokenError(ApiResult(0, -1, f"{type(exc).__name__}: {exc}")) from exc
             try:
                 body = json.loads(raw.content or b"{}")
@@ -145,9 +147,7 @@ class TenantToken:
 class FeishuApi:
     """Typed wrappers over the SDK's async IM calls, each returning an ``ApiResult``."""
 
-    def __init__(
-        self, *, app_id: str, app_secret: str, domain: str, timeout: float = 10.0
-    ) -> None:
+    def __init__(self, *, app_id: str, app_secret: str, domain: str, timeout: float = 10.0) -> None:
         self.client: Any = (
             lark.Client.builder()
             .app_id(app_id)
@@ -172,7 +172,7 @@ class FeishuApi:
         except ValueError as exc:
             # A non-JSON body (a proxy's 429/502 page) fails the SDK's unmarshal.
             return ApiResult(0, -1, f"unreadable response: {exc}")
-        except Exception as exc:  # noqa: BLE001 - httpx errors: timeouts, refused, reset
+        except Exception as exc:  # httpx errors: timeouts, refused, reset
             return ApiResult(0, -1, f"{type(exc).__name__}: {exc}")
         raw = getattr(resp, "raw", None)
         status = int(getattr(raw, "status_code", 0) or 0)
@@ -199,20 +199,12 @@ class FeishuApi:
             .uuid(uuid)
             .build()
         )
-        req = (
-            CreateMessageRequest.builder().receive_id_type("chat_id").request_body(body).build()
-        )
+        req = CreateMessageRequest.builder().receive_id_type("chat_id").request_body(body).build()
         return await self._call("acreate", req)
 
-    async def reply(
-        self, *, message_id: str, msg_type: str, content: str, uuid: str
-    ) -> ApiResult:
+    async def reply(self, *, message_id: str, msg_type: str, content: str, uuid: str) -> ApiResult:
         body = (
-            ReplyMessageRequestBody.builder()
-            .msg_type(msg_type)
-            .content(content)
-            .uuid(uuid)
-            .build()
+            ReplyMessageRequestBody.builder().msg_type(msg_type).content(content).uuid(uuid).build()
         )
         req = ReplyMessageRequest.builder().message_id(message_id).request_body(body).build()
         return await self._call("areply", req)

@@ -139,7 +139,9 @@ def message_text(msg: FeishuMessage, *, bot_open_id: str | None) -> str | None:
         return None
     # Placeholder -> what replaces it: nothing for the bot, "@Name" for anyone else.
     by_key = {m.key: ("" if m.open_id == bot_open_id else f"@{m.name}") for m in msg.mentions}
-    by_open_id = {m.open_id: ("" if m.open_id == bot_open_id else f"@{m.name}") for m in msg.mentions}
+    by_open_id = {
+        m.open_id: ("" if m.open_id == bot_open_id else f"@{m.name}") for m in msg.mentions
+    }
     if msg.message_type == "text":
         text = str(content.get("text", ""))
         for key, replacement in sorted(by_key.items(), key=lambda kv: -len(kv[0])):
@@ -186,9 +188,9 @@ class ReceiveRules:
         if self.max_message_age_seconds > 0 and age > self.max_message_age_seconds:
             # A burst redelivered after a reconnect: answering hours-old messages confuses.
             return Verdict.TOO_OLD, None
-        if msg.is_group and self.group_policy != "open":
-            if bot_open_id is None or not any(m.open_id == bot_open_id for m in msg.mentions):
-                return Verdict.NOT_MENTIONED, None
+        mentioned = bot_open_id is not None and any(m.open_id == bot_open_id for m in msg.mentions)
+        if msg.is_group and self.group_policy != "open" and not mentioned:
+            return Verdict.NOT_MENTIONED, None
         if not self.allowed(msg.sender_open_id):
             return Verdict.NOT_ALLOWED, None
         text = message_text(msg, bot_open_id=bot_open_id)

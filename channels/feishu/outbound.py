@@ -95,7 +95,9 @@ class Outbox:
             return 0.0  # the token was dropped; a fresh one is fetched at once
         return float(self._backoff(state))
 
-    async def _attempts(self, chat_id: str, call: Callable[[], Awaitable[ApiResult]]) -> tuple[ApiResult, int]:
+    async def _attempts(
+        self, chat_id: str, call: Callable[[], Awaitable[ApiResult]]
+    ) -> tuple[ApiResult, int]:
         attempts = 0
         result = ApiResult(0, -1, "not sent")
         try:
@@ -214,7 +216,13 @@ class Outbox:
         return result
 
     async def patch(
-        self, *, chat_id: str, message_id: str, content: str, kind: str, text: str,
+        self,
+        *,
+        chat_id: str,
+        message_id: str,
+        content: str,
+        kind: str,
+        text: str,
         confirmation_id: str | None = None,
     ) -> ApiResult:
         async def call() -> ApiResult:

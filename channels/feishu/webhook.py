@@ -28,7 +28,12 @@ from lark_oapi.core.json import JSON
 from lark_oapi.core.utils import AESCipher
 from lark_oapi.event.callback.model.p2_card_action_trigger import P2CardActionTrigger
 
-from channels.feishu.inbound import CardAction, FeishuMessage, card_action_from_sdk, message_from_sdk
+from channels.feishu.inbound import (
+    CardAction,
+    FeishuMessage,
+    card_action_from_sdk,
+    message_from_sdk,
+)
 
 log = structlog.get_logger(__name__)
 

@@ -50,11 +50,16 @@ from lark_oapi.ws import client as ws_client
 from lark_oapi.ws.const import GEN_ENDPOINT_URI, INTERNAL_ERROR, OK, SYSTEM_BUSY
 from lark_oapi.ws.exception import ClientException, ServerException
 from lark_oapi.ws.model import EndpointResp
-from tenacity import AsyncRetrying, retry_if_exception_type, wait_exponential_jitter
+from tenacity import AsyncRetrying, retry_if_not_exception_type, wait_exponential_jitter
 from websockets.exceptions import InvalidHandshake
 
 from channels.feishu.api import resolve_domain
-from channels.feishu.inbound import CardAction, FeishuMessage, card_action_from_sdk, message_from_sdk
+from channels.feishu.inbound import (
+    CardAction,
+    FeishuMessage,
+    card_action_from_sdk,
+    message_from_sdk,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -91,6 +96,7 @@ class FeishuWsClient(lark.ws.Client):  # type: ignore[misc]
             auto_reconnect=False,
         )
         self._connect_timeout = connect_timeout
+        self._conn: Any = None  # set by the SDK's constructor too; typed for mypy
         self._receive_task: asyncio.Task[None] | None = None
         self._frame_tasks: set[asyncio.Task[None]] = set()
         self.lost = asyncio.Event()
@@ -153,7 +159,7 @@ class FeishuWsClient(lark.ws.Client):  # type: ignore[misc]
                 task.add_done_callback(self._frame_tasks.discard)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - any receive error means the socket is gone
+        except Exception as exc:  # any receive error means the socket is gone
             log.warning("feishu.ws_receive_ended", error=f"{type(exc).__name__}: {exc}")
         finally:
             self.lost.set()
@@ -175,11 +181,11 @@ class FeishuWsClient(lark.ws.Client):  # type: ignore[misc]
     def ping_interval(self) -> float:
         return float(self._ping_interval or 120)
 
-    async def close(self, timeout: float) -> None:
-        """Close the socket and end this connection's tasks, within ``timeout``."""
+    async def close(self, *, within: float) -> None:
+        """Close the socket and end this connection's tasks, within ``within`` seconds."""
         with contextlib.suppress(Exception):
             # websockets waits up to its close_timeout for the peer's close frame.
-            await asyncio.wait_for(self._disconnect(), timeout)
+            await asyncio.wait_for(self._disconnect(), within)
         tasks = [t for t in (self._receive_task, *self._frame_tasks) if t is not None]
         for task in tasks:
             task.cancel()
@@ -237,7 +243,7 @@ class LongConnection:
     def _message(self, data: Any) -> None:
         try:
             msg = message_from_sdk(data)
-        except Exception:  # noqa: BLE001 - a malformed event must not make Feishu redeliver it
+        except Exception:  # a malformed event must not make Feishu redeliver it
             log.exception("feishu.bad_message_event")
             return
         # Hand over and return: the ack goes out only after this returns, and Feishu
@@ -277,7 +283,7 @@ class LongConnection:
         self._loop_ready.set()
         try:
             loop.run_until_complete(self._supervise())
-        except Exception:  # noqa: BLE001 - the thread must end cleanly, whatever happened
+        except Exception:  # the thread must end cleanly, whatever happened
             log.exception("feishu.ws_thread_failed")
         finally:
             pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
@@ -307,7 +313,7 @@ class LongConnection:
 
         async for attempt in AsyncRetrying(
             wait=wait_exponential_jitter(initial=self._backoff_initial, max=self._backoff_max),
-            retry=retry_if_exception_type(Exception) & ~retry_if_exception_type(_Stopping),
+            retry=retry_if_not_exception_type(_Stopping),
             sleep=self._sleep,
             before_sleep=before_sleep,
             reraise=True,
@@ -334,7 +340,7 @@ class LongConnection:
             await asyncio.sleep(self.client.ping_interval)
             try:
                 await self.client.ping()
-            except Exception as exc:  # noqa: BLE001 - a failed ping shows up as a lost socket
+            except Exception as exc:  # a failed ping shows up as a lost socket
                 log.debug("feishu.ws_ping_failed", error=str(exc))
 
     async def _supervise(self) -> None:
@@ -357,7 +363,7 @@ class LongConnection:
                     waiter.cancel()
                 await asyncio.gather(pinger, stop_wait, lost_wait, return_exceptions=True)
                 self._connected.clear()
-                await self.client.close(timeout=2.0)
+                await self.client.close(within=2.0)
                 if stop.is_set():
                     break
                 log.warning("feishu.ws_lost")
@@ -368,4 +374,4 @@ class LongConnection:
                     break
         finally:
             self._connected.clear()
-            await self.client.close(timeout=2.0)
+            await self.client.close(within=2.0)
