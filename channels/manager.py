@@ -91,7 +91,9 @@ class ChannelManager:
             else:
                 queue.put_nowait(msg)
 
-    async def _drain_chat(self, key: tuple[str, str], queue: asyncio.Queue[OutboundMessage]) -> None:
+    async def _drain_chat(
+        self, key: tuple[str, str], queue: asyncio.Queue[OutboundMessage]
+    ) -> None:
         try:
             while not queue.empty():
                 await self._send_one(queue.get_nowait())
@@ -115,12 +117,23 @@ class ChannelManager:
                     await channel.send(msg)
         except RetryError as exc:
             cause = exc.last_attempt.exception() or exc
-            log.error("outbound.send_failed", channel=msg.channel, chat_id=msg.chat_id,
-                      kind=msg.kind.value, error=str(cause), attempts=self._max_attempts)
+            log.error(
+                "outbound.send_failed",
+                channel=msg.channel,
+                chat_id=msg.chat_id,
+                kind=msg.kind.value,
+                error=str(cause),
+                attempts=self._max_attempts,
+            )
             self._failed(msg.channel, msg, cause)
-        except Exception as exc:  # noqa: BLE001 - a non-retryable failure is logged and counted
-            log.error("outbound.send_failed", channel=msg.channel, chat_id=msg.chat_id,
-                      kind=msg.kind.value, error=f"{type(exc).__name__}: {exc}")
+        except Exception as exc:
+            log.error(
+                "outbound.send_failed",
+                channel=msg.channel,
+                chat_id=msg.chat_id,
+                kind=msg.kind.value,
+                error=f"{type(exc).__name__}: {exc}",
+            )
             self._failed(msg.channel, msg, exc)
 
     def _failed(self, channel: str, msg: OutboundMessage, exc: BaseException) -> None:
@@ -152,7 +165,7 @@ class ChannelManager:
         for channel in reversed(self._started):
             try:
                 await channel.stop()
-            except Exception:  # noqa: BLE001 - stop the others even if one fails
+            except Exception:
                 log.exception("channel.stop_failed", channel=channel.name)
         self._started.clear()
 

@@ -180,10 +180,7 @@ class KeywordStore:
     async def stop_watching(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
 
     async def _watch(self) -> None:
@@ -191,13 +188,14 @@ class KeywordStore:
 
         # Watch the directory, not the file: editors and save_keywords replace the file by
         # rename, which ends a watch on the old inode.
-        directory = self.path.resolve().parent
-        target = self.path.resolve()
+        target = self.path.resolve()  # noqa: ASYNC240 - once, at start
+        directory = target.parent
         try:
             async for changes in awatch(directory, debounce=200, step=50):
-                if any(Path(p).resolve() == target for _, p in changes):
+                # noqa below: resolve() of a few changed paths is a cheap local call
+                if any(Path(p).resolve() == target for _, p in changes):  # noqa: ASYNC240
                     self.reload()
         except asyncio.CancelledError:
             raise
-        except Exception:  # noqa: BLE001 - a broken watcher must not take the daemon down
+        except Exception:
             log.exception("keywords.watch_failed", path=str(self.path))

@@ -291,7 +291,9 @@ def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
         return Settings(**overrides)
     except ValidationError as exc:
         where = f" (file {toml_path})" if toml_path else ""
-        raise ConfigError(f"invalid configuration{where}:\n{describe_validation_error(exc)}") from exc
+        raise ConfigError(
+            f"invalid configuration{where}:\n{describe_validation_error(exc)}"
+        ) from exc
     except (OSError, ValueError) as exc:
         # tomllib.TOMLDecodeError is a ValueError: say which file is broken.
         raise ConfigError(f"cannot read configuration {toml_path}: {exc}") from exc

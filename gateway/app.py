@@ -215,8 +215,11 @@ class Gateway:
         await self.loop.start()
         if self.http is not None:
             await self.http.start()
-        log.info("gateway.started", channels=list(self.channels.channels),
-                 agent=type(self.agent).__name__)
+        log.info(
+            "gateway.started",
+            channels=list(self.channels.channels),
+            agent=type(self.agent).__name__,
+        )
 
     async def _run_orphan(self, confirmation: Confirmation) -> None:
         assert self.runner is not None
@@ -224,7 +227,9 @@ class Gateway:
         async def say(text: str) -> None:
             await self.bus.publish_outbound(
                 OutboundMessage(
-                    channel=confirmation.channel, chat_id=confirmation.chat_id, text=text,
+                    channel=confirmation.channel,
+                    chat_id=confirmation.chat_id,
+                    text=text,
                     session_key=confirmation.session_key,
                 )
             )
@@ -259,7 +264,9 @@ class Gateway:
         self.stopped.set()
 
 
-async def run_until_stopped(gateway: Gateway, *, on_started: Callable[[Gateway], Any] | None = None) -> None:
+async def run_until_stopped(
+    gateway: Gateway, *, on_started: Callable[[Gateway], Any] | None = None
+) -> None:
     """Start, wait for SIGINT/SIGTERM (or console EOF), stop cleanly."""
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -66,8 +66,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
         update["confirmation"] = settings.confirmation.model_copy(update={"store": args.store})
     settings = settings.model_copy(update=update)
     # The terminal is the chat: only warnings go to stderr.
-    configure_logging("warning" if settings.log.level == "info" else settings.log.level,
-                      settings.log.format)
+    configure_logging(
+        "warning" if settings.log.level == "info" else settings.log.level, settings.log.format
+    )
     asyncio.run(run_until_stopped(Gateway(settings, console=True, serve_http=False)))
     return 0
 
@@ -139,7 +140,9 @@ def build_parser(extras: Sequence[Callable[[Any], None]] = ()) -> argparse.Argum
         prog="gateway",
         description="Chat gateway that holds an agent's risky tool calls until a person approves.",
     )
-    parser.add_argument("--config", "-c", help="TOML settings file (default ./gateway.toml if present)")
+    parser.add_argument(
+        "--config", "-c", help="TOML settings file (default ./gateway.toml if present)"
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("serve", help="run the daemon (web chat, admin API, enabled channels)")
@@ -149,11 +152,16 @@ def build_parser(extras: Sequence[Callable[[Any], None]] = ()) -> argparse.Argum
 
     p = sub.add_parser("chat", help="chat with the gateway in this terminal")
     p.add_argument("--user", help="your user id in the console channel (default: local)")
-    p.add_argument("--store", choices=["memory", "sqlite", "redis"],
-                   help="confirmation store (default from settings)")
+    p.add_argument(
+        "--store",
+        choices=["memory", "sqlite", "redis"],
+        help="confirmation store (default from settings)",
+    )
     p.set_defaults(handler=cmd_chat)
 
-    p = sub.add_parser("check-config", help="print effective settings (secrets masked); exit 2 on problems")
+    p = sub.add_parser(
+        "check-config", help="print effective settings (secrets masked); exit 2 on problems"
+    )
     p.set_defaults(handler=cmd_check_config)
 
     p = sub.add_parser("keywords", help="list, edit or test the confirm/cancel words")

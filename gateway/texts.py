@@ -89,7 +89,8 @@ def prompt(c: Confirmation, now: float) -> str:
     """A confirmation prompt as text."""
     lines = [f"⚠️ 需要确认 Confirmation required [{c.id}]", c.summary, *detail_lines(c)]
     lines.append(
-        f"剩余 Time left: {_fmt_left(c.seconds_left(now))}（{_fmt_time(c.expires_at)} 过期 expires）"
+        f"剩余 Time left: {_fmt_left(c.seconds_left(now))}"
+        f"（{_fmt_time(c.expires_at)} 过期 expires）"
     )
     if c.four_eyes:
         lines.append(FOUR_EYES)

@@ -94,7 +94,7 @@ class AgentLoop:
                         await self.agent.handle(msg, self.turn_for(msg))
                     except asyncio.CancelledError:
                         raise
-                    except Exception as exc:  # noqa: BLE001 - one bad turn must not end the session
+                    except Exception as exc:
                         log.exception("agent.turn_failed")
                         await self.turn_for(msg).say(f"⚠️ 处理失败 / failed: {type(exc).__name__}")
                     self.turns_done += 1

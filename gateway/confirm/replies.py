@@ -121,7 +121,9 @@ class ReplyParser:
             tokens.append(_Token(match, self._kind(match), offset + i, offset + i + len(match)))
             i += len(match)
         if unknown_start is not None:
-            tokens.append(_Token(run[unknown_start:], "unknown", offset + unknown_start, offset + i))
+            tokens.append(
+                _Token(run[unknown_start:], "unknown", offset + unknown_start, offset + i)
+            )
         return tokens
 
     def _tokenize(self, text: str) -> list[_Token]:
@@ -191,9 +193,7 @@ class ReplyParser:
 
         if not confirms and not cancels:
             if ids and not unknown:
-                return ParsedReply(
-                    ReplyIntent.UNCLEAR, conf_id, why="an id without 确认 or 取消"
-                )
+                return ParsedReply(ReplyIntent.UNCLEAR, conf_id, why="an id without 确认 or 取消")
             return ParsedReply(ReplyIntent.NONE, why="no decision words")
         if len(ids) > 1:
             return ParsedReply(ReplyIntent.UNCLEAR, None, matched, why="more than one id")

@@ -31,7 +31,7 @@ from gateway.confirm.model import (
     new_confirmation_id,
 )
 from gateway.confirm.replies import ParsedReply, ReplyIntent, ReplyParser
-from gateway.confirm.store import ConfirmationExistsError, ConfirmationStore
+from gateway.confirm.store import ConfirmationExistsError, Confirmations, ConfirmationStore
 
 log = structlog.get_logger(__name__)
 
@@ -131,11 +131,17 @@ class ConfirmationService:
                 result = listener(event)
                 if result is not None:
                     await result
-            except Exception:  # noqa: BLE001 - one broken subscriber must not block decisions
+            except Exception:
                 log.exception("confirm.listener_failed", confirmation_id=event.confirmation.id)
 
     async def _say(
-        self, *, channel: str, chat_id: str, session_key: str, text: str, metadata: Mapping[str, Any]
+        self,
+        *,
+        channel: str,
+        chat_id: str,
+        session_key: str,
+        text: str,
+        metadata: Mapping[str, Any],
     ) -> None:
         await self.bus.publish_outbound(
             OutboundMessage(
@@ -207,8 +213,9 @@ class ConfirmationService:
         try:
             log.info("confirm.requested", tool=tool_call.name, risk=risk.value, timeout=timeout)
             if self._closing:
-                await self._finish(conf.id, Status.CANCELLED, by=None, via="system",
-                                   reason=texts.SHUTDOWN_REASON)
+                await self._finish(
+                    conf.id, Status.CANCELLED, by=None, via="system", reason=texts.SHUTDOWN_REASON
+                )
             else:
                 await self.bus.publish_outbound(
                     OutboundMessage(
@@ -226,11 +233,12 @@ class ConfirmationService:
         except asyncio.CancelledError:
             # The turn was cancelled (shutdown, client gone): the call must not stay approvable.
             await asyncio.shield(
-                self._finish(conf.id, Status.CANCELLED, by=None, via="system",
-                             reason=texts.SHUTDOWN_REASON)
+                self._finish(
+                    conf.id, Status.CANCELLED, by=None, via="system", reason=texts.SHUTDOWN_REASON
+                )
             )
             raise
-        except Exception as exc:  # noqa: BLE001 - any failure ends as cancelled, never approved
+        except Exception as exc:
             log.exception("confirm.request_failed")
             final, _ = await self._finish(
                 conf.id,
@@ -269,8 +277,9 @@ class ConfirmationService:
     def _on_timeout(self, confirmation_id: str) -> None:
         self._timers.pop(confirmation_id, None)
         self._spawn(
-            self._finish(confirmation_id, Status.EXPIRED, by=None, via="timeout",
-                         reason=texts.TIMEOUT_REASON),
+            self._finish(
+                confirmation_id, Status.EXPIRED, by=None, via="timeout", reason=texts.TIMEOUT_REASON
+            ),
             name=f"expire-{confirmation_id}",
         )
 
@@ -478,7 +487,10 @@ class ConfirmationService:
         for c in takers:
             if policy == "cancel":
                 await self._finish(
-                    c.id, Status.CANCELLED, by=msg.sender_id, via="text",
+                    c.id,
+                    Status.CANCELLED,
+                    by=msg.sender_id,
+                    via="text",
                     reason=texts.SUPERSEDED_REASON,
                 )
                 consumed = False
@@ -486,7 +498,11 @@ class ConfirmationService:
                 # reject_with_feedback: the message is the model's feedback, so the waiting
                 # turn answers it. Without a waiting turn (restart), it goes to the queue.
                 await self._finish(
-                    c.id, Status.REJECTED, by=msg.sender_id, via="text", reason=msg.text,
+                    c.id,
+                    Status.REJECTED,
+                    by=msg.sender_id,
+                    via="text",
+                    reason=msg.text,
                     feedback=True,
                 )
                 if c.id not in self._waiters:
@@ -500,10 +516,10 @@ class ConfirmationService:
 
     async def list(
         self, *, status: Status | None = None, session_key: str | None = None, limit: int = 200
-    ) -> list[Confirmation]:
+    ) -> Confirmations:
         return await self.store.list(status=status, session_key=session_key, limit=limit)
 
-    async def list_pending(self, session_key: str) -> list[Confirmation]:
+    async def list_pending(self, session_key: str) -> Confirmations:
         return await self.store.list_pending(session_key)
 
     async def set_prompt_ref(self, confirmation_id: str, key: str, value: str) -> None:

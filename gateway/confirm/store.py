@@ -13,6 +13,9 @@ from dataclasses import replace
 
 from gateway.confirm.model import Confirmation, Status
 
+# An alias: inside the store classes `list` is also a method name.
+Confirmations = list[Confirmation]
+
 
 class ConfirmationExistsError(Exception):
     """The id is taken; the service draws another."""
@@ -29,7 +32,7 @@ class ConfirmationStore(ABC):
     async def get(self, confirmation_id: str) -> Confirmation | None: ...
 
     @abstractmethod
-    async def list_pending(self, session_key: str) -> list[Confirmation]:
+    async def list_pending(self, session_key: str) -> Confirmations:
         """Pending confirmations of one session, oldest first."""
 
     @abstractmethod
@@ -39,7 +42,7 @@ class ConfirmationStore(ABC):
         status: Status | None = None,
         session_key: str | None = None,
         limit: int = 200,
-    ) -> list[Confirmation]:
+    ) -> Confirmations:
         """Newest first."""
 
     @abstractmethod
@@ -66,7 +69,7 @@ class ConfirmationStore(ABC):
         """Remember where a prompt was sent (e.g. a card's message id) for later updates."""
 
     @abstractmethod
-    async def list_all_pending(self) -> list[Confirmation]:
+    async def list_all_pending(self) -> Confirmations:
         """Every pending confirmation (for shutdown and recovery after a restart)."""
 
     async def close(self) -> None:  # noqa: B027 - optional hook, most backends need it
@@ -98,14 +101,14 @@ class MemoryConfirmationStore(ConfirmationStore):
             raise ConfirmationExistsError(confirmation.id)
         self._items[confirmation.id] = confirmation
         if confirmation.status is Status.PENDING:
-            self._pending_by_session.setdefault(confirmation.session_key, {})[
-                confirmation.id
-            ] = None
+            self._pending_by_session.setdefault(confirmation.session_key, {})[confirmation.id] = (
+                None
+            )
 
     async def get(self, confirmation_id: str) -> Confirmation | None:
         return self._items.get(confirmation_id)
 
-    async def list_pending(self, session_key: str) -> list[Confirmation]:
+    async def list_pending(self, session_key: str) -> Confirmations:
         ids = self._pending_by_session.get(session_key)
         if not ids:
             return []
@@ -117,7 +120,7 @@ class MemoryConfirmationStore(ConfirmationStore):
         status: Status | None = None,
         session_key: str | None = None,
         limit: int = 200,
-    ) -> list[Confirmation]:
+    ) -> Confirmations:
         items: Iterable[Confirmation] = self._items.values()
         if status is not None:
             items = (c for c in items if c.status is status)
@@ -125,7 +128,7 @@ class MemoryConfirmationStore(ConfirmationStore):
             items = (c for c in items if c.session_key == session_key)
         return sorted(items, key=lambda c: c.created_at, reverse=True)[:limit]
 
-    async def list_all_pending(self) -> list[Confirmation]:
+    async def list_all_pending(self) -> Confirmations:
         return [self._items[i] for ids in self._pending_by_session.values() for i in ids]
 
     async def finish(

@@ -110,7 +110,7 @@ def _params_model(func: Callable[..., Any], name: str) -> type[BaseModel]:
             raise TypeError(f"tool {name}: parameter {pname!r} needs a type hint")
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[pname] = (hints[pname], default)
-    model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+    model: type[BaseModel] = create_model(
         f"{name}_args", __config__=ConfigDict(extra="forbid"), **fields
     )
     return model
@@ -196,7 +196,7 @@ class ToolRegistry:
         for module_name in modules:
             try:
                 module = importlib.import_module(module_name)
-            except Exception as exc:  # noqa: BLE001 - any import failure is a config error
+            except Exception as exc:
                 raise PluginError(
                     f"tools.plugins: cannot import {module_name!r}: {type(exc).__name__}: {exc}"
                 ) from exc

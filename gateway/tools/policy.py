@@ -29,9 +29,7 @@ class Policy:
     def __init__(self, settings: PolicySettings) -> None:
         self.settings = settings
 
-    def evaluate(
-        self, tool: Tool, args: Mapping[str, Any], preview: ToolPreview
-    ) -> PolicyDecision:
+    def evaluate(self, tool: Tool, args: Mapping[str, Any], preview: ToolPreview) -> PolicyDecision:
         risk = preview.risk or tool.risk
         if tool.name in self.settings.levels:
             level: Level = self.settings.levels[tool.name]

@@ -111,13 +111,20 @@ class ToolRunner:
             await turn.say(texts.tool_failed(call.name, preview.error))
             return ToolOutcome("error", preview.error)
         decision = self.policy.evaluate(tool, args.model_dump(), preview)
-        log.info("tool.policy", tool=call.name, level=decision.level, risk=decision.risk.value,
-                 rule=decision.rule)
+        log.info(
+            "tool.policy",
+            tool=call.name,
+            level=decision.level,
+            risk=decision.risk.value,
+            rule=decision.rule,
+        )
         if decision.level == "deny":
             await turn.say(texts.tool_denied(call.name, decision.rule))
             return ToolOutcome("denied", f"rule: {decision.rule}", decision=decision)
         if decision.level == "manual":
-            await turn.say(texts.manual_only(call.name, _describe(preview.details, preview.summary)))
+            await turn.say(
+                texts.manual_only(call.name, _describe(preview.details, preview.summary))
+            )
             return ToolOutcome("manual", preview.summary, decision=decision)
         if decision.level == "confirm":
             final = await self.confirmations.request(
@@ -136,8 +143,10 @@ class ToolRunner:
             )
             if final.status is not Status.APPROVED or final.tool_call != call:
                 status: OutcomeStatus = (
-                    "rejected" if final.status is Status.REJECTED
-                    else "expired" if final.status is Status.EXPIRED
+                    "rejected"
+                    if final.status is Status.REJECTED
+                    else "expired"
+                    if final.status is Status.EXPIRED
                     else "cancelled"
                 )
                 return ToolOutcome(status, texts.outcome(final), final, decision)
@@ -159,13 +168,15 @@ class ToolRunner:
         assert tool is not None
         try:
             result = await tool.run(args)
-        except Exception as exc:  # noqa: BLE001 - a failing tool is reported, never crashes a turn
+        except Exception as exc:
             log.warning("tool.failed", tool=call.name, error=f"{type(exc).__name__}: {exc}")
             return ToolOutcome("error", f"{type(exc).__name__}: {exc}", confirmation, decision)
         log.info("tool.ran", tool=call.name)
         return ToolOutcome("ok", str(result), confirmation, decision)
 
-    async def run_orphan(self, confirmation: Confirmation, say: Callable[[str], Awaitable[None]]) -> ToolOutcome:
+    async def run_orphan(
+        self, confirmation: Confirmation, say: Callable[[str], Awaitable[None]]
+    ) -> ToolOutcome:
         """Run an approved call whose turn did not survive a restart.
 
         The person approved exactly this stored call; the policy is checked again in case

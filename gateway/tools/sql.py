@@ -26,8 +26,21 @@ from gateway.tools.base import Level, Tool, ToolPreview
 log = structlog.get_logger(__name__)
 
 _DIALECTS = {"sqlite": "sqlite", "postgresql": "postgres", "mysql": "mysql", "mariadb": "mysql"}
-_MODIFY_KINDS = (exp.Insert, exp.Update, exp.Delete, exp.Merge, exp.Create, exp.Drop, exp.Alter,
-                 exp.TruncateTable, exp.Grant, exp.Command, exp.Pragma, exp.Set, exp.Copy)
+_MODIFY_KINDS = (
+    exp.Insert,
+    exp.Update,
+    exp.Delete,
+    exp.Merge,
+    exp.Create,
+    exp.Drop,
+    exp.Alter,
+    exp.TruncateTable,
+    exp.Grant,
+    exp.Command,
+    exp.Pragma,
+    exp.Set,
+    exp.Copy,
+)
 _KIND_NAMES: dict[type[exp.Expression], str] = {
     exp.Insert: "INSERT",
     exp.Update: "UPDATE",
@@ -77,7 +90,9 @@ class SqlAnalysis:
     def risk(self) -> Risk:
         risk = Risk.LOW if self.read_only else Risk.MEDIUM
         for s in self.statements:
-            if s.kind in ("DROP", "TRUNCATE") or (s.kind in ("UPDATE", "DELETE") and not s.has_where):
+            if s.kind in ("DROP", "TRUNCATE") or (
+                s.kind in ("UPDATE", "DELETE") and not s.has_where
+            ):
                 return Risk.CRITICAL
             if s.kind in ("ALTER", "GRANT", "COMMAND", "MERGE", "PRAGMA", "SET", "COPY"):
                 risk = Risk.HIGH
@@ -126,6 +141,7 @@ def analyze_sql(text: str, dialect: str = "sqlite") -> SqlAnalysis:
     statements = []
     single = len(expressions) == 1
     for e in expressions:
+        assert isinstance(e, exp.Expression)
         kind = _kind_of(e)
         # A data-changing node anywhere (e.g. a CTE with DELETE ... RETURNING) is not read-only.
         read_only = isinstance(e, exp.Query) and e.find(*_MODIFY_KINDS) is None
@@ -174,9 +190,14 @@ class SqlDatabase:
             count = (await conn.exec_driver_sql("SELECT COUNT(*) FROM orders")).scalar_one()
             if count == 0:
                 rows = [
-                    (1, "Alice", 120.50, 0), (2, "Bob", 80.00, 1), (3, "Carol", 45.25, 1),
-                    (4, "Dave", 300.00, 2), (5, "Erin", 15.75, 0), (6, "Frank", 99.99, 1),
-                    (7, "Grace", 250.00, 2), (8, "Heidi", 60.40, 0),
+                    (1, "Alice", 120.50, 0),
+                    (2, "Bob", 80.00, 1),
+                    (3, "Carol", 45.25, 1),
+                    (4, "Dave", 300.00, 2),
+                    (5, "Erin", 15.75, 0),
+                    (6, "Frank", 99.99, 1),
+                    (7, "Grace", 250.00, 2),
+                    (8, "Heidi", 60.40, 0),
                 ]
                 values = ", ".join(f"({i}, '{c}', {a}, {s})" for i, c, a, s in rows)
                 await conn.exec_driver_sql(
@@ -289,8 +310,11 @@ class SqlQueryTool(_SqlTool):
             )
         return ToolPreview(
             summary=f"查询 query {', '.join(analysis.tables) or '-'}",
-            details={"statement": analysis.text.strip(), "kind": analysis.kind,
-                     "tables": list(analysis.tables)},
+            details={
+                "statement": analysis.text.strip(),
+                "kind": analysis.kind,
+                "tables": list(analysis.tables),
+            },
             risk=Risk.LOW,
         )
 
@@ -324,7 +348,7 @@ class SqlModifyTool(_SqlTool):
         for s in analysis.statements:
             try:
                 n = await self.db.count_affected(s)
-            except Exception as exc:  # noqa: BLE001 - a failed count must not block the prompt
+            except Exception as exc:
                 log.warning("sql.count_failed", error=str(exc))
                 n = None
             if s.kind in ("UPDATE", "DELETE"):
@@ -337,8 +361,9 @@ class SqlModifyTool(_SqlTool):
             "tables": list(analysis.tables),
             "rows_affected": rows,
             "statement_count": len(analysis.statements),
-            "has_where": all(s.has_where for s in analysis.statements
-                             if s.kind in ("UPDATE", "DELETE")),
+            "has_where": all(
+                s.has_where for s in analysis.statements if s.kind in ("UPDATE", "DELETE")
+            ),
         }
         if analysis.warning:
             details["warning"] = analysis.warning
