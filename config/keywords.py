@@ -188,11 +188,11 @@ class KeywordStore:
 
         # Watch the directory, not the file: editors and save_keywords replace the file by
         # rename, which ends a watch on the old inode.
-        target = self.path.resolve()  # noqa: ASYNC240 - once, at start
+        target = self.path.resolve()
         directory = target.parent
         try:
             async for changes in awatch(directory, debounce=200, step=50):
-                # noqa below: resolve() of a few changed paths is a cheap local call
+                # resolve() of a few changed paths is a cheap local call
                 if any(Path(p).resolve() == target for _, p in changes):  # noqa: ASYNC240
                     self.reload()
         except asyncio.CancelledError:

@@ -57,3 +57,157 @@ async def test_dm_delete_card_click_approves_and_ack_carries_card(
     card = fake.card(f"gwconf-{conf.id}")
     assert card is not None
     assert card["status"] == "approved"
+
+
+async def test_group_requester_text_approves_other_member_does_not(
+    gateway: Gateway, fake: FakeDingTalk, settings: Settings
+) -> None:
+    group = {"conversation_type": "2", "conversation_id": "cg-1", "session": "g1"}
+    fake.send_chatbot_message(
+        text=" /sql DELETE FROM orders WHERE id = 4", sender_staff_id="alice", **group
+    )
+    [conf] = await wait_pending(gateway)
+    [card_req] = await fake.wait_requests(CARD_PATH)
+    assert card_req.body["openSpaceId"] == "dtv1.card//IM_GROUP.cg-1"
+    assert card_req.body["imGroupOpenDeliverModel"]["robotCode"] == fake.client_id
+
+    # Another member's 确认 is not a decision, and they are told so.
+    fake.send_chatbot_message(text=" 确认", sender_staff_id="mallory", **group)
+    await fake.wait_until(
+        lambda: any("仅发起人或审批人可操作" in t for t in webhook_texts(fake)),
+        what="the not-allowed answer",
+    )
+    assert (await wait_status(gateway, conf.id, Status.PENDING)).decided_by is None
+    assert 4 in order_ids(settings)
+
+    fake.send_chatbot_message(text=" 确认", sender_staff_id="alice", **group)
+    done = await wait_status(gateway, conf.id, Status.APPROVED)
+    assert done.decided_by == "alice"
+    assert done.decided_via == "text"
+    await fake.wait_until(lambda: 4 not in order_ids(settings), what="row 4 deleted")
+    # The decision made elsewhere updates the card for everyone with PUT.
+    [put] = await fake.wait_requests("/v1.0/card/instances", method="PUT")
+    assert put.body["outTrackId"] == f"gwconf-{conf.id}"
+    assert put.body["cardData"]["cardParamMap"]["status"] == "approved"
+    assert fake.card(f"gwconf-{conf.id}")["status"] == "approved"  # type: ignore[index]
+
+
+async def test_group_without_mention_is_ignored_unless_policy_open(
+    gateway: Gateway, fake: FakeDingTalk
+) -> None:
+    group = {"conversation_type": "2", "conversation_id": "cg-2", "session": "g2"}
+    fake.send_chatbot_message(text="/help", is_in_at_list=False, **group)
+    fake.send_chatbot_message(text="/pending", is_in_at_list=True, **group)
+    # Messages of one chat are answered in order, so once /pending is answered the
+    # unmentioned /help would have been answered already.
+    await fake.wait_until(
+        lambda: any("没有待确认" in t for t in webhook_texts(fake)), what="/pending answer"
+    )
+    assert not any("/sql" in t for t in webhook_texts(fake))
+
+
+async def test_same_msg_id_twice_runs_once(gateway: Gateway, fake: FakeDingTalk) -> None:
+    payload = fake.chatbot_payload(text="/sql DELETE FROM orders WHERE id = 5", msg_id="dup-1")
+    first = fake.send_chatbot_message(payload=payload)
+    # A redelivery: DingTalk sends the same message in a new frame.
+    second = fake.send_chatbot_message(payload=payload)
+    # And the very same frame again (the SDK replays its cached ack for those).
+    fake.send_chatbot_message(payload=payload, frame_id=first)
+    await fake.wait_ack(first)
+    await fake.wait_ack(second)
+    fake.send_chatbot_message(text="/pending")
+    await fake.wait_until(
+        lambda: any("待确认 Pending (1)" in t for t in webhook_texts(fake)), what="/pending"
+    )
+    assert len(await wait_pending(gateway)) == 1
+    assert len(fake.requests(CARD_PATH)) == 1
+    assert len(fake.acks_for(first)) == 2
+
+
+async def test_expired_session_webhook_falls_back_to_robot_openapi(
+    gateway: Gateway, fake: FakeDingTalk
+) -> None:
+    fake.send_chatbot_message(text="/help", sender_staff_id="bob", webhook_valid_for=-10)
+    [oto] = await fake.wait_requests("/v1.0/robot/oToMessages/batchSend")
+    assert oto.body["userIds"] == ["bob"]
+    assert oto.body["robotCode"] == fake.client_id
+    assert oto.body["msgKey"] == "sampleText"
+    assert "/sql" in json.loads(oto.body["msgParam"])["content"]
+    assert oto.headers["x-acs-dingtalk-access-token"].startswith("tok-")
+
+    fake.send_chatbot_message(
+        text="/help", conversation_type="2", conversation_id="cg-3", webhook_valid_for=30
+    )
+    [grp] = await fake.wait_requests("/v1.0/robot/groupMessages/send")
+    assert grp.body["openConversationId"] == "cg-3"
+    # The access token is fetched once and cached; no session webhook was used.
+    assert len(fake.requests("/v1.0/oauth2/accessToken")) == 1
+    assert fake.requests("/robot/sendBySession") == []
+
+
+async def test_send_retries_on_429_and_5xx_then_dead_letters(
+    gateway: Gateway, fake: FakeDingTalk
+) -> None:
+    path = "/v1.0/robot/oToMessages/batchSend"
+    fake.inject("POST", path, 429)
+    fake.inject("POST", path, 503)
+    fake.send_chatbot_message(text="/help", sender_staff_id="carol", webhook_valid_for=-1)
+    sent = await fake.wait_requests(path, 3)
+    assert [r.status for r in sent] == [429, 503, 200]
+
+    fake.inject("POST", path, 500, times=50)
+    fake.send_chatbot_message(text="/pending", sender_staff_id="carol", webhook_valid_for=-1)
+    assert gateway.http is not None
+    import aiohttp
+
+    async with aiohttp.ClientSession() as http:
+
+        async def failed() -> list[dict[str, object]]:
+            async with http.get(f"{gateway.http.url}/api/channels/dingtalk/failed") as resp:
+                assert resp.status == 200
+                return list((await resp.json())["failed"])
+
+        entries: list[dict[str, object]] = []
+        for _ in range(250):
+            entries = await failed()
+            if entries:
+                break
+            await fake.wait_until(lambda: True)
+        [entry] = entries
+    assert entry["chat_id"] == "cid-1"
+    assert "500" in str(entry["error"])
+    # send_attempts (default 4) tries in all, not more: the manager does not retry again.
+    assert len(fake.requests(path)) == 3 + 4
+
+
+async def test_disconnect_reconnects_and_stop_is_bounded(
+    settings: Settings, fake: FakeDingTalk
+) -> None:
+    import asyncio
+
+    gw = Gateway(settings)
+    await gw.start()
+    try:
+        await fake.wait_connected(1)
+        assert gw.channels.channels["dingtalk"].ready
+        fake.send_system("ping", {"opaque": "p1"})
+        fake.send_system("disconnect")
+        await fake.wait_connected(2)
+        # A fresh ticket per connection: the open call was made again.
+        assert len(fake.open_bodies) == 2
+        frame = fake.send_chatbot_message(text="/pending")
+        await fake.wait_ack(frame)
+        await fake.wait_until(
+            lambda: any("没有待确认" in t for t in webhook_texts(fake)), what="/pending answer"
+        )
+        channel = gw.channels.channels["dingtalk"]
+        runner = channel._runner  # type: ignore[attr-defined]
+        thread = runner._thread
+    finally:
+        # Bounded: stop_timeout_seconds for the stream, plus the gateway's own drains.
+        async with asyncio.timeout(settings.channels.dingtalk.stop_timeout_seconds + 10):
+            await gw.stop()
+    assert not thread.is_alive()
+    assert not fake.connected
+    ping_acks = [a for a in fake.acks if a.get("data") == '{"opaque": "p1"}']
+    assert len(ping_acks) == 1
