@@ -147,6 +147,15 @@ class FeishuSettings(_Section):
     replay_window_seconds: float = 300.0
     webhook_path: str = "/webhook/feishu/event"
     card_webhook_path: str = "/webhook/feishu/card"
+    # Sends: attempts and backoff on 429 / rate-limit codes / server errors.
+    retry_attempts: int = Field(default=5, ge=1)
+    retry_base_seconds: float = Field(default=0.5, gt=0)
+    retry_max_seconds: float = Field(default=8.0, gt=0)
+    # Long connection: reconnect backoff, connect timeout, and the bound on stopping.
+    reconnect_base_seconds: float = Field(default=0.5, gt=0)
+    reconnect_max_seconds: float = Field(default=60.0, gt=0)
+    request_timeout_seconds: float = Field(default=10.0, gt=0)
+    stop_timeout_seconds: float = Field(default=5.0, gt=0)
 
 
 class DingTalkSettings(_Section):
