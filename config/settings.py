@@ -41,6 +41,9 @@ class AdminSettings(_Section):
     """Admin API access. A token is required when the server listens beyond loopback."""
 
     token: SecretStr | None = None
+    # SSE keep-alive comments stop proxies from closing an idle event stream.
+    sse_heartbeat_seconds: float = Field(default=15.0, gt=0)
+    sse_queue_size: int = Field(default=1000, ge=1)
 
 
 class LogSettings(_Section):
@@ -125,9 +128,16 @@ class ConsoleChannelSettings(_Section):
 
 
 class WebChatSettings(_Section):
+    """The built-in browser chat. Names are typed by the user, not authenticated."""
+
     enabled: bool = True
     max_text_length: int = Field(default=4000, ge=1)
     history_size: int = Field(default=500, ge=10)
+    approvers: list[str] = Field(default_factory=list)
+    # Rooms kept in memory; the least recently used room without open sockets goes first.
+    max_sessions: int = Field(default=1000, ge=1)
+    max_long_poll_seconds: float = Field(default=30.0, gt=0)
+    max_sockets_per_session: int = Field(default=50, ge=1)
 
 
 class FeishuSettings(_Section):

@@ -196,6 +196,7 @@ class Gateway:
             approvers_by_channel={
                 "feishu": tuple(s.channels.feishu.approvers),
                 "dingtalk": tuple(s.channels.dingtalk.approvers),
+                "webchat": tuple(s.channels.webchat.approvers),
             },
         )
 
