@@ -1,0 +1,127 @@
+"""Confirmation cards: expiry, clicks by people who may not decide, rejection, fallback."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from config.settings import Settings
+from gateway.app import Gateway
+from gateway.confirm.model import Status
+from tests.channels.dingtalk.conftest import (
+    make_settings,
+    order_ids,
+    wait_pending,
+    wait_status,
+    webhook_texts,
+)
+from tests.fakes.dingtalk import FakeDingTalk
+
+CARD_PATH = "/v1.0/card/instances/createAndDeliver"
+
+
+async def test_timeout_while_card_open_updates_card_to_expired(
+    tmp_path: Path, fake: FakeDingTalk
+) -> None:
+    settings = make_settings(tmp_path, fake, confirmation_timeout=0.5)
+    async with Gateway(settings) as gw:
+        await fake.wait_connected()
+        fake.send_chatbot_message(text="/sql DELETE FROM orders WHERE id = 6")
+        [conf] = await wait_pending(gw)
+        await fake.wait_requests(CARD_PATH)
+        await wait_status(gw, conf.id, Status.EXPIRED)
+        [put] = await fake.wait_requests("/v1.0/card/instances", method="PUT")
+        params = put.body["cardData"]["cardParamMap"]
+        assert params["status"] == "expired"
+        assert json.loads(params["sys_full_json_obj"]) == {"msgButtons": []}
+        # The chat is told in words too.
+        await fake.wait_until(
+            lambda: any("超时" in t for t in webhook_texts(fake)), what="expiry notice"
+        )
+        assert 6 in order_ids(settings)
+        # A click on the expired card changes nothing and shows the final state.
+        click = fake.send_card_callback(
+            out_track_id=f"gwconf-{conf.id}", user_id="staff-1", action_id="approve"
+        )
+        response = json.loads((await fake.wait_ack(click))["data"])["response"]
+        assert response["cardData"]["cardParamMap"]["status"] == "expired"
+        assert 6 in order_ids(settings)
+
+
+async def test_click_by_someone_who_may_not_decide_changes_nothing(
+    gateway: Gateway, fake: FakeDingTalk, settings: Settings
+) -> None:
+    group = {"conversation_type": "2", "conversation_id": "cg-9", "session": "g9"}
+    fake.send_chatbot_message(
+        text="/sql DELETE FROM orders WHERE id = 7", sender_staff_id="alice", **group
+    )
+    [conf] = await wait_pending(gateway)
+    await fake.wait_requests(CARD_PATH)
+    track = f"gwconf-{conf.id}"
+
+    click = fake.send_card_callback(out_track_id=track, user_id="mallory", action_id="approve")
+    ack = await fake.wait_ack(click)
+    response = json.loads(ack["data"])["response"]
+    assert "cardData" not in response
+    assert "仅发起人或审批人可操作" in response["privateData"]["mallory"]["cardParamMap"]["tips"]
+    await fake.wait_until(
+        lambda: any("mallory: 仅发起人或审批人可操作" in t for t in webhook_texts(fake)),
+        what="the not-allowed message in the chat",
+    )
+    assert (await wait_status(gateway, conf.id, Status.PENDING)).status is Status.PENDING
+    assert fake.card(track)["status"] == "pending"  # type: ignore[index]
+    assert 7 in order_ids(settings)
+
+
+async def test_reject_click_rejects_and_tool_does_not_run(
+    gateway: Gateway, fake: FakeDingTalk, settings: Settings
+) -> None:
+    fake.send_chatbot_message(text="/sql DELETE FROM orders WHERE id = 8")
+    [conf] = await wait_pending(gateway)
+    await fake.wait_requests(CARD_PATH)
+    click = fake.send_card_callback(
+        out_track_id=f"gwconf-{conf.id}",
+        user_id="staff-1",
+        action_id="",
+        # The standard template's request buttons report their params, not actionIds.
+        params={"action": "reject", "id": "reject"},
+    )
+    response = json.loads((await fake.wait_ack(click))["data"])["response"]
+    assert response["cardData"]["cardParamMap"]["status"] == "rejected"
+    await wait_status(gateway, conf.id, Status.REJECTED)
+    assert 8 in order_ids(settings)
+
+
+async def test_card_delivery_failure_falls_back_to_text_prompt(
+    gateway: Gateway, fake: FakeDingTalk, settings: Settings
+) -> None:
+    fake.inject("POST", CARD_PATH, 403, times=10, body={"code": "Forbidden.AccessDenied"})
+    fake.send_chatbot_message(text="/sql DELETE FROM orders WHERE id = 2")
+    [conf] = await wait_pending(gateway)
+    await fake.wait_until(
+        lambda: any(
+            f"需要确认 Confirmation required [{conf.id}]" in t for t in webhook_texts(fake)
+        ),
+        what="the text prompt",
+    )
+    # 403 is not retried.
+    assert len(fake.requests(CARD_PATH)) == 1
+    fake.send_chatbot_message(text=f"确认 {conf.id}")
+    await wait_status(gateway, conf.id, Status.APPROVED)
+    await fake.wait_until(lambda: 2 not in order_ids(settings), what="row 2 deleted")
+    # No card was delivered, so none is updated.
+    assert fake.requests("/v1.0/card/instances", method="PUT") == []
+
+
+async def test_configured_template_id_is_used(tmp_path: Path, fake: FakeDingTalk) -> None:
+    settings = make_settings(tmp_path, fake, card_template_id="my-approval.schema")
+    async with Gateway(settings) as gw:
+        await fake.wait_connected()
+        fake.send_chatbot_message(text="/sql DELETE FROM orders WHERE id = 1")
+        [conf] = await wait_pending(gw)
+        [req] = await fake.wait_requests(CARD_PATH)
+        assert req.body["cardTemplateId"] == "my-approval.schema"
+        params = req.body["cardData"]["cardParamMap"]
+        assert params["confirmation_id"] == conf.id
+        assert params["pending"] == "true"
+        assert all(isinstance(v, str) for v in params.values())
