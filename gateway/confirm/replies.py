@@ -124,6 +124,17 @@ class ReplyParser:
             tokens.append(
                 _Token(run[unknown_start:], "unknown", offset + unknown_start, offset + i)
             )
+        # A one-character word inside a sentence is part of that sentence, not a decision:
+        # "这是什么意思" holds 是 and "我不知道" holds 不, yet neither answers the prompt.
+        for k in range(1, len(tokens) - 1):
+            t = tokens[k]
+            if (
+                t.kind in ("confirm", "cancel")
+                and len(t.text) == 1
+                and tokens[k - 1].kind == "unknown"
+                and tokens[k + 1].kind == "unknown"
+            ):
+                t.kind = "unknown"
         return tokens
 
     def _tokenize(self, text: str) -> list[_Token]:
