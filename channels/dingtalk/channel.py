@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 import time
 from collections import deque
 from collections.abc import Coroutine, Mapping
@@ -80,6 +81,9 @@ class DingTalkChannel(Channel):
         # Latest reply route per conversation; a webhook lives ~90 min, so 2 h is plenty.
         self._routes: TTLCache[str, _Route] = TTLCache(maxsize=50_000, ttl=7200)
         self._failed: deque[dict[str, Any]] = deque(maxlen=settings.dead_letter_size)
+        self._refused: TTLCache[str, bool] = TTLCache(maxsize=10_000, ttl=24 * 3600)
+        admin = context.settings.admin.token
+        self._admin_token = admin.get_secret_value() if admin else None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._runner: Any = None  # StreamRunner, imported only in stream mode
         self._started = False
@@ -180,9 +184,18 @@ class DingTalkChannel(Channel):
                 log.debug("dingtalk.group_message_ignored")
                 return
             allow = self._settings.allow_from
-            if allow and event.sender_id not in allow:
-                log.info("dingtalk.sender_not_allowed", sender=event.sender_id)
-                await self._reply(event, texts.DINGTALK_NOT_ALLOWED)
+            # Like Feishu: empty means nobody, "*" everyone; a bot that answers the whole
+            # company must be configured so on purpose.
+            if "*" not in allow and event.sender_id not in allow:
+                if event.sender_id not in self._refused:
+                    # Told once, not on every message: a refused person is not spammed.
+                    self._refused[event.sender_id] = True
+                    log.warning(
+                        "dingtalk.sender_refused",
+                        sender=event.sender_id,
+                        hint="add this staff id to channels.dingtalk.allow_from (or '*')",
+                    )
+                    await self._reply(event, texts.DINGTALK_NOT_ALLOWED)
                 return
             if event.text is None:
                 await self._reply(event, texts.DINGTALK_UNSUPPORTED_MESSAGE)
@@ -452,4 +465,8 @@ class DingTalkChannel(Channel):
     # --------------------------------------------------------------------- admin
 
     async def _failed_handler(self, request: web.Request) -> web.Response:
+        if self._admin_token is not None:
+            given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+            if not hmac.compare_digest(given.encode(), self._admin_token.encode()):
+                return web.json_response({"error": "admin token required"}, status=401)
         return web.json_response({"channel": CHANNEL, "failed": list(self._failed)})

@@ -39,6 +39,7 @@ def make_settings(tmp_path: Path, fake: FakeDingTalk, **dingtalk: Any) -> Settin
         "client_id": fake.client_id,
         "client_secret": fake.client_secret,
         "openapi_endpoint": fake.base_url,
+        "allow_from": ["*"],
         # Short, so tests that exercise them stay quick.
         "retry_base_seconds": 0.01,
         "retry_max_seconds": 0.05,
