@@ -1,0 +1,103 @@
+"""``gateway policy test TOOL 'JSON_ARGS'``: how the policy would decide a call."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from config.settings import ConfigError, Settings, load_settings
+from gateway.logs import configure_logging
+from gateway.tools.base import PluginError, ToolArgumentsError, ToolRegistry
+from gateway.tools.policy import Policy
+from gateway.tools.sql import SqlDatabase, SqlModifyTool, SqlQueryTool
+
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("policy", help="test how the tool policy decides a call")
+    actions = p.add_subparsers(dest="policy_action", required=True, metavar="ACTION")
+    t = actions.add_parser(
+        "test",
+        help='print level, risk and deciding rule: policy test sql_modify \'{"sql": "..."}\'',
+    )
+    t.add_argument("tool", help="tool name, e.g. sql_modify")
+    t.add_argument("args", nargs="?", default="{}", help="the call's arguments as JSON")
+    t.add_argument("--json", action="store_true", help="print the decision as JSON")
+    t.set_defaults(handler=cmd_policy_test)
+
+
+def cmd_policy_test(args: argparse.Namespace) -> int:
+    settings = load_settings(args.config)
+    # The preview may log (e.g. a row count the database could not give): keep stdout clean.
+    configure_logging("error", "console")
+    try:
+        call_args = json.loads(args.args)
+    except json.JSONDecodeError as exc:
+        print(f"JSON_ARGS is not valid JSON: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if not isinstance(call_args, dict):
+        print('JSON_ARGS must be a JSON object, e.g. \'{"sql": "DELETE ..."}\'', file=sys.stderr)
+        return EXIT_USAGE
+    return asyncio.run(_test(settings, args.tool, call_args, as_json=args.json))
+
+
+async def _test(settings: Settings, name: str, call_args: dict[str, Any], *, as_json: bool) -> int:
+    db = SqlDatabase(
+        settings.sql_url,
+        max_rows=settings.tools.sql.max_rows,
+        timeout_seconds=settings.tools.sql.statement_timeout_seconds,
+    )
+    try:
+        registry = ToolRegistry([SqlQueryTool(db), SqlModifyTool(db)])
+        try:
+            registry.load_plugins(settings.tools.plugins)
+        except PluginError as exc:
+            raise ConfigError(str(exc)) from exc
+        tool = registry.get(name)
+        if tool is None:
+            print(f"no tool named {name!r}; tools: {', '.join(registry.names)}", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            parsed = tool.parse_args(call_args)
+        except ToolArgumentsError as exc:
+            print(str(exc), file=sys.stderr)
+            return EXIT_USAGE
+        preview = await tool.preview(parsed)
+        if preview.error:
+            print(f"refused before the policy: {preview.error}")
+            return EXIT_REFUSED
+        policy = Policy(settings.policy)
+        dumped = parsed.model_dump()
+        decision = policy.evaluate(tool, dumped, preview)
+        matched = [r.label for r in policy.matching_rules(tool, dumped, preview)]
+    finally:
+        await db.close()
+    if as_json:
+        out = {
+            "tool": name,
+            "summary": preview.summary,
+            "level": decision.level,
+            "risk": decision.risk.value,
+            "rule": decision.rule,
+            "risk_rule": decision.risk_rule,
+            "four_eyes": decision.four_eyes,
+            "matched": matched,
+        }
+        print(json.dumps(out, ensure_ascii=False, indent=2))
+        return 0
+    print(f"tool:      {name}")
+    print(f"call:      {preview.summary}")
+    print(f"level:     {decision.level}")
+    print(
+        f"risk:      {decision.risk.value}"
+        + (f"  (set by {decision.risk_rule})" if decision.risk_rule else "")
+    )
+    print(f"rule:      {decision.rule}")
+    print(f"four-eyes: {'yes' if decision.four_eyes else 'no'}")
+    print(f"matched:   {', '.join(matched) if matched else '(no rule)'}")
+    return 0
