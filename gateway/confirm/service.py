@@ -396,7 +396,7 @@ class ConfirmationService:
         """Called by the bus for every new message. True when it was handled here."""
         pending = await self.store.list_pending(msg.session_key)
         if not pending:
-            return False
+            return await self._on_reply_to_finished(msg)
         parsed = self._parser.parse(msg.text)
         takers = [c for c in pending if self._may_take_part(c, msg.sender_id)]
         with structlog.contextvars.bound_contextvars(session=msg.session_key):
@@ -407,6 +407,25 @@ class ConfirmationService:
                 await self._on_unclear(msg, parsed, pending, takers)
                 return True
             return await self._on_other_message(msg, takers)
+
+    async def _on_reply_to_finished(self, msg: InboundMessage) -> bool:
+        """`确认 K7Q2` after K7Q2 ended: say what became of it instead of feeding the agent.
+
+        A bare "ok" with nothing pending is ordinary conversation and goes to the agent.
+        """
+        if len(msg.text) > 64:
+            return False
+        parsed = self._parser.parse(msg.text)
+        if parsed.intent not in (ReplyIntent.CONFIRM, ReplyIntent.CANCEL):
+            return False
+        if not parsed.confirmation_id:
+            return False
+        known = await self.store.get(parsed.confirmation_id)
+        if known is None or known.session_key != msg.session_key:
+            await self._reply_to(msg, texts.unknown_id(parsed.confirmation_id))
+        else:
+            await self._reply_to(msg, texts.already_decided(known))
+        return True
 
     def _target(
         self, parsed: ParsedReply, pending: list[Confirmation], takers: list[Confirmation]

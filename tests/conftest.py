@@ -1,0 +1,49 @@
+"""Shared fixtures: settings on a temp data dir with a private copy of the keywords file."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from config.settings import DEFAULT_KEYWORDS_FILE, Settings, load_settings
+
+
+@pytest.fixture
+def keywords_file(tmp_path: Path) -> Path:
+    """A private copy of the shipped keywords file (tests may rewrite it)."""
+    path = tmp_path / "keywords" / "keywords.toml"
+    path.parent.mkdir()
+    shutil.copy(DEFAULT_KEYWORDS_FILE, path)
+    return path
+
+
+@pytest.fixture
+def make_settings(
+    tmp_path: Path, keywords_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., Settings]:
+    """Settings for an in-process gateway: temp data dir, memory store, no web chat."""
+    for name in list(__import__("os").environ):
+        if name.startswith("GATEWAY_") and name != "GATEWAY_TEST_REQUIRE_SERVICES":
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+
+    def make(**overrides: Any) -> Settings:
+        base: dict[str, Any] = {
+            "data_dir": tmp_path / "data",
+            "keywords": {"file": keywords_file, "watch": False},
+            "confirmation": {"store": "memory"},
+            "server": {"host": "127.0.0.1", "port": 0},
+            "channels": {"webchat": {"enabled": False}},
+        }
+        for key, value in overrides.items():
+            if isinstance(value, dict) and isinstance(base.get(key), dict):
+                base[key] = {**base[key], **value}
+            else:
+                base[key] = value
+        return load_settings(None, **base)
+
+    return make

@@ -1,0 +1,122 @@
+"""A real bus + confirmation service + memory store, driven the way channels drive them."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+from config.keywords import load_keywords
+from config.settings import DEFAULT_KEYWORDS_FILE, ConfirmationSettings
+from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage, PublishResult
+from gateway.confirm.model import Confirmation, ToolCall
+from gateway.confirm.service import ConfirmationService
+from gateway.confirm.store import ConfirmationStore, MemoryConfirmationStore
+
+CHANNEL = "test"
+
+
+class Harness:
+    def __init__(
+        self,
+        *,
+        timeout: float = 30.0,
+        approvers: tuple[str, ...] = (),
+        on_other: str = "reject_with_feedback",
+        store: ConfirmationStore | None = None,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.bus = MessageBus()
+        self.store = store or MemoryConfirmationStore()
+        kwargs: dict[str, Any] = {"clock": clock} if clock else {}
+        self.service = ConfirmationService(
+            store=self.store,
+            bus=self.bus,
+            settings=ConfirmationSettings(
+                timeout_seconds=timeout,
+                approvers=list(approvers),
+                on_other_message=on_other,  # type: ignore[arg-type]
+            ),
+            keywords=load_keywords(DEFAULT_KEYWORDS_FILE),
+            **kwargs,
+        )
+        self._ids = itertools.count(1)
+        self.tasks: list[asyncio.Task[Confirmation]] = []
+
+    async def ask(
+        self,
+        *,
+        chat: str = "c1",
+        requester: str = "alice",
+        is_group: bool = False,
+        four_eyes: bool = False,
+        timeout: float | None = None,
+        tool: str = "sql_modify",
+    ) -> tuple[asyncio.Task[Confirmation], Confirmation]:
+        """Start a request as a turn would; return its task and the prompted record."""
+        call = ToolCall(
+            name=tool, args={"sql": "DELETE FROM t WHERE id = 1"}, call_id=f"call{next(self._ids)}"
+        )
+        task = asyncio.create_task(
+            self.service.request(
+                session_key=f"{CHANNEL}:{chat}",
+                channel=CHANNEL,
+                chat_id=chat,
+                requester=requester,
+                is_group=is_group,
+                tool_call=call,
+                summary="DELETE t",
+                details={"statement": "DELETE FROM t WHERE id = 1"},
+                four_eyes=four_eyes,
+                timeout=timeout,
+            )
+        )
+        self.tasks.append(task)
+        prompt = await self.next_out(OutboundKind.CONFIRMATION)
+        assert prompt.confirmation is not None
+        return task, prompt.confirmation
+
+    async def reply(
+        self,
+        text: str,
+        *,
+        sender: str = "alice",
+        chat: str = "c1",
+        is_group: bool = False,
+        message_id: str | None = None,
+        from_bot: bool = False,
+    ) -> PublishResult:
+        return await self.bus.publish_inbound(
+            InboundMessage(
+                channel=CHANNEL,
+                chat_id=chat,
+                sender_id=sender,
+                text=text,
+                is_group=is_group,
+                message_id=message_id or f"m{next(self._ids)}",
+                from_bot=from_bot,
+            )
+        )
+
+    async def next_out(
+        self, kind: OutboundKind | None = None, timeout: float = 5.0
+    ) -> OutboundMessage:
+        """The next outbound message (of ``kind``), skipping others."""
+        async with asyncio.timeout(timeout):
+            while True:
+                msg = await self.bus.consume_outbound()
+                if kind is None or msg.kind is kind:
+                    return msg
+
+    def drain(self) -> list[OutboundMessage]:
+        out = []
+        while not self.bus.outbound.empty():
+            out.append(self.bus.outbound.get_nowait())
+        return out
+
+    def drain_inbound(self) -> list[InboundMessage]:
+        out = []
+        while not self.bus.inbound.empty():
+            out.append(self.bus.inbound.get_nowait())
+        return out
