@@ -211,3 +211,35 @@ def feishu_card_expiry(c: Confirmation, now: float) -> str:
         f"剩余 Time left: {_fmt_left(c.seconds_left(now))}"
         f"（{_fmt_time(c.expires_at)} 过期 expires）"
     )
+
+
+# ---- Model agent (OpenAI-compatible model) ----
+
+MODEL_AUTH_FAILED = (
+    "模型服务拒绝了密钥，请管理员检查 llm.api_key / "
+    "the model service rejected the API key: an admin should check llm.api_key"
+)
+MODEL_NOT_FOUND = (
+    "找不到模型或接口地址，请管理员检查 llm.model 和 llm.base_url / "
+    "model or endpoint not found: an admin should check llm.model and llm.base_url"
+)
+MODEL_BAD_REQUEST = (
+    "模型服务拒绝了请求，详情见网关日志 / the model service refused the request; "
+    "see the gateway log"
+)
+MODEL_UNAVAILABLE = (
+    "模型服务暂时不可用，请稍后再试 / the model service is unavailable right now; try again later"
+)
+MODEL_TIMEOUT = "模型响应超时，请稍后再试 / the model did not answer in time; try again later"
+MODEL_UNREACHABLE = (
+    "无法连接模型服务，请管理员检查 llm.base_url / "
+    "cannot reach the model service: an admin should check llm.base_url"
+)
+MODEL_EMPTY_REPLY = "模型没有给出回答 / the model gave no answer"
+
+
+def model_step_limit(max_steps: int) -> str:
+    return (
+        f"已达到单轮最多 {max_steps} 步，先停在这里 / "
+        f"stopped after {max_steps} steps in one turn (llm.max_steps)"
+    )
