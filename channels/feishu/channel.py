@@ -81,8 +81,18 @@ class FeishuChannel(Channel):
         secret = settings.app_secret.get_secret_value() if settings.app_secret else ""
         self._app_id = settings.app_id or ""
         self._app_secret = secret
-        self.api = FeishuApi(app_id=self._app_id, app_secret=secret, domain=settings.domain)
-        self.outbox = Outbox(api=self.api)
+        self.api = FeishuApi(
+            app_id=self._app_id,
+            app_secret=secret,
+            domain=settings.domain,
+            timeout=settings.request_timeout_seconds,
+        )
+        self.outbox = Outbox(
+            api=self.api,
+            max_attempts=settings.retry_attempts,
+            backoff_initial=settings.retry_base_seconds,
+            backoff_max=settings.retry_max_seconds,
+        )
         self.rules = ReceiveRules(
             allow_from=tuple(settings.allow_from),
             group_policy=settings.group_policy,
@@ -138,6 +148,10 @@ class FeishuChannel(Channel):
                 domain=self._settings.domain,
                 on_message=self._accept_from_thread,
                 on_card=self._card_from_thread,
+                backoff_initial=self._settings.reconnect_base_seconds,
+                backoff_max=self._settings.reconnect_max_seconds,
+                connect_timeout=self._settings.request_timeout_seconds,
+                stop_timeout=self._settings.stop_timeout_seconds,
             )
             self._ws.start()
         self._started = True
@@ -187,7 +201,7 @@ class FeishuChannel(Channel):
         with contextlib.suppress(_NotYet):
             async for attempt in AsyncRetrying(
                 stop=stop_after_attempt(attempts) if attempts else stop_never,
-                wait=wait_exponential_jitter(initial=0.5, max=30),
+                wait=wait_exponential_jitter(multiplier=0.5, max=30, jitter=0.5),
                 retry=retry_if_exception_type(_NotYet),
                 reraise=True,
             ):

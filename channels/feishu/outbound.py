@@ -86,7 +86,9 @@ class Outbox:
         self.api = api
         self.pacer = ChatPacer()
         self._max_attempts = max_attempts
-        self._backoff = wait_exponential_jitter(initial=backoff_initial, max=backoff_max)
+        self._backoff = wait_exponential_jitter(
+            multiplier=backoff_initial, max=backoff_max, jitter=backoff_initial
+        )
         self.failed: deque[FailedSend] = deque(maxlen=dead_letters)
 
     def _wait(self, state: RetryCallState) -> float:

@@ -312,7 +312,11 @@ class LongConnection:
             )
 
         async for attempt in AsyncRetrying(
-            wait=wait_exponential_jitter(initial=self._backoff_initial, max=self._backoff_max),
+            wait=wait_exponential_jitter(
+                multiplier=self._backoff_initial,
+                max=self._backoff_max,
+                jitter=self._backoff_initial,
+            ),
             retry=retry_if_not_exception_type(_Stopping),
             sleep=self._sleep,
             before_sleep=before_sleep,

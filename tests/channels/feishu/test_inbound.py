@@ -1,0 +1,115 @@
+"""Receive rules on events parsed by the SDK's own models (no gateway needed)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+from lark_oapi.api.im.v1 import P2ImMessageReceiveV1
+from lark_oapi.core.json import JSON
+
+from channels.feishu.inbound import (
+    FeishuMessage,
+    ReceiveRules,
+    Verdict,
+    message_from_sdk,
+    message_text,
+    to_inbound,
+)
+from tests.channels.feishu.conftest import ALICE, BOT, BOT_MENTION
+from tests.fakes.feishu import message_event
+
+OPEN = ReceiveRules(allow_from=("*",), group_policy="mention", max_message_age_seconds=600)
+
+
+def parse(event: dict[str, Any]) -> FeishuMessage:
+    return message_from_sdk(JSON.unmarshal(json.dumps(event), P2ImMessageReceiveV1))
+
+
+def judge(msg: FeishuMessage, rules: ReceiveRules = OPEN) -> tuple[Verdict, str | None]:
+    return rules.judge(msg, bot_open_id=BOT, now=time.time())
+
+
+def test_p2p_text_becomes_an_inbound_message() -> None:
+    msg = parse(message_event(chat_id="oc_1", sender=ALICE, text="/sql SELECT 1"))
+    verdict, text = judge(msg)
+    assert (verdict, text) == (Verdict.ACCEPT, "/sql SELECT 1")
+    inbound = to_inbound(msg, text)
+    assert inbound.channel == "feishu"
+    assert inbound.session_key == "feishu:oc_1"
+    assert inbound.sender_id == ALICE
+    assert inbound.message_id == msg.message_id
+    assert inbound.is_group is False
+
+
+def test_group_mention_of_the_bot_is_stripped_others_are_named() -> None:
+    other = {"key": "@_user_2", "open_id": "ou_bob", "name": "Bob"}
+    msg = parse(
+        message_event(
+            chat_id="oc_g",
+            chat_type="group",
+            sender=ALICE,
+            text="@_user_1 ask @_user_2 确认",
+            mentions=[BOT_MENTION, other],
+        )
+    )
+    assert judge(msg) == (Verdict.ACCEPT, "ask @Bob 确认")
+
+
+def test_group_without_bot_mention_needs_open_policy() -> None:
+    msg = parse(message_event(chat_id="oc_g", chat_type="group", sender=ALICE, text="hi"))
+    assert judge(msg)[0] is Verdict.NOT_MENTIONED
+    open_groups = ReceiveRules(allow_from=("*",), group_policy="open", max_message_age_seconds=0)
+    assert judge(msg, open_groups) == (Verdict.ACCEPT, "hi")
+
+
+@pytest.mark.parametrize(
+    ("allow_from", "verdict"),
+    [((), Verdict.NOT_ALLOWED), (("ou_other",), Verdict.NOT_ALLOWED), ((ALICE,), Verdict.ACCEPT)],
+)
+def test_allow_from(allow_from: tuple[str, ...], verdict: Verdict) -> None:
+    rules = ReceiveRules(allow_from=allow_from, group_policy="mention", max_message_age_seconds=60)
+    msg = parse(message_event(chat_id="oc_1", sender=ALICE, text="hi"))
+    assert judge(msg, rules)[0] is verdict
+
+
+def test_bots_and_old_messages_are_skipped() -> None:
+    from_app = parse(message_event(chat_id="oc_1", sender="ou_x", text="hi", sender_type="app"))
+    assert judge(from_app)[0] is Verdict.FROM_BOT
+    from_self = parse(message_event(chat_id="oc_1", sender=BOT, text="hi"))
+    assert judge(from_self)[0] is Verdict.FROM_BOT
+    stale_ms = int((time.time() - 3600) * 1000)
+    old = parse(message_event(chat_id="oc_1", sender=ALICE, text="hi", create_time_ms=stale_ms))
+    assert judge(old)[0] is Verdict.TOO_OLD
+
+
+def test_post_rich_text_is_flattened_with_mentions() -> None:
+    content = {
+        "title": "DB",
+        "content": [
+            [{"tag": "at", "user_id": BOT, "user_name": "bot"}, {"tag": "text", "text": " /sql "}],
+            [{"tag": "text", "text": "SELECT "}, {"tag": "a", "text": "1", "href": "http://x"}],
+        ],
+    }
+    msg = parse(
+        message_event(
+            chat_id="oc_1",
+            sender=ALICE,
+            text="",
+            message_type="post",
+            content=content,
+            mentions=[BOT_MENTION],
+        )
+    )
+    assert message_text(msg, bot_open_id=BOT) == "DB\n /sql \nSELECT 1"
+
+
+def test_images_are_unsupported() -> None:
+    msg = parse(
+        message_event(
+            chat_id="oc_1", sender=ALICE, text="", message_type="image", content={"image_key": "k"}
+        )
+    )
+    assert judge(msg)[0] is Verdict.UNSUPPORTED

@@ -1,0 +1,237 @@
+"""Long-connection mode end to end: the real lark-oapi ws client and gateway, a fake Feishu."""
+
+from __future__ import annotations
+
+import asyncio
+
+from config.settings import Settings
+from gateway import texts
+from gateway.app import Gateway
+from gateway.confirm.model import Status
+from tests.channels.feishu.conftest import (
+    ALICE,
+    BOT_MENTION,
+    MALLORY,
+    buttons,
+    card_sends,
+    card_text,
+    order_ids,
+    sent_texts,
+    wait_pending,
+    wait_status,
+    wait_until,
+)
+from tests.fakes.feishu import FakeFeishu, card_action_event, message_event
+
+P2P = "oc_p2p_alice"
+GROUP = "oc_group_1"
+
+
+def _click(conf_id: str, decision: str, *, operator: str, message_id: str, chat: str) -> dict:  # type: ignore[type-arg]
+    return card_action_event(
+        operator=operator,
+        value={"confirmation_id": conf_id, "decision": decision},
+        open_message_id=message_id,
+        open_chat_id=chat,
+    )
+
+
+async def test_p2p_delete_card_click_approves_and_patches_card(
+    gateway: Gateway, fake: FakeFeishu, settings: Settings
+) -> None:
+    assert 3 in order_ids(settings)
+    frame = fake.send_frame(
+        message_event(chat_id=P2P, sender=ALICE, text="/sql DELETE FROM orders WHERE id = 3")
+    )
+    ack = await fake.wait_ack(frame)
+    assert ack.code == 200
+
+    [conf] = await wait_pending(gateway)
+    assert conf.requester == ALICE
+    assert conf.session_key == f"feishu:{P2P}"
+    send = await fake.wait_request(lambda r: r in card_sends(fake), what="card send")
+    assert send.query == {"receive_id_type": "chat_id"}
+    assert send.body["receive_id"] == P2P
+    assert send.body["uuid"]
+    card = send.content
+    assert card["schema"] == "2.0"
+    assert card["config"]["update_multi"] is True
+    values = [b["behaviors"][0]["value"] for b in buttons(card)]
+    assert values == [
+        {"confirmation_id": conf.id, "decision": "approve"},
+        {"confirmation_id": conf.id, "decision": "reject"},
+    ]
+    assert all(b["behaviors"][0]["type"] == "callback" for b in buttons(card))
+    assert f"或回复 确认 {conf.id} / 取消 {conf.id}" in card_text(card)
+    assert "DELETE FROM orders WHERE id = 3" in card_text(card)
+    assert send.message_id is not None
+
+    click = fake.send_frame(
+        _click(conf.id, "approve", operator=ALICE, message_id=send.message_id, chat=P2P)
+    )
+    click_ack = await fake.wait_ack(click)
+    assert click_ack.code == 200
+    assert click_ack.data["toast"]["type"] == "success"
+    new_card = click_ack.data["card"]["data"]
+    assert buttons(new_card) == []
+    assert "已批准 approved" in card_text(new_card)
+
+    done = await wait_status(gateway, conf.id, Status.APPROVED)
+    assert done.decided_by == ALICE
+    assert done.decided_via == "card"
+    await wait_until(lambda: 3 not in order_ids(settings), what="row 3 deleted")
+    patch = await fake.wait_request(
+        lambda r: r.op == "patch" and r.message_id == send.message_id, what="card patch"
+    )
+    assert patch.status == 200
+    assert buttons(patch.content) == []
+    assert "已批准 approved" in card_text(patch.content)
+
+
+async def test_type_card_frame_is_dispatched_and_acked(
+    gateway: Gateway, fake: FakeFeishu, settings: Settings
+) -> None:
+    fake.send_frame(
+        message_event(chat_id=P2P, sender=ALICE, text="/sql DELETE FROM orders WHERE id = 2")
+    )
+    [conf] = await wait_pending(gateway)
+    send = await fake.wait_request(lambda r: r in card_sends(fake), what="card send")
+    assert send.message_id is not None
+    # lark-oapi 1.7.5 drops type=card frames without dispatch or ack; the channel must not.
+    click = fake.send_frame(
+        _click(conf.id, "reject", operator=ALICE, message_id=send.message_id, chat=P2P),
+        frame_type="card",
+    )
+    ack = await fake.wait_ack(click)
+    assert ack.code == 200
+    assert "已拒绝 rejected" in card_text(ack.data["card"]["data"])
+    await wait_status(gateway, conf.id, Status.REJECTED)
+    assert 2 in order_ids(settings)
+
+
+async def test_group_requester_text_approves_other_member_decides_nothing(
+    gateway: Gateway, fake: FakeFeishu, settings: Settings
+) -> None:
+    def group_msg(sender: str, text: str) -> dict:  # type: ignore[type-arg]
+        return message_event(
+            chat_id=GROUP,
+            chat_type="group",
+            sender=sender,
+            text=f"@_user_1 {text}",
+            mentions=[BOT_MENTION],
+        )
+
+    fake.send_frame(group_msg(ALICE, "/sql DELETE FROM orders WHERE id = 4"))
+    [conf] = await wait_pending(gateway)
+    assert conf.is_group
+    send = await fake.wait_request(lambda r: r in card_sends(fake), what="card send")
+    assert send.message_id is not None
+
+    # Another member's typed 确认 is not a decision; they are told so.
+    fake.send_frame(group_msg(MALLORY, "确认"))
+    await wait_until(
+        lambda: any(texts.ONLY_APPROVERS in t for t in sent_texts(fake)), what="the notice"
+    )
+    # Nor is their click: a toast, and the card stays as it was.
+    click = fake.send_frame(
+        _click(conf.id, "approve", operator=MALLORY, message_id=send.message_id, chat=GROUP)
+    )
+    ack = await fake.wait_ack(click)
+    assert ack.data["toast"]["content"] == texts.ONLY_APPROVERS
+    assert "card" not in ack.data
+    assert (await wait_status(gateway, conf.id, Status.PENDING)).decided_by is None
+    assert 4 in order_ids(settings)
+    assert fake.requests_for("patch") == []
+
+    fake.send_frame(group_msg(ALICE, "确认"))
+    done = await wait_status(gateway, conf.id, Status.APPROVED)
+    assert done.decided_via == "text"
+    await wait_until(lambda: 4 not in order_ids(settings), what="row 4 deleted")
+    # Decided elsewhere than on the card: the card is patched for everyone.
+    patch = await fake.wait_request(
+        lambda r: r.op == "patch" and r.message_id == send.message_id, what="card patch"
+    )
+    assert "已批准 approved" in card_text(patch.content)
+
+
+async def test_group_message_without_mention_is_ignored(gateway: Gateway, fake: FakeFeishu) -> None:
+    fake.send_frame(message_event(chat_id=GROUP, chat_type="group", sender=ALICE, text="/help"))
+    fake.send_frame(
+        message_event(
+            chat_id=GROUP,
+            chat_type="group",
+            sender=ALICE,
+            text="@_user_1 /pending",
+            mentions=[BOT_MENTION],
+        )
+    )
+    # One chat's messages are answered in order: once /pending is answered, an answer to
+    # the unmentioned /help would have come first.
+    await wait_until(lambda: any("没有待确认" in t for t in sent_texts(fake)), what="/pending")
+    assert not any("/sql" in t for t in sent_texts(fake))
+
+
+async def test_same_event_twice_runs_once(
+    gateway: Gateway, fake: FakeFeishu, settings: Settings
+) -> None:
+    event = message_event(chat_id=P2P, sender=ALICE, text="/sql DELETE FROM orders WHERE id = 5")
+    first = fake.send_frame(event)
+    second = fake.send_frame(event)  # a redelivery: same message_id, new frame
+    assert (await fake.wait_ack(first)).code == 200
+    assert (await fake.wait_ack(second)).code == 200
+    [conf] = await wait_pending(gateway)
+    send = await fake.wait_request(lambda r: r in card_sends(fake), what="card send")
+    assert send.message_id is not None
+    click = fake.send_frame(
+        _click(conf.id, "approve", operator=ALICE, message_id=send.message_id, chat=P2P)
+    )
+    await fake.wait_ack(click)
+    await wait_status(gateway, conf.id, Status.APPROVED)
+    await wait_until(lambda: 5 not in order_ids(settings), what="row 5 deleted")
+    assert gateway.confirmations is not None
+    assert len(await gateway.confirmations.list()) == 1
+    assert len(card_sends(fake)) == 1
+
+
+async def test_reconnects_after_the_server_drops_the_connection(
+    gateway: Gateway, fake: FakeFeishu
+) -> None:
+    fake.drop_connection()
+    await fake.wait_connected(opened=2)
+    assert len(fake.requests_for("endpoint")) >= 2
+    fake.send_frame(message_event(chat_id=P2P, sender=ALICE, text="/help"))
+    await wait_until(lambda: any("/sql" in t for t in sent_texts(fake)), what="/help answer")
+
+
+async def test_timeout_patches_open_card_to_expired(tmp_path, fake: FakeFeishu) -> None:  # type: ignore[no-untyped-def]
+    from tests.channels.feishu.conftest import make_settings
+
+    settings = make_settings(tmp_path, fake, confirmation={"timeout_seconds": 0.5})
+    async with Gateway(settings) as gw:
+        await fake.wait_connected()
+        fake.send_frame(
+            message_event(chat_id=P2P, sender=ALICE, text="/sql DELETE FROM orders WHERE id = 6")
+        )
+        [conf] = await wait_pending(gw)
+        send = await fake.wait_request(lambda r: r in card_sends(fake), what="card send")
+        await wait_status(gw, conf.id, Status.EXPIRED)
+        patch = await fake.wait_request(
+            lambda r: r.op == "patch" and r.message_id == send.message_id, what="card patch"
+        )
+        assert buttons(patch.content) == []
+        assert "已超时 expired" in card_text(patch.content)
+        assert 6 in order_ids(settings)
+
+
+async def test_stop_ends_the_connection_thread(settings: Settings, fake: FakeFeishu) -> None:
+    gw = Gateway(settings)
+    await gw.start()
+    await fake.wait_connected()
+    channel = gw.channels.channels["feishu"]
+    ws = channel._ws  # type: ignore[attr-defined]
+    thread = ws._thread
+    assert thread is not None and thread.is_alive()
+    await gw.stop()
+    assert not thread.is_alive()
+    await wait_until(lambda: fake.live_connections == 0, what="socket closed")
+    await asyncio.sleep(0)

@@ -1,0 +1,82 @@
+"""Sending: token refresh, retry with backoff, idempotency keys, the dead-letter list."""
+
+from __future__ import annotations
+
+import aiohttp
+
+from config.settings import Settings
+from gateway.app import Gateway
+from tests.channels.feishu.conftest import ALICE, sent_texts, wait_until
+from tests.fakes.feishu import INVALID_TOKEN_CODE, RATE_LIMIT_CODE, FakeFeishu, message_event
+
+P2P = "oc_p2p_out"
+
+
+def _ask_help(fake: FakeFeishu) -> None:
+    fake.send_frame(message_event(chat_id=P2P, sender=ALICE, text="/help"))
+
+
+async def _failed(gateway: Gateway) -> list[dict]:  # type: ignore[type-arg]
+    assert gateway.http is not None
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(gateway.http.url + "/api/channels/feishu/failed") as resp,
+    ):
+        assert resp.status == 200
+        return list((await resp.json())["failed"])
+
+
+async def test_expired_token_is_refreshed_and_the_send_retried(
+    gateway: Gateway, fake: FakeFeishu
+) -> None:
+    tokens_before = len(fake.requests_for("token"))
+    fake.expire_tokens()
+    _ask_help(fake)
+    await wait_until(lambda: any("/sql" in t for t in sent_texts(fake)), what="/help answer")
+    creates = fake.requests_for("create")
+    assert [r.code for r in creates] == [INVALID_TOKEN_CODE, 0]
+    assert len(fake.requests_for("token")) == tokens_before + 1
+    assert creates[0].headers["Authorization"] != creates[1].headers["Authorization"]
+    # One idempotency key for both attempts: Feishu delivers at most one of them.
+    assert creates[0].body["uuid"] == creates[1].body["uuid"]
+    assert await _failed(gateway) == []
+
+
+async def test_rate_limit_is_retried_with_the_same_uuid(gateway: Gateway, fake: FakeFeishu) -> None:
+    fake.fail("create", status=429, code=RATE_LIMIT_CODE, times=2)
+    _ask_help(fake)
+    await wait_until(lambda: any("/sql" in t for t in sent_texts(fake)), what="/help answer")
+    creates = fake.requests_for("create")
+    assert [r.status for r in creates] == [429, 429, 200]
+    assert len({r.body["uuid"] for r in creates}) == 1
+    assert await _failed(gateway) == []
+
+
+async def test_permanent_failure_lands_in_the_dead_letter_list(
+    gateway: Gateway, fake: FakeFeishu
+) -> None:
+    fake.fail("create", status=400, code=230002, msg="Bot is not in the chat")
+    _ask_help(fake)
+    await wait_until(lambda: len(fake.requests_for("create")) >= 1, what="the send")
+    channel = gateway.channels.channels["feishu"]
+    await wait_until(lambda: len(channel.outbox.failed) == 1, what="dead letter")  # type: ignore[attr-defined]
+    [entry] = await _failed(gateway)
+    assert entry["chat_id"] == P2P
+    assert entry["code"] == 230002
+    assert entry["attempts"] == 1  # not retryable: no second try
+    assert "/sql" in entry["text"]
+    assert len(fake.requests_for("create")) == 1
+
+
+async def test_rate_limit_that_never_ends_is_dead_lettered(
+    gateway: Gateway, fake: FakeFeishu, settings: Settings
+) -> None:
+    attempts = settings.channels.feishu.retry_attempts
+    fake.fail("create", status=429, code=RATE_LIMIT_CODE, times=attempts)
+    _ask_help(fake)
+    await wait_until(lambda: len(fake.requests_for("create")) >= attempts, what="every attempt")
+    channel = gateway.channels.channels["feishu"]
+    await wait_until(lambda: len(channel.outbox.failed) == 1, what="dead letter")  # type: ignore[attr-defined]
+    [entry] = await _failed(gateway)
+    assert entry["attempts"] == attempts
+    assert entry["status"] == 429

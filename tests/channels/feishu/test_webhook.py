@@ -1,0 +1,163 @@
+"""Webhook mode end to end: Feishu-encrypted, signed requests to the gateway's HTTP server."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from config.settings import Settings
+from gateway.app import Gateway
+from gateway.confirm.model import Status
+from tests.channels.feishu.conftest import (
+    ALICE,
+    buttons,
+    card_sends,
+    card_text,
+    make_settings,
+    order_ids,
+    sent_texts,
+    wait_pending,
+    wait_status,
+    wait_until,
+)
+from tests.fakes.feishu import (
+    FakeFeishu,
+    card_action_event,
+    message_event,
+    url_verification,
+    webhook_request,
+)
+
+ENCRYPT_KEY = "test-encrypt-key"
+TOKEN = "test-verification-token"
+EVENT_PATH = "/webhook/feishu/event"
+CARD_PATH = "/webhook/feishu/card"
+P2P = "oc_p2p_webhook"
+
+
+@pytest.fixture
+def settings(tmp_path: Path, fake: FakeFeishu) -> Settings:
+    return make_settings(
+        tmp_path,
+        fake,
+        mode="webhook",
+        encrypt_key=ENCRYPT_KEY,
+        verification_token=TOKEN,
+    )
+
+
+@pytest.fixture
+async def http(gateway: Gateway) -> AsyncIterator[tuple[aiohttp.ClientSession, str]]:
+    assert gateway.http is not None
+    async with aiohttp.ClientSession() as session:
+        yield session, gateway.http.url
+
+
+async def post(
+    http: tuple[aiohttp.ClientSession, str],
+    payload: dict[str, Any],
+    *,
+    path: str = EVENT_PATH,
+    **signing: Any,
+) -> tuple[int, Any]:
+    session, base = http
+    headers, body = webhook_request(payload, encrypt_key=ENCRYPT_KEY, **signing)
+    async with session.post(base + path, data=body, headers=headers) as resp:
+        text = await resp.text()
+        return resp.status, json.loads(text) if text else None
+
+
+def delete_event(row: int) -> dict[str, Any]:
+    return message_event(
+        chat_id=P2P, sender=ALICE, text=f"/sql DELETE FROM orders WHERE id = {row}", token=TOKEN
+    )
+
+
+async def test_url_verification_is_answered(http: tuple[aiohttp.ClientSession, str]) -> None:
+    status, body = await post(http, url_verification(challenge="ch-123", token=TOKEN))
+    assert (status, body) == (200, {"challenge": "ch-123"})
+    status, _ = await post(http, url_verification(challenge="ch-123", token="wrong"))
+    assert status == 401
+
+
+async def test_message_then_card_callback_over_webhook(
+    gateway: Gateway,
+    fake: FakeFeishu,
+    settings: Settings,
+    http: tuple[aiohttp.ClientSession, str],
+) -> None:
+    status, body = await post(http, delete_event(7))
+    assert (status, body) == (200, {"msg": "success"})
+    [conf] = await wait_pending(gateway)
+    send = await fake.wait_request(lambda r: r in card_sends(fake), what="card send")
+    assert send.message_id is not None
+    click = card_action_event(
+        operator=ALICE,
+        value={"confirmation_id": conf.id, "decision": "approve"},
+        open_message_id=send.message_id,
+        open_chat_id=P2P,
+        token=TOKEN,
+    )
+    status, answer = await post(http, click, path=CARD_PATH)
+    assert status == 200
+    assert answer["toast"]["type"] == "success"
+    assert buttons(answer["card"]["data"]) == []
+    assert "已批准 approved" in card_text(answer["card"]["data"])
+    await wait_status(gateway, conf.id, Status.APPROVED)
+    await wait_until(lambda: 7 not in order_ids(settings), what="row 7 deleted")
+
+
+async def test_bad_signature_is_401_and_nothing_is_queued(
+    gateway: Gateway, fake: FakeFeishu, http: tuple[aiohttp.ClientSession, str]
+) -> None:
+    status, _ = await post(http, delete_event(1), bad_signature=True)
+    assert status == 401
+    # Wrong verification token, correctly signed: also refused.
+    forged = message_event(chat_id=P2P, sender=ALICE, text="/help", token="not-the-token")
+    status, _ = await post(http, forged)
+    assert status == 401
+    # Garbage is a 400, never a 5xx.
+    session, base = http
+    async with session.post(base + EVENT_PATH, data=b"not json") as resp:
+        assert resp.status == 400
+    async with session.post(base + EVENT_PATH, json={"encrypt": "!!!"}) as resp:
+        assert resp.status == 400
+    # A good request afterwards is the only thing that reached the agent.
+    status, _ = await post(
+        http, message_event(chat_id=P2P, sender=ALICE, text="/pending", token=TOKEN)
+    )
+    assert status == 200
+    await wait_until(lambda: any("没有待确认" in t for t in sent_texts(fake)), what="/pending")
+    assert gateway.confirmations is not None
+    assert await gateway.confirmations.list() == []
+    assert len(sent_texts(fake)) == 1
+
+
+async def test_replayed_nonce_and_old_timestamp_are_rejected(
+    gateway: Gateway, fake: FakeFeishu, http: tuple[aiohttp.ClientSession, str]
+) -> None:
+    status, _ = await post(
+        http, message_event(chat_id=P2P, sender=ALICE, text="/help", token=TOKEN), nonce="n-1"
+    )
+    assert status == 200
+    status, _ = await post(
+        http, message_event(chat_id=P2P, sender=ALICE, text="/help", token=TOKEN), nonce="n-1"
+    )
+    assert status == 401
+    old = int(time.time()) - 3600
+    status, _ = await post(
+        http, message_event(chat_id=P2P, sender=ALICE, text="/help", token=TOKEN), timestamp=old
+    )
+    assert status == 401
+    # Answers in one chat go out in order: once /pending is answered, an accepted replay
+    # of /help would have been answered before it.
+    pending = message_event(chat_id=P2P, sender=ALICE, text="/pending", token=TOKEN)
+    assert (await post(http, pending))[0] == 200
+    await wait_until(lambda: any("没有待确认" in t for t in sent_texts(fake)), what="/pending")
+    assert len(sent_texts(fake)) == 2
