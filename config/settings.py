@@ -293,6 +293,9 @@ class DingTalkSettings(_Section):
     reconnect_max_seconds: float = Field(default=60.0, gt=0)
     stop_timeout_seconds: float = Field(default=5.0, gt=0)
     dead_letter_size: int = Field(default=200, ge=1)
+    # Messages older than this (by createAt) are skipped, e.g. a burst after an outage;
+    # 0 turns the check off.
+    max_message_age_seconds: float = Field(default=600.0, ge=0)
 
 
 class ChannelsSettings(_Section):
