@@ -1,0 +1,544 @@
+"""The ConfirmationStore contract, run unchanged against every backend.
+
+`backend` is parametrized with ``indirect=True`` (as aiogram tests its FSM storages): a new
+backend joins by adding a branch to the fixture. ``backend.open()`` gives another handle on
+the same data, the way a second gateway replica (Redis) or a second process on the same
+file (SQLite) would see it; for memory it is the same object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from gateway.confirm.model import Confirmation, Risk, Status, ToolCall
+from gateway.confirm.redis_store import RedisConfirmationStore
+from gateway.confirm.sqlite_store import SqliteConfirmationStore
+from gateway.confirm.store import (
+    ConfirmationExistsError,
+    ConfirmationStore,
+    MemoryConfirmationStore,
+)
+from tests.services import require_service
+
+REDIS_URL = os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+T0 = 1_763_000_000.123456  # many significant digits: floats must round-trip exactly
+TIMEOUT = 300.0
+
+BACKENDS = [
+    "memory",
+    "sqlite",
+    pytest.param("redis", marks=pytest.mark.services),
+]
+DURABLE_BACKENDS = [
+    "sqlite",
+    pytest.param("redis", marks=pytest.mark.services),
+]
+
+
+@dataclass
+class Backend:
+    name: str
+    open: Callable[[], Awaitable[ConfirmationStore]]
+    handles: list[ConfirmationStore] = field(default_factory=list)
+    redis_prefix: str | None = None
+
+
+async def _redis_client() -> Redis:
+    client = Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+    try:
+        await client.ping()
+    except (RedisConnectionError, OSError) as exc:
+        await client.aclose()
+        require_service(f"Redis at {REDIS_URL}", exc)
+    return client
+
+
+@pytest.fixture
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    kind: str = request.param
+    if kind == "memory":
+        shared = MemoryConfirmationStore()
+
+        async def open_memory() -> ConfirmationStore:
+            return shared
+
+        yield Backend(kind, open_memory)
+        return
+
+    if kind == "sqlite":
+        path = tmp_path / "confirmations.db"
+        b = Backend(kind, lambda: _noop_open())
+
+        async def open_sqlite() -> ConfirmationStore:
+            store = await SqliteConfirmationStore.open(path)
+            b.handles.append(store)
+            return store
+
+        b.open = open_sqlite
+        yield b
+        for handle in b.handles:
+            await handle.close()
+        return
+
+    if kind == "redis":
+        admin = await _redis_client()
+        prefix = f"gateway-test:{uuid.uuid4().hex}"
+        b = Backend(kind, lambda: _noop_open(), redis_prefix=prefix)
+
+        async def open_redis() -> ConfirmationStore:
+            store = await RedisConfirmationStore.from_url(
+                REDIS_URL, prefix=prefix, finished_ttl_seconds=3600
+            )
+            b.handles.append(store)
+            return store
+
+        b.open = open_redis
+        try:
+            yield b
+        finally:
+            for handle in b.handles:
+                await handle.close()
+            keys = [k async for k in admin.scan_iter(match=f"{prefix}:*")]
+            if keys:
+                await admin.delete(*keys)
+            await admin.aclose()
+        return
+
+    raise AssertionError(f"unknown backend {kind}")
+
+
+async def _noop_open() -> ConfirmationStore:
+    raise AssertionError("backend.open replaced before use")
+
+
+@pytest.fixture
+async def store(backend: Backend) -> ConfirmationStore:
+    return await backend.open()
+
+
+def make(
+    cid: str,
+    *,
+    session: str = "console:alice",
+    created_at: float = T0,
+    timeout: float = TIMEOUT,
+    **changes: object,
+) -> Confirmation:
+    c = Confirmation(
+        id=cid,
+        session_key=session,
+        channel="console",
+        chat_id=session.split(":", 1)[-1],
+        requester="alice",
+        is_group=False,
+        tool_call=ToolCall(name="sql_modify", args={"sql": "DELETE FROM t"}, call_id=f"call-{cid}"),
+        summary=f"DELETE t ({cid})",
+        created_at=created_at,
+        expires_at=created_at + timeout,
+    )
+    return replace(c, **changes)  # type: ignore[arg-type]
+
+
+def full_record(cid: str = "K7Q2") -> Confirmation:
+    """Every field away from its default, with unicode, nesting and awkward floats."""
+    return Confirmation(
+        id=cid,
+        session_key="feishu:oc_群聊:thread",
+        channel="feishu",
+        chat_id="oc_群聊",
+        requester="ou_requester",
+        is_group=True,
+        tool_call=ToolCall(
+            name="sql_modify",
+            args={"sql": "DELETE FROM orders WHERE status = 1 -- 删除", "n": [1, 2.5, None]},
+            call_id="call_0001",
+        ),
+        summary="DELETE orders，影响 3 行 / 3 rows",
+        details={
+            "statement": "DELETE FROM orders WHERE status = 1",
+            "kind": "DELETE",
+            "tables": ["orders"],
+            "rows_affected": 3,
+            "has_where": True,
+            "nested": {"a": {"b": "中文"}},
+        },
+        risk=Risk.CRITICAL,
+        approvers=("ou_boss", "ou_ops"),
+        four_eyes=True,
+        created_at=T0,
+        expires_at=T0 + 299.987654321,
+        prompt_refs={"feishu.message_id": "om_123", "card": "c-1"},
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS, indirect=True)
+class TestStoreContract:
+    async def test_create_get_round_trips_every_field(self, store: ConfirmationStore) -> None:
+        c = full_record()
+        await store.create(c)
+        got = await store.get(c.id)
+        assert got == c
+        assert got is not None
+        assert isinstance(got.approvers, tuple)
+        assert got.to_dict() == c.to_dict()
+
+    async def test_decision_fields_round_trip(self, store: ConfirmationStore) -> None:
+        c = full_record()
+        await store.create(c)
+        at = T0 + 12.000001
+        done, changed = await store.finish(
+            c.id,
+            Status.REJECTED,
+            by="ou_boss",
+            via="card",
+            reason="只删前10条 / only the first 10",
+            now=at,
+            feedback=True,
+        )
+        assert changed
+        expected = c.finished(
+            Status.REJECTED,
+            by="ou_boss",
+            at=at,
+            via="card",
+            reason="只删前10条 / only the first 10",
+            feedback=True,
+        )
+        assert done == expected
+        assert await store.get(c.id) == expected
+
+    async def test_get_unknown_is_none(self, store: ConfirmationStore) -> None:
+        assert await store.get("ZZ99") is None
+
+    async def test_duplicate_id_raises_and_keeps_the_first(self, store: ConfirmationStore) -> None:
+        first = make("AB12")
+        await store.create(first)
+        with pytest.raises(ConfirmationExistsError):
+            await store.create(make("AB12", session="console:bob", summary="other"))
+        assert await store.get("AB12") == first
+        assert await store.list_pending("console:bob") == []
+
+    async def test_duplicate_of_finished_id_raises(self, store: ConfirmationStore) -> None:
+        await store.create(make("AB12"))
+        await store.finish("AB12", Status.CANCELLED, by=None, via=None, reason=None, now=T0 + 1)
+        with pytest.raises(ConfirmationExistsError):
+            await store.create(make("AB12"))
+
+    async def test_list_pending_per_session_oldest_first(self, store: ConfirmationStore) -> None:
+        for i, cid in enumerate(["AA11", "BB22", "CC33"]):
+            await store.create(make(cid, created_at=T0 + i))
+        await store.create(make("DD44", session="console:bob", created_at=T0 + 0.5))
+        assert [c.id for c in await store.list_pending("console:alice")] == [
+            "AA11",
+            "BB22",
+            "CC33",
+        ]
+        assert [c.id for c in await store.list_pending("console:bob")] == ["DD44"]
+        assert await store.list_pending("console:nobody") == []
+
+        await store.finish("BB22", Status.APPROVED, by="alice", via="text", reason=None, now=T0 + 5)
+        assert [c.id for c in await store.list_pending("console:alice")] == ["AA11", "CC33"]
+
+    async def test_list_filters_newest_first(self, store: ConfirmationStore) -> None:
+        await store.create(make("AA11", created_at=T0))
+        await store.create(make("BB22", created_at=T0 + 1))
+        await store.create(make("CC33", session="console:bob", created_at=T0 + 2))
+        await store.create(make("DD44", created_at=T0 + 3))
+        await store.finish("BB22", Status.APPROVED, by="alice", via="text", reason=None, now=T0 + 4)
+        await store.finish("CC33", Status.EXPIRED, by=None, via="timeout", reason=None, now=T0 + 5)
+
+        ids = [c.id for c in await store.list()]
+        assert ids == ["DD44", "CC33", "BB22", "AA11"]
+        assert [c.id for c in await store.list(status=Status.PENDING)] == ["DD44", "AA11"]
+        assert [c.id for c in await store.list(status=Status.APPROVED)] == ["BB22"]
+        assert [c.id for c in await store.list(session_key="console:alice")] == [
+            "DD44",
+            "BB22",
+            "AA11",
+        ]
+        assert [
+            c.id for c in await store.list(status=Status.EXPIRED, session_key="console:alice")
+        ] == []
+        assert [
+            c.id for c in await store.list(status=Status.PENDING, session_key="console:alice")
+        ] == ["DD44", "AA11"]
+        assert [c.id for c in await store.list(limit=2)] == ["DD44", "CC33"]
+        assert [c.id for c in await store.list(status=Status.REJECTED)] == []
+
+    async def test_list_all_pending_spans_sessions(self, store: ConfirmationStore) -> None:
+        await store.create(make("AA11", created_at=T0))
+        await store.create(make("BB22", session="webchat:bob", created_at=T0 + 1))
+        await store.create(make("CC33", session="feishu:oc_x", created_at=T0 + 2))
+        await store.finish("CC33", Status.CANCELLED, by=None, via="shutdown", reason=None, now=T0)
+        assert sorted(c.id for c in await store.list_all_pending()) == ["AA11", "BB22"]
+        assert all(c.status is Status.PENDING for c in await store.list_all_pending())
+
+    async def test_finish_unknown_id(self, store: ConfirmationStore) -> None:
+        assert await store.finish(
+            "ZZ99", Status.APPROVED, by="a", via="text", reason=None, now=T0
+        ) == (None, False)
+
+    async def test_concurrent_finishes_exactly_one_wins(self, backend: Backend) -> None:
+        # Two handles: two replicas (Redis) or two connections to one file (SQLite).
+        replicas = [await backend.open(), await backend.open()]
+        await replicas[0].create(make("RACE"))
+        statuses = [Status.APPROVED, Status.REJECTED, Status.EXPIRED, Status.CANCELLED]
+        calls = [
+            replicas[i % 2].finish(
+                "RACE",
+                statuses[i % 4],
+                by=f"user{i}",
+                via="text",
+                reason=f"r{i}",
+                now=T0 + 1 + i / 1000,
+            )
+            for i in range(50)
+        ]
+        results = await asyncio.gather(*calls)
+        winners = [i for i, (_, changed) in enumerate(results) if changed]
+        assert len(winners) == 1
+        w = winners[0]
+        final = await replicas[1].get("RACE")
+        assert final is not None
+        assert final.status is statuses[w % 4]
+        assert final.decided_by == f"user{w}"
+        assert final.reason == f"r{w}"
+        # Losers see the winner's record, not their own.
+        assert all(record == final for record, _ in results)
+
+    async def test_many_sessions_race_independently(self, backend: Backend) -> None:
+        replicas = [await backend.open(), await backend.open()]
+        ids = [f"S{i:03d}" for i in range(20)]
+        for cid in ids:
+            await replicas[0].create(make(cid, session=f"console:{cid}"))
+        calls = [
+            replicas[j % 2].finish(
+                cid, Status.APPROVED, by=f"u{j}", via="text", reason=None, now=T0 + 1
+            )
+            for cid in ids
+            for j in range(5)
+        ]
+        results = await asyncio.gather(*calls)
+        assert sum(changed for _, changed in results) == len(ids)
+        assert await replicas[1].list_all_pending() == []
+
+    async def test_decision_refused_at_and_after_deadline(self, store: ConfirmationStore) -> None:
+        c = make("EXP1", timeout=10)
+        await store.create(c)
+        at_deadline = await store.finish(
+            "EXP1", Status.APPROVED, by="alice", via="text", reason=None, now=c.expires_at
+        )
+        assert at_deadline == (c, False)
+        late_reject = await store.finish(
+            "EXP1", Status.REJECTED, by="alice", via="text", reason=None, now=c.expires_at + 1
+        )
+        assert late_reject == (c, False)
+        assert [x.id for x in await store.list_pending(c.session_key)] == ["EXP1"]
+
+        expired, changed = await store.finish(
+            "EXP1", Status.EXPIRED, by=None, via="timeout", reason=None, now=c.expires_at + 2
+        )
+        assert changed
+        assert expired is not None
+        assert expired.status is Status.EXPIRED
+        assert expired.decided_at == c.expires_at + 2
+        assert await store.list_pending(c.session_key) == []
+
+    async def test_decision_accepted_just_before_deadline(self, store: ConfirmationStore) -> None:
+        c = make("EXP2", timeout=10)
+        await store.create(c)
+        just_before = c.expires_at - 1e-6
+        done, changed = await store.finish(
+            "EXP2", Status.APPROVED, by="alice", via="text", reason=None, now=just_before
+        )
+        assert changed
+        assert done is not None
+        assert done.status is Status.APPROVED
+
+    async def test_expire_and_cancel_allowed_before_deadline(
+        self, store: ConfirmationStore
+    ) -> None:
+        await store.create(make("CAN1"))
+        await store.create(make("CAN2"))
+        _, cancelled = await store.finish(
+            "CAN1", Status.CANCELLED, by=None, via="shutdown", reason="stopping", now=T0 + 1
+        )
+        _, expired = await store.finish(
+            "CAN2", Status.EXPIRED, by=None, via="timeout", reason=None, now=T0 + 1
+        )
+        assert cancelled
+        assert expired
+
+    @pytest.mark.parametrize("first", [Status.APPROVED, Status.REJECTED, Status.CANCELLED])
+    async def test_terminal_is_final(self, store: ConfirmationStore, first: Status) -> None:
+        await store.create(make("FIN1"))
+        done, changed = await store.finish(
+            "FIN1", first, by="alice", via="text", reason="first", now=T0 + 1
+        )
+        assert changed
+        for later in (Status.APPROVED, Status.REJECTED, Status.EXPIRED, Status.CANCELLED):
+            again, changed_again = await store.finish(
+                "FIN1", later, by="mallory", via="admin", reason="later", now=T0 + 2
+            )
+            assert not changed_again
+            assert again == done
+        assert await store.get("FIN1") == done
+
+    async def test_set_prompt_ref(self, store: ConfirmationStore) -> None:
+        await store.create(make("REF1", prompt_refs={"console": "1"}))
+        await store.set_prompt_ref("REF1", "feishu.message_id", "om_1")
+        await store.set_prompt_ref("REF1", "feishu.message_id", "om_2")
+        await store.set_prompt_ref("REF1", "dingtalk.card", "card:é")
+        got = await store.get("REF1")
+        assert got is not None
+        assert dict(got.prompt_refs) == {
+            "console": "1",
+            "feishu.message_id": "om_2",
+            "dingtalk.card": "card:é",
+        }
+        # Refs survive a decision (the card is patched after it) ...
+        done, _ = await store.finish(
+            "REF1", Status.APPROVED, by="alice", via="card", reason=None, now=T0 + 1
+        )
+        assert done is not None
+        assert dict(done.prompt_refs) == dict(got.prompt_refs)
+        # ... and an unknown id is not an error and creates nothing.
+        await store.set_prompt_ref("NONE", "k", "v")
+        assert await store.get("NONE") is None
+
+
+@pytest.mark.parametrize("backend", DURABLE_BACKENDS, indirect=True)
+async def test_records_survive_close_and_reopen(backend: Backend) -> None:
+    first = await backend.open()
+    c = full_record()
+    await first.create(c)
+    await first.create(make("PEND", created_at=T0 + 1))
+    await first.set_prompt_ref("PEND", "console", "7")
+    done, _ = await first.finish(
+        c.id, Status.APPROVED, by="ou_boss", via="card", reason=None, now=T0 + 2
+    )
+    await first.close()
+    backend.handles.remove(first)
+
+    second = await backend.open()
+    assert await second.get(c.id) == done
+    pending = await second.list_all_pending()
+    assert [p.id for p in pending] == ["PEND"]
+    assert dict(pending[0].prompt_refs) == {"console": "7"}
+    # The reopened store still enforces first-wins on what it found.
+    assert (
+        await second.finish(c.id, Status.REJECTED, by="x", via="text", reason=None, now=T0 + 3)
+    )[1] is False
+
+
+# -- SQLite specifics: the audit log and the file ---------------------------------------------
+
+
+@pytest.fixture
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[SqliteConfirmationStore]:
+    store = await SqliteConfirmationStore.open(tmp_path / "audit.db")
+    yield store
+    await store.close()
+
+
+async def test_sqlite_audit_rows_follow_create_and_finish(
+    sqlite_store: SqliteConfirmationStore,
+) -> None:
+    c = make("AUD1")
+    await sqlite_store.create(c)
+    with pytest.raises(ConfirmationExistsError):
+        await sqlite_store.create(c)
+    # Refused finishes (past the deadline, then after the end) write nothing.
+    await sqlite_store.finish(
+        "AUD1", Status.APPROVED, by="late", via="text", reason=None, now=c.expires_at
+    )
+    results = await asyncio.gather(
+        *[
+            sqlite_store.finish(
+                "AUD1", Status.REJECTED, by=f"u{i}", via="card", reason="no", now=T0 + 1
+            )
+            for i in range(20)
+        ]
+    )
+    winner = next(r for r, changed in results if changed)
+    assert winner is not None
+
+    log = await sqlite_store.audit_log("AUD1")
+    assert [(e.status, e.actor, e.via, e.reason) for e in log] == [
+        (Status.PENDING, "alice", "console", None),
+        (Status.REJECTED, winner.decided_by, "card", "no"),
+    ]
+    assert [e.at for e in log] == [T0, T0 + 1]
+    assert log[0].seq < log[1].seq
+    assert await sqlite_store.audit_log() == log
+
+
+async def test_sqlite_audit_log_is_append_only_and_file_is_wal(tmp_path: Path) -> None:
+    path = tmp_path / "wal.db"
+    store = await SqliteConfirmationStore.open(path)
+    try:
+        await store.create(make("WAL1"))
+    finally:
+        await store.close()
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        indexes = {row[1] for row in conn.execute("PRAGMA index_list(confirmations)")}
+        assert "confirmations_session_status" in indexes
+        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+            conn.execute("UPDATE confirmation_events SET status = 'approved'")
+        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+            conn.execute("DELETE FROM confirmation_events")
+        assert conn.execute("SELECT COUNT(*) FROM confirmation_events").fetchone()[0] == 1
+    finally:
+        conn.close()
+
+
+async def test_sqlite_refuses_newer_schema(tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    with pytest.raises(RuntimeError, match="schema 99"):
+        await SqliteConfirmationStore.open(path)
+
+
+# -- Redis specifics: TTLs and index tidying -------------------------------------------------
+
+
+@pytest.mark.services
+async def test_redis_finished_records_get_the_configured_ttl() -> None:
+    admin = await _redis_client()
+    prefix = f"gateway-test:{uuid.uuid4().hex}"
+    store = RedisConfirmationStore(admin, prefix=prefix, finished_ttl_seconds=120)
+    try:
+        await store.create(make("TTL1", timeout=60))
+        pending_ttl = await admin.ttl(f"{prefix}:c:TTL1")
+        assert 120 < pending_ttl <= 180
+        await store.finish("TTL1", Status.APPROVED, by="a", via="text", reason=None, now=T0 + 1)
+        assert 0 < await admin.ttl(f"{prefix}:c:TTL1") <= 120
+
+        # A record whose TTL ran out leaves the indexes on the next read.
+        await store.create(make("TTL2"))
+        await admin.delete(f"{prefix}:c:TTL2")
+        assert await store.list_pending("console:alice") == []
+        assert await store.list() == [await store.get("TTL1")]
+        assert await admin.zcard(f"{prefix}:pending:console:alice") == 0
+        assert await admin.zcard(f"{prefix}:index") == 1
+    finally:
+        keys = [k async for k in admin.scan_iter(match=f"{prefix}:*")]
+        if keys:
+            await admin.delete(*keys)
+        await store.close()  # injected client: close() leaves it open
+        assert await admin.ping()
+        await admin.aclose()

@@ -1,0 +1,31 @@
+"""Local services (PostgreSQL, MariaDB, Redis) for tests: skip when absent, fail in CI.
+
+A developer without the services gets a skip that says what is missing; CI sets
+``GATEWAY_TEST_REQUIRE_SERVICES=1`` so a missing service fails the build instead of
+quietly skipping the tests that need it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NoReturn
+
+import pytest
+
+REQUIRE_ENV = "GATEWAY_TEST_REQUIRE_SERVICES"
+
+
+def services_required() -> bool:
+    return os.environ.get(REQUIRE_ENV, "").strip() not in ("", "0", "false", "no")
+
+
+def require_service(name: str, exc: BaseException) -> NoReturn:
+    """Skip (or, with GATEWAY_TEST_REQUIRE_SERVICES=1, fail) because ``name`` is unreachable.
+
+    Call it from the ``except`` that caught the connection error, e.g.
+    ``require_service("Redis at 127.0.0.1:6379", exc)``.
+    """
+    detail = f"{type(exc).__name__}: {exc}".strip()
+    if services_required():
+        pytest.fail(f"{name} is unreachable ({detail}) and {REQUIRE_ENV}=1", pytrace=False)
+    pytest.skip(f"{name} is unreachable ({detail}); set {REQUIRE_ENV}=1 to fail instead")
