@@ -71,6 +71,10 @@ class ConfirmationSettings(_Section):
     max_unclear_replies: int = Field(default=3, ge=1)
     store: Literal["memory", "sqlite", "redis"] = "sqlite"
     redis_url: str = "redis://127.0.0.1:6379/0"
+    # Replicas that share one bot must share the prefix; wrap it in braces for Redis Cluster.
+    redis_prefix: str = Field(default="gateway:confirm", min_length=1)
+    # How long decided confirmations stay readable in Redis (the audit trail is SQLite's job).
+    redis_finished_ttl_seconds: float = Field(default=30 * 24 * 3600.0, gt=0)
 
 
 class KeywordsSettings(_Section):

@@ -47,7 +47,11 @@ async def build_store(settings: Settings) -> ConfirmationStore:
         return await SqliteConfirmationStore.open(settings.data_dir / "confirmations.db")
     from gateway.confirm.redis_store import RedisConfirmationStore
 
-    return await RedisConfirmationStore.from_url(settings.confirmation.redis_url)
+    return await RedisConfirmationStore.from_url(
+        settings.confirmation.redis_url,
+        prefix=settings.confirmation.redis_prefix,
+        finished_ttl_seconds=settings.confirmation.redis_finished_ttl_seconds,
+    )
 
 
 class Gateway:
