@@ -109,7 +109,11 @@ class ChannelManager:
         try:
             async for attempt in AsyncRetrying(
                 stop=stop_after_attempt(self._max_attempts),
-                wait=wait_exponential_jitter(initial=self._backoff_initial, max=self._backoff_max),
+                wait=wait_exponential_jitter(
+                    multiplier=self._backoff_initial,
+                    max=self._backoff_max,
+                    jitter=self._backoff_initial,
+                ),
                 retry=retry_if_exception(_retryable),
                 reraise=False,
             ):

@@ -1,0 +1,316 @@
+"""The whole core composed by gateway.app: command agent, policy, SQL tools, confirmations.
+
+Messages go in through the real bus and come out through the real channel manager into a
+recording channel (a real Channel subclass; the seam under test is the core, not a platform).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from channels.base import Channel
+from config.settings import Settings
+from gateway.app import Gateway
+from gateway.bus import InboundMessage, OutboundKind, OutboundMessage
+from gateway.confirm.model import Confirmation, Risk, Status, ToolCall
+from gateway.tools.base import tool
+
+
+class RecordingChannel(Channel):
+    name: ClassVar[str] = "rec"
+
+    def __init__(self) -> None:
+        self.sent: asyncio.Queue[OutboundMessage] = asyncio.Queue()
+        self.log: list[OutboundMessage] = []
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    async def send(self, msg: OutboundMessage) -> None:
+        self.log.append(msg)
+        self.sent.put_nowait(msg)
+
+    async def next(
+        self, kind: OutboundKind | None = None, contains: str | None = None, timeout: float = 10
+    ) -> OutboundMessage:
+        async with asyncio.timeout(timeout):
+            while True:
+                msg = await self.sent.get()
+                if kind is not None and msg.kind is not kind:
+                    continue
+                if contains is not None and contains not in msg.text:
+                    continue
+                return msg
+
+
+class Chat:
+    def __init__(self, gw: Gateway, channel: RecordingChannel) -> None:
+        self.gw = gw
+        self.channel = channel
+        self.n = 0
+
+    async def say(
+        self, text: str, *, user: str = "alice", chat: str = "c1", group: bool = False
+    ) -> None:
+        self.n += 1
+        await self.gw.bus.publish_inbound(
+            InboundMessage(
+                channel="rec",
+                chat_id=chat,
+                sender_id=user,
+                text=text,
+                message_id=f"m{self.n}",
+                is_group=group,
+            )
+        )
+
+
+@pytest.fixture
+async def chat(make_settings: Callable[..., Settings]) -> AsyncIterator[Chat]:
+    settings = make_settings(confirmation={"store": "memory", "timeout_seconds": 30})
+    gw = Gateway(settings, serve_http=False)
+    rec = RecordingChannel()
+    gw.channels.add(rec)
+    async with gw:
+        yield Chat(gw, rec)
+
+
+def rows(settings: Settings, where: str = "1=1") -> int:
+    db = settings.data_dir / "demo.db"
+    with sqlite3.connect(db) as conn:
+        return int(conn.execute(f"SELECT COUNT(*) FROM orders WHERE {where}").fetchone()[0])
+
+
+async def test_sql_delete_waits_for_confirm_then_runs(chat: Chat) -> None:
+    await chat.say("/sql DELETE FROM orders WHERE id = 3")
+    prompt = await chat.channel.next(OutboundKind.CONFIRMATION)
+    conf = prompt.confirmation
+    assert conf is not None
+    assert conf.details["kind"] == "DELETE"
+    assert conf.details["tables"] == ["orders"]
+    assert conf.details["rows_affected"] == 1
+    assert conf.details["statement"] == "DELETE FROM orders WHERE id = 3"
+    for shown in (
+        conf.id,
+        "DELETE FROM orders WHERE id = 3",
+        "影响行数 Rows affected: 1",
+        "Time left",
+    ):
+        assert shown in prompt.text
+    # Held: the row is still there while nobody has decided.
+    await asyncio.sleep(0.1)
+    assert rows(chat.gw.settings, "id = 3") == 1
+    await chat.say("确认")
+    await chat.channel.next(contains="DELETE: 1 rows")
+    assert rows(chat.gw.settings, "id = 3") == 0
+
+
+async def test_sql_delete_cancel_keeps_row(chat: Chat) -> None:
+    await chat.say("/sql DELETE FROM orders WHERE id = 4")
+    await chat.channel.next(OutboundKind.CONFIRMATION)
+    await chat.say("取消")
+    update = await chat.channel.next(OutboundKind.CONFIRMATION_UPDATE)
+    assert update.confirmation is not None and update.confirmation.status is Status.REJECTED
+    await asyncio.sleep(0.1)
+    assert rows(chat.gw.settings, "id = 4") == 1
+
+
+async def test_delete_without_where_is_critical(chat: Chat) -> None:
+    await chat.say("/sql DELETE FROM orders")
+    prompt = await chat.channel.next(OutboundKind.CONFIRMATION)
+    assert prompt.confirmation is not None
+    assert prompt.confirmation.risk is Risk.CRITICAL
+    assert prompt.confirmation.details["rows_affected"] == 8
+    await chat.say("取消")
+
+
+async def test_unparseable_sql_is_refused_without_asking(chat: Chat) -> None:
+    await chat.say("/sql DELETE FROM WHERE")
+    msg = await chat.channel.next()
+    assert msg.kind is OutboundKind.TEXT
+    assert "parse" in msg.text
+    assert await chat.gw.confirmations.list(status=Status.PENDING) == []  # type: ignore[union-attr]
+
+
+async def test_select_runs_without_confirmation(chat: Chat) -> None:
+    await chat.say("/sql SELECT customer FROM orders WHERE id = 1")
+    msg = await chat.channel.next()
+    assert msg.kind is OutboundKind.TEXT
+    assert "Alice" in msg.text
+
+
+async def test_pending_session_does_not_block_another(chat: Chat) -> None:
+    await chat.say("/sql DELETE FROM orders WHERE id = 5", chat="a")
+    await chat.channel.next(OutboundKind.CONFIRMATION)
+    await chat.say("/sql SELECT customer FROM orders WHERE id = 2", chat="b")
+    msg = await chat.channel.next(contains="Bob")
+    assert msg.chat_id == "b"
+
+
+async def test_new_command_while_pending_rejects_and_is_answered(chat: Chat) -> None:
+    await chat.say("/sql DELETE FROM orders WHERE id = 6")
+    await chat.channel.next(OutboundKind.CONFIRMATION)
+    await chat.say("/sql SELECT customer FROM orders WHERE id = 6")
+    update = await chat.channel.next(OutboundKind.CONFIRMATION_UPDATE)
+    assert update.confirmation is not None
+    assert update.confirmation.status is Status.REJECTED
+    assert update.confirmation.feedback
+    # The message was not lost: the agent answered it after the rejection.
+    await chat.channel.next(contains="Frank")
+    assert rows(chat.gw.settings, "id = 6") == 1
+
+
+async def test_group_member_cannot_approve(chat: Chat) -> None:
+    await chat.say("/sql DELETE FROM orders WHERE id = 7", group=True)
+    await chat.channel.next(OutboundKind.CONFIRMATION)
+    await chat.say("确认", user="mallory", group=True)
+    told = await chat.channel.next(contains="仅发起人或审批人")
+    assert told.chat_id == "c1"
+    assert rows(chat.gw.settings, "id = 7") == 1
+    await chat.say("确认", user="alice", group=True)
+    await chat.channel.next(contains="DELETE: 1 rows")
+    assert rows(chat.gw.settings, "id = 7") == 0
+
+
+async def test_shutdown_cancels_pending_and_tells_chat(
+    make_settings: Callable[..., Settings],
+) -> None:
+    gw = Gateway(make_settings(), serve_http=False)
+    rec = RecordingChannel()
+    gw.channels.add(rec)
+    await gw.start()
+    await gw.bus.publish_inbound(
+        InboundMessage(
+            channel="rec",
+            chat_id="c1",
+            sender_id="alice",
+            text="/sql DELETE FROM orders WHERE id = 8",
+            message_id="x1",
+        )
+    )
+    await rec.next(OutboundKind.CONFIRMATION)
+    await gw.stop()
+    updates = [m for m in rec.log if m.kind is OutboundKind.CONFIRMATION_UPDATE]
+    assert len(updates) == 1
+    assert updates[0].confirmation is not None
+    assert updates[0].confirmation.status is Status.CANCELLED
+    assert rows(gw.settings, "id = 8") == 1
+
+
+CALLS: list[dict[str, Any]] = []
+
+
+@tool(requires_confirmation=True, risk="high")
+def restart_service(name: str) -> str:
+    """Restart a service (test plugin; records its calls)."""
+    CALLS.append({"name": name})
+    return f"restarted {name}"
+
+
+async def test_plugin_tool_runs_only_after_approval(make_settings: Callable[..., Settings]) -> None:
+    import sys
+    import types
+
+    module = types.ModuleType("gw_test_plugin")
+    module.restart_service = restart_service  # type: ignore[attr-defined]
+    sys.modules["gw_test_plugin"] = module
+    CALLS.clear()
+    settings = make_settings(
+        tools={"plugins": ["gw_test_plugin"]},
+        confirmation={"store": "memory", "timeout_seconds": 1.0},
+    )
+    gw = Gateway(settings, serve_http=False)
+    rec = RecordingChannel()
+    gw.channels.add(rec)
+    async with gw:
+        assert gw.runner is not None and gw.loop is not None
+        turn = gw.loop.turn_for(
+            InboundMessage(channel="rec", chat_id="c1", sender_id="alice", text="")
+        )
+        call = ToolCall(name="restart_service", args={"name": "db"}, call_id="c-1")
+        # Timeout: never runs.
+        outcome = await gw.runner.invoke(call, turn)
+        assert outcome.status == "expired"
+        assert CALLS == []
+        # Rejected: never runs.
+        rec.sent = asyncio.Queue()
+        task = asyncio.create_task(gw.runner.invoke(call, turn))
+        await rec.next(OutboundKind.CONFIRMATION)
+        await gw.bus.publish_inbound(
+            InboundMessage(
+                channel="rec", chat_id="c1", sender_id="alice", text="取消", message_id="r1"
+            )
+        )
+        assert (await task).status == "rejected"
+        assert CALLS == []
+        # Approved: runs exactly once.
+        rec.sent = asyncio.Queue()
+        task = asyncio.create_task(gw.runner.invoke(call, turn))
+        await rec.next(OutboundKind.CONFIRMATION)
+        await gw.bus.publish_inbound(
+            InboundMessage(
+                channel="rec", chat_id="c1", sender_id="alice", text="确认", message_id="r2"
+            )
+        )
+        outcome = await task
+        assert outcome.status == "ok"
+        assert CALLS == [{"name": "db"}]
+    del sys.modules["gw_test_plugin"]
+
+
+async def test_pending_confirmation_survives_a_crash(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """A pending row left by a crashed process is still decidable after restart, and runs."""
+    from gateway.confirm.sqlite_store import SqliteConfirmationStore
+
+    settings = make_settings(confirmation={"store": "sqlite", "timeout_seconds": 30})
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    # What a crashed gateway leaves behind: the demo DB and a pending confirmation.
+    first = Gateway(settings, serve_http=False)
+    await first._start()  # noqa: SLF001 - build without the clean stop that would cancel it
+    assert first.sql_db is not None
+    await first.sql_db.close()
+    await first.store.close()  # type: ignore[union-attr]
+    await first.keywords.stop_watching()  # type: ignore[union-attr]
+    store = await SqliteConfirmationStore.open(Path(settings.data_dir) / "confirmations.db")
+    now = time.time()
+    await store.create(
+        Confirmation(
+            id="AB12",
+            session_key="rec:c1",
+            channel="rec",
+            chat_id="c1",
+            requester="alice",
+            is_group=False,
+            tool_call=ToolCall("sql_modify", {"sql": "DELETE FROM orders WHERE id = 2"}, "c9"),
+            summary="DELETE orders",
+            created_at=now,
+            expires_at=now + 30,
+        )
+    )
+    await store.close()
+
+    second = Gateway(settings, serve_http=False)
+    rec = RecordingChannel()
+    second.channels.add(rec)
+    async with second:
+        await second.bus.publish_inbound(
+            InboundMessage(
+                channel="rec", chat_id="c1", sender_id="alice", text="确认 AB12", message_id="z"
+            )
+        )
+        update = await rec.next(OutboundKind.CONFIRMATION_UPDATE)
+        assert update.confirmation is not None and update.confirmation.status is Status.APPROVED
+        await rec.next(contains="DELETE: 1 rows")
+    assert rows(settings, "id = 2") == 0
