@@ -278,7 +278,8 @@ async def test_pending_confirmation_survives_a_crash(
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     # What a crashed gateway leaves behind: the demo DB and a pending confirmation.
     first = Gateway(settings, serve_http=False)
-    await first._start()  # noqa: SLF001 - build without the clean stop that would cancel it
+    # Build without the clean stop (which would cancel what is pending).
+    await first._start()
     assert first.sql_db is not None
     await first.sql_db.close()
     await first.store.close()  # type: ignore[union-attr]
