@@ -256,6 +256,10 @@ class Gateway:
             await self.confirmations.shutdown()
         if self.loop is not None:
             await self.loop.stop(timeout=5.0)
+        # The model agent holds an HTTP client (connection pool) that must be closed.
+        aclose = getattr(self.agent, "aclose", None)
+        if aclose is not None:
+            await aclose()
         await self.channels.stop(drain_timeout=5.0)
         if self.http is not None:
             await self.http.stop()
