@@ -51,6 +51,21 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.webchat_sockets = Gauge(
+            "gateway_webchat_websockets",
+            "Open web chat WebSocket connections",
+            registry=self.registry,
+        )
+        self.sse_subscribers = Gauge(
+            "gateway_admin_event_streams",
+            "Open admin server-sent event streams",
+            registry=self.registry,
+        )
+
+    def set_pending(self, count: int) -> None:
+        """Set the pending gauge from the store: counting events drifts across restarts."""
+        self.pending.set(count)
+
     def on_inbound(self, msg: InboundMessage, result: PublishResult) -> None:
         self.inbound.labels(channel=msg.channel, result=result.value).inc()
 

@@ -1,0 +1,24 @@
+"""The built-in web chat: ``GET /``, ``/ws`` and ``/api/chat/...`` on the shared server."""
+
+from __future__ import annotations
+
+from channels.base import ChannelContext
+from channels.webchat.channel import WebChatChannel
+from gateway.jsonapi import json_errors
+
+__all__ = ["WebChatChannel", "create_channel"]
+
+
+def create_channel(context: ChannelContext) -> WebChatChannel:
+    """Build the channel and register its routes (called before the server starts)."""
+    channel = WebChatChannel(
+        settings=context.settings.channels.webchat,
+        bus=context.bus,
+        confirmations=context.confirmations,
+        metrics=context.metrics,
+    )
+    if context.http is not None:
+        if json_errors not in context.http.middlewares:
+            context.http.middlewares.append(json_errors)
+        channel.register_routes(context.http)
+    return channel

@@ -1,0 +1,348 @@
+// Web chat page: one WebSocket per tab, confirmation cards updated in place.
+// Plain JS, no build step. User text is always inserted with textContent, never as HTML.
+"use strict";
+
+(function () {
+  const NAME = /^[\p{L}\p{N}\p{M}_.@-]{1,64}$/u;
+  const RISK = { low: "低 low", medium: "中 medium", high: "高 high", critical: "严重 critical" };
+  const STATUS = {
+    pending: "待确认 pending",
+    approved: "已批准 approved",
+    rejected: "已拒绝 rejected",
+    expired: "已超时 expired",
+    cancelled: "已取消 cancelled",
+  };
+
+  const $ = (id) => document.getElementById(id);
+  const log = $("log");
+  const state = {
+    ws: null,
+    user: "",
+    session: "",
+    lastSeq: 0,
+    offsetMs: 0, // server clock minus browser clock
+    maxText: 4000,
+    retry: 0,
+    wanted: false,
+    cards: new Map(), // confirmation id -> {el, record}
+  };
+
+  function el(tag, cls, text) {
+    const node = document.createElement(tag);
+    if (cls) node.className = cls;
+    if (text !== undefined && text !== null) node.textContent = text;
+    return node;
+  }
+
+  function scrollDown() {
+    log.scrollTop = log.scrollHeight;
+  }
+
+  function fmtTime(seconds) {
+    const d = new Date(seconds * 1000);
+    return d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+  }
+
+  function setConn(on, text) {
+    const c = $("conn");
+    c.className = "conn " + (on ? "on" : "off");
+    c.textContent = text;
+  }
+
+  function systemLine(text, cls) {
+    const p = el("p", "system " + (cls || ""), text);
+    log.appendChild(p);
+    scrollDown();
+  }
+
+  // ---------------------------------------------------------------- messages
+
+  function addText(msg) {
+    const mine = msg.user && msg.user === state.user;
+    const row = el("div", "msg " + (msg.user ? (mine ? "mine" : "theirs") : "bot"));
+    const who = el("span", "who", msg.user ? msg.user : "网关 gateway");
+    const at = el("span", "at", fmtTime(msg.at));
+    const meta = el("div", "meta");
+    meta.append(who, at);
+    const body = el("div", "bubble", msg.text);
+    row.append(meta, body);
+    row.dataset.seq = String(msg.seq);
+    log.appendChild(row);
+    scrollDown();
+  }
+
+  function field(dl, label, value, mono) {
+    if (value === undefined || value === null || value === "") return;
+    const dt = el("dt", null, label);
+    const dd = el(mono ? "dd" : "dd", mono ? "mono" : null);
+    if (mono) {
+      dd.appendChild(el("pre", "statement", String(value)));
+    } else {
+      dd.textContent = String(value);
+    }
+    dl.append(dt, dd);
+  }
+
+  function renderCard(c, can) {
+    let entry = state.cards.get(c.id);
+    if (!entry) {
+      const node = $("card-template").content.firstElementChild.cloneNode(true);
+      entry = { el: node, record: c, can: can || null };
+      state.cards.set(c.id, entry);
+      node.dataset.id = c.id;
+      node.querySelector(".approve").addEventListener("click", () => decide(c.id, "approve"));
+      node.querySelector(".reject").addEventListener("click", () => decide(c.id, "reject"));
+      const wrap = el("div", "msg bot card-row");
+      wrap.appendChild(node);
+      log.appendChild(wrap);
+    }
+    entry.record = c;
+    if (can) entry.can = can;
+    const node = entry.el;
+    node.dataset.status = c.status;
+    node.querySelector(".card-id").textContent = c.id;
+    const risk = node.querySelector(".risk");
+    risk.textContent = "风险 " + (RISK[c.risk] || c.risk);
+    risk.className = "risk risk-" + c.risk;
+    node.querySelector(".summary").textContent = c.summary;
+    const dl = node.querySelector(".fields");
+    dl.replaceChildren();
+    const d = c.details || {};
+    field(dl, "工具 Tool", c.tool_call.name);
+    if (d.statement) {
+      field(dl, "语句 Statement", d.statement, true);
+    } else {
+      field(dl, "参数 Args", JSON.stringify(c.tool_call.args, null, 2), true);
+    }
+    field(dl, "类型 Kind", d.kind);
+    field(dl, "表 Tables", Array.isArray(d.tables) ? d.tables.join(", ") : d.tables);
+    if (d.rows_affected !== undefined && d.rows_affected !== null) {
+      field(dl, "影响行数 Rows affected", d.rows_affected);
+      dl.lastElementChild.classList.add("rows-affected");
+    }
+    field(dl, "注意 Note", d.warning);
+    field(dl, "发起人 Requested by", c.requester);
+    if (c.four_eyes) field(dl, "双人审批 Four-eyes", "需要另一位审批人批准 / another approver must approve");
+    updateCardState(entry);
+    scrollDown();
+  }
+
+  function outcomeText(c) {
+    const by = c.decided_by || "-";
+    const label = STATUS[c.status] || c.status;
+    if (c.status === "approved") return "✅ " + label + " · 由 " + by + " 批准 / approved by " + by;
+    if (c.status === "rejected") {
+      const why = c.reason ? "（" + c.reason + "）" : "";
+      return "❌ " + label + " · 由 " + by + " 拒绝" + why + " / rejected by " + by + (c.reason ? " (" + c.reason + ")" : "");
+    }
+    if (c.status === "expired") return "⌛ " + label + " · 超时未确认 / no decision in time";
+    return "🚫 " + label + (c.reason ? " · " + c.reason : "");
+  }
+
+  function updateCardState(entry) {
+    const c = entry.record;
+    const node = entry.el;
+    const pending = c.status === "pending";
+    const left = pending ? secondsLeft(c) : 0;
+    const countdown = node.querySelector(".countdown");
+    const outcome = node.querySelector(".outcome");
+    const actions = node.querySelector(".actions");
+    const why = node.querySelector(".why");
+    if (!pending) {
+      countdown.hidden = true;
+      outcome.hidden = false;
+      outcome.textContent = outcomeText(c);
+      outcome.className = "outcome outcome-" + c.status;
+      actions.hidden = true;
+      why.hidden = true;
+      return;
+    }
+    countdown.hidden = false;
+    const m = Math.floor(left / 60);
+    const s = Math.floor(left % 60);
+    countdown.textContent =
+      "剩余 Time left " + m + ":" + String(s).padStart(2, "0") + "（" + fmtTime(c.expires_at) + " 过期 expires）";
+    countdown.classList.toggle("urgent", left < 30);
+    const can = entry.can || {};
+    const approve = can.approve || { allowed: false, why: "" };
+    const reject = can.reject || { allowed: false, why: "" };
+    const expired = left <= 0;
+    node.querySelector(".approve").disabled = expired || !approve.allowed || entry.busy === true;
+    node.querySelector(".reject").disabled = expired || !reject.allowed || entry.busy === true;
+    node.querySelector(".reason").disabled = expired || !reject.allowed;
+    const reasons = [];
+    if (!approve.allowed && approve.why) reasons.push(approve.why);
+    if (!reject.allowed && reject.why && reject.why !== approve.why) reasons.push(reject.why);
+    why.hidden = reasons.length === 0;
+    why.textContent = reasons.join("；");
+  }
+
+  function secondsLeft(c) {
+    const now = (Date.now() + state.offsetMs) / 1000;
+    return Math.max(0, c.expires_at - now);
+  }
+
+  function tick() {
+    for (const entry of state.cards.values()) {
+      if (entry.record.status === "pending") updateCardState(entry);
+    }
+  }
+
+  function onMessage(msg) {
+    if (msg.seq <= state.lastSeq) return; // replayed after a reconnect
+    state.lastSeq = msg.seq;
+    if (msg.kind === "confirmation" && msg.confirmation) {
+      renderCard(msg.confirmation, msg.can_decide);
+    } else if (msg.kind === "confirmation_update" && msg.confirmation) {
+      const known = state.cards.get(msg.confirmation.id);
+      if (known) known.busy = false;
+      renderCard(msg.confirmation, msg.can_decide);
+    } else {
+      addText(msg);
+    }
+  }
+
+  // ---------------------------------------------------------------- actions
+
+  function decide(id, decision) {
+    const entry = state.cards.get(id);
+    if (!entry || !state.ws || state.ws.readyState !== WebSocket.OPEN) return;
+    const frame = { type: "decide", id: id, decision: decision };
+    if (decision === "reject") {
+      const reason = entry.el.querySelector(".reason").value.trim();
+      if (reason) frame.reason = reason;
+    }
+    entry.busy = true;
+    updateCardState(entry);
+    state.ws.send(JSON.stringify(frame));
+  }
+
+  function onDecision(frame) {
+    const entry = state.cards.get(frame.id);
+    if (!entry) return;
+    entry.busy = false;
+    const notice = entry.el.querySelector(".notice");
+    if (frame.outcome !== "decided") {
+      notice.hidden = false;
+      notice.textContent = frame.message;
+    } else {
+      notice.hidden = true;
+    }
+    updateCardState(entry);
+  }
+
+  function send(ev) {
+    ev.preventDefault();
+    const box = $("text");
+    const text = box.value.trim();
+    if (!text || !state.ws || state.ws.readyState !== WebSocket.OPEN) return;
+    if (text.length > state.maxText) {
+      systemLine("消息过长（上限 " + state.maxText + " 字）/ message too long (limit " + state.maxText + ")", "error");
+      return;
+    }
+    state.ws.send(JSON.stringify({ type: "message", text: text }));
+    box.value = "";
+  }
+
+  // ---------------------------------------------------------------- connection
+
+  function connect() {
+    const proto = location.protocol === "https:" ? "wss:" : "ws:";
+    const q = new URLSearchParams({ session: state.session, user: state.user, after: String(state.lastSeq) });
+    const ws = new WebSocket(proto + "//" + location.host + "/ws?" + q.toString());
+    state.ws = ws;
+    setConn(false, "连接中… connecting");
+    ws.onopen = () => {
+      state.retry = 0;
+    };
+    ws.onmessage = (ev) => {
+      let frame;
+      try {
+        frame = JSON.parse(ev.data);
+      } catch (e) {
+        return;
+      }
+      if (frame.type === "hello") {
+        state.offsetMs = frame.now * 1000 - Date.now();
+        state.maxText = frame.max_text_length;
+        setConn(true, "已连接 " + frame.session + " · " + frame.user + " / online");
+        $("text").disabled = false;
+        $("send").disabled = false;
+      } else if (frame.type === "message") {
+        onMessage(frame);
+      } else if (frame.type === "decision") {
+        onDecision(frame);
+      } else if (frame.type === "error") {
+        systemLine(frame.error, "error");
+      }
+    };
+    ws.onclose = (ev) => {
+      if (state.ws !== ws) return;
+      $("text").disabled = true;
+      $("send").disabled = true;
+      const why = ev.reason ? "（" + ev.reason + "）" : "";
+      setConn(false, "已断开 offline" + why);
+      if (state.wanted) {
+        const delay = Math.min(10000, 500 * 2 ** state.retry) * (0.5 + Math.random());
+        state.retry += 1;
+        setTimeout(() => {
+          if (state.ws === ws && state.wanted) connect();
+        }, delay);
+      }
+    };
+  }
+
+  function join(ev) {
+    if (ev) ev.preventDefault();
+    const user = $("user").value.trim();
+    const session = $("session").value.trim();
+    if (!NAME.test(user) || !NAME.test(session)) {
+      systemLine("名字和会话：1-64 个字母、数字或 . _ - @ / name and room: 1-64 letters, digits or . _ - @", "error");
+      return;
+    }
+    const changed = session !== state.session || user !== state.user;
+    if (!changed && state.ws && state.ws.readyState <= WebSocket.OPEN) return;
+    if (state.ws) {
+      const old = state.ws;
+      state.ws = null;
+      old.close(1000, "leaving");
+    }
+    if (session !== state.session) {
+      for (const node of log.querySelectorAll(".msg, .system")) node.remove();
+      state.cards.clear();
+      state.lastSeq = 0;
+    }
+    state.user = user;
+    state.session = session;
+    state.wanted = true;
+    localStorage.setItem("gateway.user", user);
+    const url = new URL(location.href);
+    url.searchParams.set("session", session);
+    url.searchParams.delete("user");
+    history.replaceState(null, "", url.toString());
+    $("share").href = url.toString();
+    connect();
+  }
+
+  function init() {
+    const params = new URLSearchParams(location.search);
+    const stored = localStorage.getItem("gateway.user");
+    $("user").value = params.get("user") || stored || "guest-" + Math.floor(1000 + Math.random() * 9000);
+    $("session").value = params.get("session") || "lobby";
+    $("join").addEventListener("submit", join);
+    $("composer").addEventListener("submit", send);
+    $("text").addEventListener("keydown", (ev) => {
+      if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) send(ev);
+    });
+    $("share").addEventListener("click", (ev) => {
+      ev.preventDefault();
+      const link = $("share").href;
+      if (navigator.clipboard) navigator.clipboard.writeText(link).catch(() => {});
+      systemLine("分享此链接 / share this link: " + link);
+    });
+    setInterval(tick, 1000);
+    join();
+  }
+
+  init();
+})();
