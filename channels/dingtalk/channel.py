@@ -107,6 +107,15 @@ class DingTalkChannel(Channel):
             return bool(self._runner.connected)
         return True
 
+    def status(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "ready": self.ready,
+            "mode": self._settings.mode,
+            "connected": bool(self._runner.connected) if self._runner is not None else None,
+            "failed": len(self._failed),
+        }
+
     @property
     def failed(self) -> list[dict[str, Any]]:
         """Sends that failed after every retry (newest last)."""
@@ -178,6 +187,11 @@ class DingTalkChannel(Channel):
             msg_id=event.msg_id, conversation=event.conversation_id
         )
         with bound:
+            max_age = self._settings.max_message_age_seconds
+            if max_age and event.created_at and time.time() - event.created_at > max_age:
+                # A burst redelivered after an outage: answering hours-old messages confuses.
+                log.info("dingtalk.too_old_skipped", age=round(time.time() - event.created_at))
+                return
             if event.is_group and not event.is_in_at_list and self._settings.group_policy != "open":
                 # DingTalk only pushes @-mentions unless the bot may read the whole group;
                 # with the default policy other group chatter is not for the bot.

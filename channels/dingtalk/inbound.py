@@ -34,6 +34,7 @@ class ChatbotEvent:
     session_webhook: str | None
     session_webhook_expires_at: float | None  # epoch seconds
     robot_code: str | None
+    created_at: float | None  # epoch seconds (createAt)
 
 
 def _text_of(data: Mapping[str, Any], msgtype: str) -> str | None:
@@ -62,11 +63,7 @@ def parse_chatbot_message(data: Mapping[str, Any]) -> ChatbotEvent | None:
         return None
     msgtype = str(data.get("msgtype") or "")
     text = _text_of(data, msgtype)
-    expires_raw = data.get("sessionWebhookExpiredTime")
-    try:
-        expires_at = int(expires_raw) / 1000 if expires_raw is not None else None
-    except (TypeError, ValueError):
-        expires_at = None
+    expires_at = _ms_to_seconds(data.get("sessionWebhookExpiredTime"))
     return ChatbotEvent(
         msg_id=msg_id,
         conversation_id=conversation_id,
@@ -80,7 +77,15 @@ def parse_chatbot_message(data: Mapping[str, Any]) -> ChatbotEvent | None:
         session_webhook=str(data["sessionWebhook"]) if data.get("sessionWebhook") else None,
         session_webhook_expires_at=expires_at,
         robot_code=str(data["robotCode"]) if data.get("robotCode") else None,
+        created_at=_ms_to_seconds(data.get("createAt")),
     )
+
+
+def _ms_to_seconds(value: Any) -> float | None:
+    try:
+        return int(value) / 1000 if value is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 def robot_signature(timestamp: str, secret: str) -> str:

@@ -162,6 +162,8 @@ class StreamRunner:
         try:
             self._main_task = loop.create_task(self._main())
             loop.run_until_complete(self._main_task)
+        except asyncio.CancelledError:
+            log.info("dingtalk.stream_cancelled")  # stop() had to cancel a stuck start()
         except BaseException:  # the thread must report its end, whatever ends it
             log.exception("dingtalk.stream_thread_failed")
         finally:

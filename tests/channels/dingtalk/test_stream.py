@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import aiohttp
 
@@ -11,6 +12,7 @@ from config.settings import Settings
 from gateway.app import Gateway
 from gateway.confirm.model import Status
 from tests.channels.dingtalk.conftest import (
+    make_settings,
     order_ids,
     wait_pending,
     wait_status,
@@ -207,3 +209,48 @@ async def test_disconnect_reconnects_and_stop_is_bounded(
     assert not fake.connected
     ping_acks = [a for a in fake.acks if a.get("data") == '{"opaque": "p1"}']
     assert len(ping_acks) == 1
+
+
+async def test_stop_is_bounded_while_the_connection_open_hangs(
+    tmp_path: Path, fake: FakeDingTalk
+) -> None:
+    settings = make_settings(tmp_path, fake, stop_timeout_seconds=1.0, request_timeout_seconds=3.0)
+    open_path = "/v1.0/gateway/connections/open"
+    fake.inject("POST", open_path, 200, times=10, delay=30)
+    gw = Gateway(settings)
+    await gw.start()
+    try:
+        await fake.wait_until(lambda: fake.arrived(open_path), what="the hanging open call")
+        runner = gw.channels.channels["dingtalk"]._runner  # type: ignore[attr-defined]
+        thread = runner._thread
+        assert not gw.channels.channels["dingtalk"].ready
+    finally:
+        async with asyncio.timeout(settings.channels.dingtalk.stop_timeout_seconds + 10):
+            await gw.stop()
+    # The SDK's start() sat in a blocking call; stop() cancelled it and the thread ended.
+    await fake.wait_until(lambda: not thread.is_alive(), within=2, what="the stream thread")
+    assert fake.connections == 0
+
+
+async def test_revoked_token_is_fetched_again(gateway: Gateway, fake: FakeDingTalk) -> None:
+    path = "/v1.0/robot/oToMessages/batchSend"
+    fake.send_chatbot_message(text="/help", webhook_valid_for=-1)
+    await fake.wait_requests(path, 1)
+    fake.revoke_tokens()
+    fake.send_chatbot_message(text="/pending", webhook_valid_for=-1)
+    sent = await fake.wait_requests(path, 3)
+    assert [r.status for r in sent] == [200, 401, 200]
+    assert len(fake.requests("/v1.0/oauth2/accessToken")) == 2
+    assert (
+        sent[1].headers["x-acs-dingtalk-access-token"]
+        != sent[2].headers["x-acs-dingtalk-access-token"]
+    )
+
+
+async def test_old_messages_are_skipped(gateway: Gateway, fake: FakeDingTalk) -> None:
+    fake.send_chatbot_message(text="/help", created_ago=3600)
+    fake.send_chatbot_message(text="/pending")
+    await fake.wait_until(
+        lambda: any("没有待确认" in t for t in webhook_texts(fake)), what="/pending answer"
+    )
+    assert len(webhook_texts(fake)) == 1

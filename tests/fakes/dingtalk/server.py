@@ -51,6 +51,7 @@ class _Injection:
     status: int
     times: int
     body: Any
+    delay: float = 0.0
 
 
 @dataclass(slots=True)
@@ -59,6 +60,7 @@ class _State:
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     requests: list[RecordedRequest] = field(default_factory=list)
+    arrivals: list[str] = field(default_factory=list)
     acks: list[dict[str, Any]] = field(default_factory=list)
     sent_frames: list[dict[str, Any]] = field(default_factory=list)
     open_bodies: list[dict[str, Any]] = field(default_factory=list)
@@ -154,7 +156,8 @@ class FakeDingTalk:
         app.router.add_put("/v1.0/card/instances", self._card_update)
         app.router.add_post("/v1.0/card/instances/deliver", self._card_deliver)
         app.router.add_post("/v1.0/card/instances/createAndDeliver", self._card_create_deliver)
-        self._runner = web.AppRunner(app, handle_signals=False)
+        # A short shutdown: a test may leave a deliberately hung request behind.
+        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
@@ -203,6 +206,11 @@ class FakeDingTalk:
             if (path is None or r.path == path) and (method is None or r.method == method)
         ]
 
+    def arrived(self, path: str) -> int:
+        """Requests to ``path`` received so far, answered or not (``requests`` lists answered)."""
+        with self._state.lock:
+            return sum(1 for p in self._state.arrivals if p == path)
+
     @property
     def acks(self) -> list[dict[str, Any]]:
         with self._state.lock:
@@ -245,13 +253,28 @@ class FakeDingTalk:
             return {k: dict(v) for k, v in self._state.cards.items()}
 
     def inject(
-        self, method: str, path: str, status: int, *, times: int = 1, body: Any = None
+        self,
+        method: str,
+        path: str,
+        status: int,
+        *,
+        times: int = 1,
+        body: Any = None,
+        delay: float = 0.0,
     ) -> None:
-        """Answer the next ``times`` requests on ``method path`` with ``status``."""
+        """Answer the next ``times`` requests on ``method path`` with ``status``.
+
+        ``delay`` holds each answer back that many seconds (a hung server).
+        """
         with self._state.lock:
             self._state.injections.setdefault((method.upper(), path), []).append(
-                _Injection(status=status, times=times, body=body)
+                _Injection(status=status, times=times, body=body, delay=delay)
             )
+
+    def revoke_tokens(self) -> None:
+        """Invalidate every access token handed out so far (DingTalk answers 401)."""
+        with self._state.lock:
+            self._state.tokens.clear()
 
     # ------------------------------------------------------------------- waiting
 
@@ -345,6 +368,7 @@ class FakeDingTalk:
         session: str = "s1",
         msgtype: str = "text",
         robot_code: str | None = None,
+        created_ago: float = 0.0,
     ) -> dict[str, Any]:
         """A chatbot message as the stream delivers it on ``/v1.0/im/bot/messages/get``."""
         now_ms = int(time.time() * 1000)
@@ -357,7 +381,7 @@ class FakeDingTalk:
             "isAdmin": False,
             "senderStaffId": sender_staff_id,
             "sessionWebhookExpiredTime": now_ms + int(webhook_valid_for * 1000),
-            "createAt": now_ms,
+            "createAt": now_ms - int(created_ago * 1000),
             "senderCorpId": "corp-1",
             "conversationType": conversation_type,
             "senderId": f"$:LWCP_v1:${sender_staff_id}",
@@ -422,6 +446,7 @@ class FakeDingTalk:
         key = (request.method, request.path)
         injected: _Injection | None = None
         with self._state.lock:
+            self._state.arrivals.append(request.path)
             queue = self._state.injections.get(key)
             if queue:
                 injected = queue[0]
@@ -429,6 +454,8 @@ class FakeDingTalk:
                 if injected.times <= 0:
                     queue.pop(0)
         if injected is not None:
+            if injected.delay:
+                await asyncio.sleep(injected.delay)
             response: web.StreamResponse = web.json_response(
                 injected.body
                 if injected.body is not None
