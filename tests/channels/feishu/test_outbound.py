@@ -7,9 +7,20 @@ import aiohttp
 from config.settings import Settings
 from gateway.app import Gateway
 from tests.channels.feishu.conftest import ALICE, sent_texts, wait_until
-from tests.fakes.feishu import INVALID_TOKEN_CODE, RATE_LIMIT_CODE, FakeFeishu, message_event
+from tests.fakes.feishu import (
+    INVALID_TOKEN_CODE,
+    RATE_LIMIT_CODE,
+    FakeFeishu,
+    RecordedRequest,
+    message_event,
+)
 
 P2P = "oc_p2p_out"
+
+
+def _sends(fake: FakeFeishu) -> list[RecordedRequest]:
+    # Answers go out as replies to the asking message (or as new messages).
+    return fake.requests_for("create", "reply")
 
 
 def _ask_help(fake: FakeFeishu) -> None:
@@ -33,7 +44,7 @@ async def test_expired_token_is_refreshed_and_the_send_retried(
     fake.expire_tokens()
     _ask_help(fake)
     await wait_until(lambda: any("/sql" in t for t in sent_texts(fake)), what="/help answer")
-    creates = fake.requests_for("create")
+    creates = _sends(fake)
     assert [r.code for r in creates] == [INVALID_TOKEN_CODE, 0]
     assert len(fake.requests_for("token")) == tokens_before + 1
     assert creates[0].headers["Authorization"] != creates[1].headers["Authorization"]
@@ -43,10 +54,10 @@ async def test_expired_token_is_refreshed_and_the_send_retried(
 
 
 async def test_rate_limit_is_retried_with_the_same_uuid(gateway: Gateway, fake: FakeFeishu) -> None:
-    fake.fail("create", status=429, code=RATE_LIMIT_CODE, times=2)
+    fake.fail("reply", status=429, code=RATE_LIMIT_CODE, times=2)
     _ask_help(fake)
     await wait_until(lambda: any("/sql" in t for t in sent_texts(fake)), what="/help answer")
-    creates = fake.requests_for("create")
+    creates = _sends(fake)
     assert [r.status for r in creates] == [429, 429, 200]
     assert len({r.body["uuid"] for r in creates}) == 1
     assert await _failed(gateway) == []
@@ -55,9 +66,9 @@ async def test_rate_limit_is_retried_with_the_same_uuid(gateway: Gateway, fake: 
 async def test_permanent_failure_lands_in_the_dead_letter_list(
     gateway: Gateway, fake: FakeFeishu
 ) -> None:
-    fake.fail("create", status=400, code=230002, msg="Bot is not in the chat")
+    for op in ("reply", "create"):
+        fake.fail(op, status=400, code=230002, msg="Bot is not in the chat")
     _ask_help(fake)
-    await wait_until(lambda: len(fake.requests_for("create")) >= 1, what="the send")
     channel = gateway.channels.channels["feishu"]
     await wait_until(lambda: len(channel.outbox.failed) == 1, what="dead letter")  # type: ignore[attr-defined]
     [entry] = await _failed(gateway)
@@ -65,18 +76,19 @@ async def test_permanent_failure_lands_in_the_dead_letter_list(
     assert entry["code"] == 230002
     assert entry["attempts"] == 1  # not retryable: no second try
     assert "/sql" in entry["text"]
-    assert len(fake.requests_for("create")) == 1
+    # The reply failed for good, then the plain-message fallback did too; nothing more.
+    assert [r.op for r in _sends(fake)] == ["reply", "create"]
 
 
 async def test_rate_limit_that_never_ends_is_dead_lettered(
     gateway: Gateway, fake: FakeFeishu, settings: Settings
 ) -> None:
     attempts = settings.channels.feishu.retry_attempts
-    fake.fail("create", status=429, code=RATE_LIMIT_CODE, times=attempts)
+    fake.fail("reply", status=429, code=RATE_LIMIT_CODE, times=attempts)
     _ask_help(fake)
-    await wait_until(lambda: len(fake.requests_for("create")) >= attempts, what="every attempt")
     channel = gateway.channels.channels["feishu"]
     await wait_until(lambda: len(channel.outbox.failed) == 1, what="dead letter")  # type: ignore[attr-defined]
     [entry] = await _failed(gateway)
     assert entry["attempts"] == attempts
     assert entry["status"] == 429
+    assert len(_sends(fake)) == attempts
