@@ -1,0 +1,464 @@
+"""Confirmation round trips: the real bus + service against a bare baseline, in one run.
+
+A round trip: a requesting coroutine calls ``service.request(...)``; a responder task
+(standing in for a channel and the person behind it) takes the CONFIRMATION prompt off
+``bus.outbound`` and publishes ``确认`` from the requester with
+``bus.publish_inbound``; the request returns ``approved``.
+
+The baseline is the naive seed design (QueryClaw's ``bus/queue.py``, see
+/work/shared/reference/nanobot-and-queryclaw.md): asyncio queues, a dict of futures keyed by
+session, ``asyncio.wait_for(future, timeout)``, and ``text == "确认"``. No dedupe, no
+authorisation, no logging, no store, no prompt update.
+
+Run by hand (figures and method: docs/performance.md)::
+
+    .venv/bin/python bench/confirm_roundtrip.py --sessions 1000 --trips 20 --rounds 5
+
+Log lines are produced as in production (gateway.logs.configure_logging, JSON renderer,
+level info) and written to os.devnull.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import inspect
+import os
+import platform
+import statistics
+import sys
+import time
+import tracemalloc
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # run as a script from a checkout: make `gateway` importable
+    sys.path.insert(0, str(ROOT))
+
+from config.keywords import KeywordStore  # noqa: E402
+from config.settings import ConfirmationSettings  # noqa: E402
+from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage  # noqa: E402
+from gateway.confirm.model import Confirmation, Risk, Status, ToolCall  # noqa: E402
+from gateway.confirm.service import ConfirmationService  # noqa: E402
+from gateway.confirm.store import MemoryConfirmationStore  # noqa: E402
+
+KEYWORDS_FILE = ROOT / "config" / "keywords.toml"
+# Long enough that nothing expires during a run; the timer is still armed per request.
+TIMEOUT_SECONDS = 300.0
+STATEMENT = "DELETE FROM orders WHERE status = 1"
+SUMMARY = "DELETE on orders: 3 rows would be deleted"
+# Enough frames to see which of our functions an asyncio or logging allocation is for.
+TRACE_FRAMES = 12
+
+
+@dataclass(slots=True)
+class RunResult:
+    """One timed run of N sessions x T round trips."""
+
+    design: str  # "baseline" | "real"
+    sessions: int
+    trips: int  # round trips done (sessions x trips per session)
+    approved: int  # round trips that ended approved
+    seconds: float
+    latencies: list[float] = field(default_factory=list)  # reply published -> requester resumed
+
+    @property
+    def rate(self) -> float:
+        return self.trips / self.seconds
+
+    def latency_ms(self, q: float) -> float:
+        return _quantile(self.latencies, q) * 1000.0
+
+
+@dataclass(slots=True)
+class MemoryResult:
+    """Traced bytes held while N confirmations are pending and nobody answers."""
+
+    design: str
+    pending: int
+    total_bytes: int
+    by_area: dict[str, int]
+
+    @property
+    def per_pending(self) -> float:
+        return self.total_bytes / self.pending
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+# ---------------------------------------------------------------------------- real path
+
+
+def build_real(keywords_file: Path = KEYWORDS_FILE) -> tuple[MessageBus, ConfirmationService]:
+    """The production pieces, wired as gateway.app wires them (memory store)."""
+    bus = MessageBus()
+    service = ConfirmationService(
+        store=MemoryConfirmationStore(),
+        bus=bus,
+        settings=ConfirmationSettings(store="memory", timeout_seconds=TIMEOUT_SECONDS),
+        keywords=KeywordStore(keywords_file),
+    )
+    return bus, service
+
+
+def _real_request(
+    service: ConfirmationService, session: int, trip: int
+) -> Coroutine[Any, Any, Confirmation]:
+    return service.request(
+        session_key=f"bench:chat{session}",
+        channel="bench",
+        chat_id=f"chat{session}",
+        requester=f"user{session}",
+        is_group=False,
+        tool_call=ToolCall("sql_modify", {"statement": STATEMENT}, f"call_{session}_{trip}"),
+        summary=SUMMARY,
+        details={"statement": STATEMENT, "kind": "DELETE", "tables": ["orders"], "rows": 3},
+        risk=Risk.MEDIUM,
+    )
+
+
+async def run_real(
+    sessions: int, trips_per_session: int, *, keywords_file: Path = KEYWORDS_FILE
+) -> RunResult:
+    bus, service = build_real(keywords_file)
+    sent: dict[str, float] = {}  # confirmation id -> when the reply was published
+    result = RunResult("real", sessions, sessions * trips_per_session, 0, 0.0)
+
+    async def responder() -> None:
+        seq = 0
+        while True:
+            out = await bus.consume_outbound()
+            if out.kind is not OutboundKind.CONFIRMATION or out.confirmation is None:
+                continue  # the CONFIRMATION_UPDATE after each decision: a channel would send it
+            conf = out.confirmation
+            seq += 1
+            reply = InboundMessage(
+                channel=out.channel,
+                chat_id=out.chat_id,
+                sender_id=conf.requester,
+                text="确认",
+                message_id=f"m{seq}",
+            )
+            sent[conf.id] = time.perf_counter()
+            await bus.publish_inbound(reply)
+
+    async def session(i: int) -> None:
+        for k in range(trips_per_session):
+            conf = await _real_request(service, i, k)
+            resumed = time.perf_counter()
+            result.latencies.append(resumed - sent.pop(conf.id))
+            if conf.status is Status.APPROVED:
+                result.approved += 1
+
+    result.seconds = await _timed(responder, session, sessions)
+    await service.shutdown()
+    return result
+
+
+# ---------------------------------------------------------------------------- baseline
+
+
+class BaselineBus:
+    """The seed design: queues, a dict of futures by session, ``text == "确认"``."""
+
+    def __init__(self) -> None:
+        self.inbound: asyncio.Queue[InboundMessage] = asyncio.Queue()
+        self.outbound: asyncio.Queue[OutboundMessage] = asyncio.Queue()
+        self.pending: dict[str, asyncio.Future[bool]] = {}
+
+    async def publish_inbound(self, msg: InboundMessage) -> None:
+        fut = self.pending.pop(msg.session_key, None)
+        if fut is not None and not fut.done():
+            fut.set_result(msg.text == "确认")
+            return
+        await self.inbound.put(msg)
+
+    async def request(self, *, session_key: str, channel: str, chat_id: str, summary: str) -> bool:
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self.pending[session_key] = fut
+        await self.outbound.put(
+            OutboundMessage(
+                channel=channel,
+                chat_id=chat_id,
+                session_key=session_key,
+                kind=OutboundKind.CONFIRMATION,
+                text=f"{summary}\n\n回复 **确认** 执行，**取消** 取消。",
+            )
+        )
+        try:
+            return await asyncio.wait_for(fut, TIMEOUT_SECONDS)
+        except TimeoutError:
+            self.pending.pop(session_key, None)
+            return False
+
+
+def _baseline_request(bus: BaselineBus, session: int) -> Coroutine[Any, Any, bool]:
+    return bus.request(
+        session_key=f"bench:chat{session}",
+        channel="bench",
+        chat_id=f"chat{session}",
+        summary=SUMMARY,
+    )
+
+
+async def run_baseline(sessions: int, trips_per_session: int) -> RunResult:
+    bus = BaselineBus()
+    sent: dict[str, float] = {}  # session key -> when the reply was published
+    result = RunResult("baseline", sessions, sessions * trips_per_session, 0, 0.0)
+
+    async def responder() -> None:
+        seq = 0
+        while True:
+            out = await bus.outbound.get()
+            seq += 1
+            reply = InboundMessage(
+                channel=out.channel,
+                chat_id=out.chat_id,
+                sender_id="someone",  # the seed never looks at the sender
+                text="确认",
+                message_id=f"m{seq}",
+            )
+            sent[reply.session_key] = time.perf_counter()
+            await bus.publish_inbound(reply)
+
+    async def session(i: int) -> None:
+        key = f"bench:chat{i}"
+        for _ in range(trips_per_session):
+            ok = await _baseline_request(bus, i)
+            resumed = time.perf_counter()
+            result.latencies.append(resumed - sent.pop(key))
+            if ok:
+                result.approved += 1
+
+    result.seconds = await _timed(responder, session, sessions)
+    return result
+
+
+# ---------------------------------------------------------------------------- shared
+
+
+async def _timed(
+    responder: Callable[[], Coroutine[Any, Any, None]],
+    session: Callable[[int], Coroutine[Any, Any, None]],
+    sessions: int,
+) -> float:
+    """Start the responder, run every session at once, return the wall time of the sessions."""
+    responder_task = asyncio.create_task(responder(), name="bench-responder")
+    start = time.perf_counter()
+    everyone = asyncio.gather(*(session(i) for i in range(sessions)))
+    either: set[asyncio.Future[Any]] = {everyone, responder_task}
+    await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    elapsed = time.perf_counter() - start
+    if responder_task.done():
+        # The responder never ends on its own: without it the sessions would wait forever.
+        everyone.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await everyone
+        raise RuntimeError("bench responder stopped") from responder_task.exception()
+    responder_task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await responder_task
+    await everyone  # re-raises a session's error
+    return elapsed
+
+
+def _baseline_lines() -> range:
+    lines, first = inspect.getsourcelines(BaselineBus)
+    return range(first, first + len(lines))
+
+
+def _area(frames: list[tuple[str, int]], baseline_lines: range) -> str:
+    """Who an allocation is for, from its traceback (most recent frame first)."""
+    top = frames[0][0]
+    for name, line in frames:
+        if "/structlog/" in name or "/logging/" in name or "/contextlib.py" in name:
+            return "logging (structlog context, frame objects)"
+        if name.endswith("/gateway/confirm/store.py"):
+            return "store entries"
+        if "/gateway/" in name:
+            if "/asyncio/" in top:
+                return "service: asyncio objects (future, timer, shield)"
+            return "service: record, id, dicts"
+        if name.endswith("/bench/confirm_roundtrip.py"):
+            if line in baseline_lines:
+                return "baseline bus: future, wait_for, timer"
+            if "/asyncio/" in top:
+                return "waiting turn: Task"
+            return "waiting turn: request() coroutine and its arguments"
+    return "other"
+
+
+async def _measure_pending(
+    design: str,
+    n: int,
+    start: Callable[[int], Coroutine[Any, Any, Any]],
+    outbound: asyncio.Queue[OutboundMessage],
+) -> tuple[MemoryResult, list[asyncio.Task[Any]]]:
+    """Traced bytes for ``n`` waiting requests: tasks, futures, timers, store entries.
+
+    Prompts are taken off the outbound queue and dropped as they come (a channel would
+    have sent them), so what stays is what a pending confirmation costs while it waits.
+    """
+    gc.collect()
+    was_tracing = tracemalloc.is_tracing()
+    if not was_tracing:
+        tracemalloc.start(TRACE_FRAMES)
+    try:
+        before = tracemalloc.take_snapshot()
+        tasks = [asyncio.create_task(start(i), name=f"pending-{i}") for i in range(n)]
+        for _ in range(n):  # every request has posted its prompt, so every one is waiting
+            await outbound.get()
+        gc.collect()
+        after = tracemalloc.take_snapshot()
+    finally:
+        if not was_tracing:
+            tracemalloc.stop()
+    by_area: dict[str, int] = {}
+    total = 0
+    baseline_lines = _baseline_lines()
+    for stat in after.compare_to(before, "traceback"):
+        frames = [(f.filename.replace("\\", "/"), f.lineno) for f in reversed(stat.traceback)]
+        area = _area(frames, baseline_lines)
+        by_area[area] = by_area.get(area, 0) + stat.size_diff
+        total += stat.size_diff
+    return MemoryResult(design, n, total, by_area), tasks
+
+
+async def pending_memory_real(n: int, *, keywords_file: Path = KEYWORDS_FILE) -> MemoryResult:
+    bus, service = build_real(keywords_file)
+    mem, tasks = await _measure_pending(
+        "real", n, lambda i: _real_request(service, i, 0), bus.outbound
+    )
+    # Every pending one ends cancelled (never approved) and its turn wakes up.
+    await service.shutdown()
+    finals = await asyncio.gather(*tasks)
+    if not all(c.status is Status.CANCELLED for c in finals):
+        raise RuntimeError("a pending confirmation did not end cancelled on shutdown")
+    return mem
+
+
+async def pending_memory_baseline(n: int) -> MemoryResult:
+    bus = BaselineBus()
+    mem, tasks = await _measure_pending(
+        "baseline", n, lambda i: _baseline_request(bus, i), bus.outbound
+    )
+    for fut in bus.pending.values():
+        fut.set_result(False)
+    await asyncio.gather(*tasks)
+    return mem
+
+
+# ---------------------------------------------------------------------------- CLI
+
+
+def configure_null_logging() -> TextIO:
+    """Production logging (JSON lines, level info) into os.devnull: rendered, then dropped."""
+    from gateway.logs import configure_logging
+
+    sink = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - lives for the whole run
+    configure_logging("info", "json", sink)
+    return sink
+
+
+def configure_no_logging() -> None:
+    """structlog drops every call below CRITICAL at the wrapper: no record, no rendering."""
+    import logging
+
+    import structlog
+
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL),
+        logger_factory=structlog.ReturnLoggerFactory(),
+    )
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=1000, help="sessions at once")
+    parser.add_argument("--trips", type=int, default=20, help="round trips per session")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved runs of each design")
+    parser.add_argument("--pending", type=int, default=10_000, help="pending for the memory run")
+    parser.add_argument(
+        "--logging",
+        choices=("json", "off"),
+        default="json",
+        help="json: production JSON lines into os.devnull (default); off: drop every line "
+        "before it is built (shows what logging costs)",
+    )
+    args = parser.parse_args(argv)
+
+    if args.logging == "json":
+        configure_null_logging()
+    else:
+        configure_no_logging()
+
+    print(
+        f"python {platform.python_version()} on {platform.machine()}, "
+        f"{os.cpu_count()} cpus; sessions={args.sessions} trips/session={args.trips} "
+        f"rounds={args.rounds} logging={'json -> os.devnull' if args.logging == 'json' else 'off'}"
+    )
+    runs: dict[str, list[RunResult]] = {"baseline": [], "real": []}
+    for r in range(args.rounds):
+        # Alternate which design goes first, so drift on a noisy machine hits both.
+        order = ("baseline", "real") if r % 2 == 0 else ("real", "baseline")
+        for design in order:
+            gc.collect()
+            if design == "baseline":
+                res = asyncio.run(run_baseline(args.sessions, args.trips))
+            else:
+                res = asyncio.run(run_real(args.sessions, args.trips))
+            if res.approved != res.trips:
+                print(f"ERROR: {design}: {res.approved}/{res.trips} approved", file=sys.stderr)
+                return 1
+            runs[design].append(res)
+            print(
+                f"  round {r + 1} {design:8s} {res.rate:10.0f} trips/s  "
+                f"p50 {res.latency_ms(0.5):7.3f} ms  p99 {res.latency_ms(0.99):7.3f} ms"
+            )
+
+    print("\nmedians over rounds")
+    rates = {d: _median([x.rate for x in rs]) for d, rs in runs.items()}
+    for design, rs in runs.items():
+        p50 = _median([x.latency_ms(0.5) for x in rs])
+        p99 = _median([x.latency_ms(0.99) for x in rs])
+        print(
+            f"  {design:8s} {rates[design]:10.0f} round trips/s   "
+            f"reply->resume p50 {p50:.3f} ms  p99 {p99:.3f} ms"
+        )
+    ratio = rates["real"] / rates["baseline"]
+    ratios = [a.rate / b.rate for a, b in zip(runs["real"], runs["baseline"], strict=True)]
+    print(
+        f"  ratio real/baseline {ratio:.2f} (per round: {', '.join(f'{x:.2f}' for x in ratios)})"
+        f"   goal >= 0.7"
+    )
+
+    if args.pending:
+        print(f"\nmemory per pending confirmation, {args.pending} pending (tracemalloc)")
+        for mem in (
+            asyncio.run(pending_memory_baseline(args.pending)),
+            asyncio.run(pending_memory_real(args.pending)),
+        ):
+            print(f"  {mem.design:8s} {mem.per_pending:8.0f} B per pending")
+            for area, size in sorted(mem.by_area.items(), key=lambda kv: -kv[1]):
+                print(f"      {size / mem.pending:8.0f} B  {area}")
+        print("  goal <= 2048 B (real)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
