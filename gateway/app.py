@@ -75,6 +75,7 @@ class Gateway:
         self._given_store = store
         self.stopped = asyncio.Event()
         self._started = False
+        self._stopping = False
         self.metrics = Metrics()
         self.bus = MessageBus()
         self.channels = ChannelManager(bus=self.bus)
@@ -249,7 +250,13 @@ class Gateway:
         self.stopped.set()
 
     async def stop(self) -> None:
-        """Intake stops; pending confirmations are cancelled (chats told); outbound drains."""
+        """Intake stops; pending confirmations are cancelled (chats told); outbound drains.
+
+        Idempotent: a failed start() already stopped what it had started.
+        """
+        if self._stopping:
+            return
+        self._stopping = True
         if self.loop is not None:
             await self.loop.stop_intake()
         if self.confirmations is not None:

@@ -1,0 +1,96 @@
+"""The keywords file: validation, CLI edits, hot reload into the running service."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from config.keywords import KeywordsError, KeywordSet, KeywordStore, load_keywords
+from config.settings import ConfirmationSettings
+from gateway.bus import MessageBus
+from gateway.confirm.replies import ReplyIntent
+from gateway.confirm.service import ConfirmationService
+from gateway.confirm.store import MemoryConfirmationStore
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_word_in_both_lists_is_refused() -> None:
+    with pytest.raises(KeywordsError, match="both lists: ok"):
+        KeywordSet.build(["ok", "确认"], ["OK", "取消"])  # case-folded before comparing
+
+
+def test_empty_list_is_refused() -> None:
+    with pytest.raises(KeywordsError, match="confirm list is empty"):
+        KeywordSet.build([], ["取消"])
+
+
+def test_bad_toml_names_the_file(tmp_path: Path) -> None:
+    bad = tmp_path / "k.toml"
+    bad.write_text("[confirm\nwords = [", encoding="utf-8")
+    with pytest.raises(KeywordsError, match="not valid TOML"):
+        load_keywords(bad)
+
+
+def gateway_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+        timeout=60,
+        check=False,
+    )
+
+
+def test_cli_add_test_remove(tmp_path: Path, keywords_file: Path) -> None:
+    f = ["keywords", "--file", str(keywords_file)]
+    out = gateway_cli(*f, "test", "确认 K7Q2", cwd=tmp_path)
+    assert out.stdout.split()[0] == "confirm"
+    assert "id=K7Q2" in out.stdout
+    assert gateway_cli(*f, "test", "搞定", cwd=tmp_path).stdout.split()[0] == "none"
+    assert gateway_cli(*f, "add", "confirm", "搞定", cwd=tmp_path).returncode == 0
+    assert gateway_cli(*f, "test", "搞定", cwd=tmp_path).stdout.split()[0] == "confirm"
+    refused = gateway_cli(*f, "add", "cancel", "搞定", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "both lists" in refused.stderr
+    assert gateway_cli(*f, "remove", "搞定", cwd=tmp_path).returncode == 0
+    assert gateway_cli(*f, "test", "搞定", cwd=tmp_path).stdout.split()[0] == "none"
+    assert gateway_cli(*f, "test", "不确认", cwd=tmp_path).stdout.split()[0] == "unclear"
+
+
+async def wait_for(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.05)
+
+
+async def test_hot_reload_into_service(keywords_file: Path) -> None:
+    store = KeywordStore(keywords_file)
+    service = ConfirmationService(
+        store=MemoryConfirmationStore(),
+        bus=MessageBus(),
+        settings=ConfirmationSettings(),
+        keywords=store,
+    )
+    await store.start_watching()
+    try:
+        await asyncio.sleep(0.3)  # let the watcher arm
+        assert service.parser.parse("搞定").intent is ReplyIntent.NONE
+        text = keywords_file.read_text(encoding="utf-8").replace('"确认",', '"确认", "搞定",', 1)
+        keywords_file.write_text(text, encoding="utf-8")
+        await wait_for(lambda: service.parser.parse("搞定").intent is ReplyIntent.CONFIRM)
+
+        # An invalid file keeps the words in force and records why.
+        keywords_file.write_text(text.replace('"取消",', '"取消", "搞定",', 1), encoding="utf-8")
+        await wait_for(lambda: store.last_error is not None)
+        assert "both lists" in (store.last_error or "")
+        assert service.parser.parse("搞定").intent is ReplyIntent.CONFIRM
+        assert service.parser.parse("确认").intent is ReplyIntent.CONFIRM
+    finally:
+        await store.stop_watching()

@@ -1,0 +1,86 @@
+"""Outbound delivery: retry with backoff, give up cleanly, keep per-chat order."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import ClassVar
+
+from channels.base import Channel, ChannelSendError
+from channels.manager import ChannelManager
+from gateway.bus import MessageBus, OutboundMessage
+
+
+class FlakyChannel(Channel):
+    name: ClassVar[str] = "flaky"
+
+    def __init__(self, failures: int, *, retryable: bool = True) -> None:
+        self.failures = failures
+        self.retryable = retryable
+        self.attempts = 0
+        self.delivered: list[str] = []
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    async def send(self, msg: OutboundMessage) -> None:
+        self.attempts += 1
+        if self.failures > 0:
+            self.failures -= 1
+            raise ChannelSendError("rate limited", retryable=self.retryable)
+        self.delivered.append(msg.text)
+
+
+async def run(channel: FlakyChannel, texts: list[str]) -> list[tuple[str, str]]:
+    bus = MessageBus()
+    manager = ChannelManager(bus=bus, max_attempts=3, backoff_initial=0.01, backoff_max=0.02)
+    failed: list[tuple[str, str]] = []
+    manager.on_send_failure(lambda ch, msg, exc: failed.append((ch, msg.text)))
+    manager.add(channel)
+    await manager.start()
+    for t in texts:
+        await bus.publish_outbound(OutboundMessage(channel="flaky", chat_id="c", text=t))
+    await manager.stop(drain_timeout=5)
+    return failed
+
+
+async def test_retries_then_delivers() -> None:
+    ch = FlakyChannel(failures=2)
+    assert await run(ch, ["hi"]) == []
+    assert ch.delivered == ["hi"]
+    assert ch.attempts == 3
+
+
+async def test_gives_up_and_reports() -> None:
+    ch = FlakyChannel(failures=10)
+    assert await run(ch, ["lost?"]) == [("flaky", "lost?")]
+    assert ch.attempts == 3
+
+
+async def test_non_retryable_is_not_retried() -> None:
+    ch = FlakyChannel(failures=1, retryable=False)
+    assert await run(ch, ["x", "y"]) == [("flaky", "x")]
+    assert ch.attempts == 2
+    assert ch.delivered == ["y"]
+
+
+async def test_order_kept_per_chat() -> None:
+    ch = FlakyChannel(failures=1)
+    texts = [f"m{i}" for i in range(20)]
+    await run(ch, texts)
+    assert ch.delivered == texts
+
+
+async def test_unknown_channel_is_reported_not_crashing() -> None:
+    bus = MessageBus()
+    manager = ChannelManager(bus=bus)
+    failed: list[str] = []
+    manager.on_send_failure(lambda ch, msg, exc: failed.append(ch))
+    manager.add(FlakyChannel(0))
+    await manager.start()
+    await bus.publish_outbound(OutboundMessage(channel="nowhere", chat_id="c", text="?"))
+    await asyncio.sleep(0.05)
+    await manager.stop()
+    assert failed == ["nowhere"]
