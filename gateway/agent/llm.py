@@ -111,7 +111,7 @@ class ChatModel:
             max_retries=0,
         )
         self._backoff = wait_exponential_jitter(
-            initial=settings.retry_base_seconds, max=settings.retry_max_seconds, jitter=0.1
+            multiplier=settings.retry_base_seconds, max=settings.retry_max_seconds, jitter=0.1
         )
 
     async def aclose(self) -> None:
