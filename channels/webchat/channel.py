@@ -202,8 +202,10 @@ class WebChatChannel(Channel):
         return web.FileResponse(STATIC_DIR / "index.html", headers=PAGE_HEADERS)
 
     def _room_from(self, request: web.Request) -> Room:
+        """The room named in the path (REST) or the query (WebSocket)."""
         self._refuse_when_closing()
-        return self.rooms.get(check_name(request.match_info["session"], "session"))
+        name = request.match_info.get("session", request.query.get("session"))
+        return self.rooms.get(check_name(name, "session"))
 
     def _refuse_when_closing(self) -> None:
         if self._closing or not self._started:
