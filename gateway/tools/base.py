@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, ClassVar, Literal, get_type_hints, overload
 
-from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, PydanticUserError, ValidationError, create_model
 
 from gateway.confirm.model import Risk
 
@@ -187,6 +187,14 @@ class ToolRegistry:
         for value in vars(module).values():
             t = getattr(value, TOOL_ATTR, None)
             if isinstance(t, Tool):
+                try:
+                    # Fail at start-up, not on the model's first turn (e.g. a Callable arg).
+                    t.schema()
+                except PydanticUserError as exc:
+                    first = str(exc).splitlines()[0]
+                    raise TypeError(
+                        f"tool {t.name}: no JSON schema for its arguments: {first}"
+                    ) from exc
                 self.register(t)
                 names.append(t.name)
         return names
