@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -11,7 +12,6 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from cachetools import TTLCache
 
 if TYPE_CHECKING:
     from gateway.confirm.model import Confirmation
@@ -74,6 +74,46 @@ class PublishResult(StrEnum):
     DUPLICATE = "duplicate"  # same channel + message id seen recently: dropped
 
 
+class RecentIds:
+    """Keys seen within the last ``ttl`` seconds, at most ``maxsize`` of them.
+
+    Every message passes through here, so it is kept to one dict lookup and one insert:
+    with a single TTL for all keys, insertion order is expiry order, and expired keys are
+    dropped from the front of a deque. (cachetools.TTLCache did the same job at about five
+    times the cost per message: bench/confirm_roundtrip.py, docs/performance.md.)
+    """
+
+    __slots__ = ("_clock", "_live", "_maxsize", "_order", "_ttl")
+
+    def __init__(
+        self, *, ttl: float, maxsize: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._ttl = ttl
+        self._maxsize = maxsize
+        self._clock = clock
+        self._live: set[tuple[str, str]] = set()
+        self._order: deque[tuple[float, tuple[str, str]]] = deque()
+
+    def __len__(self) -> int:
+        return len(self._live)
+
+    def seen(self, key: tuple[str, str]) -> bool:
+        """Record ``key``; True when it was already recorded and has not expired."""
+        now = self._clock()
+        live = self._live
+        order = self._order
+        # Each live key has exactly one deque entry, so popping an entry forgets its key.
+        while order and order[0][0] <= now:
+            live.remove(order.popleft()[1])
+        if key in live:
+            return True
+        live.add(key)
+        order.append((now + self._ttl, key))
+        if len(live) > self._maxsize:
+            live.remove(order.popleft()[1])
+        return False
+
+
 Interceptor = Callable[[InboundMessage], Awaitable[bool]]
 InboundListener = Callable[[InboundMessage, PublishResult], None]
 
@@ -89,9 +129,7 @@ class MessageBus:
         self.inbound: asyncio.Queue[InboundMessage] = asyncio.Queue()
         self.outbound: asyncio.Queue[OutboundMessage] = asyncio.Queue()
         # Feishu redelivers for up to ~7 h; DingTalk redelivers late acks. Bounded both ways.
-        self._seen: TTLCache[tuple[str, str], bool] = TTLCache(
-            maxsize=dedupe_max, ttl=dedupe_ttl_seconds
-        )
+        self._seen = RecentIds(ttl=dedupe_ttl_seconds, maxsize=dedupe_max)
         self._interceptor: Interceptor | None = None
         self._listeners: list[InboundListener] = []
         # One intake at a time per session, so two copies of a reply (or a reply and a
@@ -111,11 +149,7 @@ class MessageBus:
         """Record the id; True when it was already seen. Channels may call it early."""
         if not message_id:
             return False
-        key = (channel, message_id)
-        if key in self._seen:
-            return True
-        self._seen[key] = True
-        return False
+        return self._seen.seen((channel, message_id))
 
     async def publish_inbound(self, msg: InboundMessage) -> PublishResult:
         if self.is_duplicate(msg.channel, msg.message_id):
