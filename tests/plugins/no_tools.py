@@ -1,0 +1,5 @@
+"""A module listed as a plugin that defines no @tool."""
+
+
+def helper() -> int:
+    return 1
