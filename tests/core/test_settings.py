@@ -90,3 +90,29 @@ def test_serve_refuses_public_bind_without_token(tmp_path: Path) -> None:
     out = run("serve", "--host", "0.0.0.0", "--port", "0", cwd=tmp_path)
     assert out.returncode == 2
     assert "admin.token is not set" in out.stderr
+
+
+def _field_paths(model: type, prefix: str = "") -> list[str]:
+    from pydantic import BaseModel
+
+    paths = []
+    for name, field in model.model_fields.items():  # type: ignore[attr-defined]
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            paths += _field_paths(ann, f"{prefix}{name}.")
+        else:
+            paths.append(f"{prefix}{name}")
+    return paths
+
+
+def test_example_config_documents_every_option(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from config.settings import Settings
+
+    example = ROOT / "config" / "gateway.example.toml"
+    monkeypatch.chdir(tmp_path)
+    load_settings(example)  # it loads as it is
+    text = example.read_text(encoding="utf-8")
+    missing = [p for p in _field_paths(Settings) if p.split(".")[-1] not in text]
+    assert missing == []
