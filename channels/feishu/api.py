@@ -34,6 +34,8 @@ from lark_oapi.core.model import BaseRequest, RequestOption
 from lark_oapi.core.token.create_self_tenant_token_request import CreateSelfTenantTokenRequest
 from lark_oapi.core.token.create_token_request_body import CreateTokenRequestBody
 
+from config.settings import ConfigError
+
 log = structlog.get_logger(__name__)
 
 # Feishu's "access token invalid / expired" family: refresh the token and try again.
@@ -148,17 +150,25 @@ class FeishuApi:
     """Typed wrappers over the SDK's async IM calls, each returning an ``ApiResult``."""
 
     def __init__(self, *, app_id: str, app_secret: str, domain: str, timeout: float = 10.0) -> None:
-        self.client: Any = (
-            lark.Client.builder()
-            .app_id(app_id)
-            .app_secret(app_secret)
-            .domain(resolve_domain(domain))
-            .timeout(timeout)
-            # Tokens come from TenantToken (see the module docstring).
-            .enable_set_token(True)
-            .log_level(lark.LogLevel.WARNING)
-            .build()
-        )
+        try:
+            self.client: Any = (
+                lark.Client.builder()
+                .app_id(app_id)
+                .app_secret(app_secret)
+                .domain(resolve_domain(domain))
+                .timeout(timeout)
+                # Tokens come from TenantToken (see the module docstring).
+                .enable_set_token(True)
+                .log_level(lark.LogLevel.WARNING)
+                .build()
+            )
+        except ValueError as exc:
+            # lark-oapi 1.7.5 accepts only https origins (http for loopback tests).
+            raise ConfigError(
+                f"channels.feishu.domain {domain!r} is not usable ({exc}): use feishu, lark "
+                "or an https origin; set GATEWAY_CHANNELS__FEISHU__DOMAIN or "
+                "[channels.feishu] domain"
+            ) from exc
         self.token = TenantToken(config=self.client.config)
 
     async def _call(self, method: str, req: Any) -> ApiResult:

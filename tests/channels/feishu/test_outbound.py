@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import aiohttp
 
 from config.settings import Settings
@@ -92,3 +94,15 @@ async def test_rate_limit_that_never_ends_is_dead_lettered(
     assert entry["attempts"] == attempts
     assert entry["status"] == 429
     assert len(_sends(fake)) == attempts
+
+
+async def test_sends_to_one_chat_are_paced_under_5_per_second(
+    gateway: Gateway, fake: FakeFeishu
+) -> None:
+    for _ in range(3):
+        _ask_help(fake)
+    await wait_until(lambda: len(_sends(fake)) >= 3, what="three answers")
+    arrivals = [r.at for r in _sends(fake)]
+    # Feishu allows 5 messages per second per chat; the channel spaces them >= 0.22 s.
+    # (A lower bound only: a slow machine can never make this fail.)
+    assert all(b - a >= 0.2 for a, b in itertools.pairwise(arrivals))

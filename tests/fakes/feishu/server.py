@@ -45,6 +45,7 @@ class RecordedRequest:
     status: int
     code: int
     message_id: str | None = None  # the message the call created or addressed
+    at: float = 0.0  # time.monotonic() when it arrived (the fake shares the test's clock)
 
     @property
     def content(self) -> Any:
@@ -414,6 +415,7 @@ class FakeFeishu:
                     status=status,
                     code=int(result.get("code", 0)),
                     message_id=message_id,
+                    at=time.monotonic(),
                 )
             )
         return web.json_response(result, status=status)
