@@ -93,7 +93,7 @@ async def test_health_is_open_and_everything_else_needs_the_token(
 
 async def test_binding_beyond_loopback_without_a_token_is_refused(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, server={"host": "0.0.0.0", "port": 0})
-    with pytest.raises(ConfigError, match="admin.token is not set"):
+    with pytest.raises(ConfigError, match=r"admin\.token is not set"):
         await Gateway(settings).start()
 
 
@@ -234,9 +234,10 @@ async def test_sse_streams_end_when_the_gateway_stops(tmp_path: Path) -> None:
     gw = Gateway(make_settings(tmp_path))
     await gw.start()
     try:
-        async with aiohttp.ClientSession(base_url=base_url(gw)) as http, http.get(
-            "/api/events"
-        ) as events:
+        async with (
+            aiohttp.ClientSession(base_url=base_url(gw)) as http,
+            http.get("/api/events") as events,
+        ):
             await asyncio.wait_for(events.content.readline(), 10)
             stopping = asyncio.create_task(gw.stop())
             rest = await asyncio.wait_for(events.content.read(), 15)

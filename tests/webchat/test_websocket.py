@@ -177,9 +177,10 @@ async def test_bad_names_are_refused_before_the_upgrade(
 ) -> None:
     async with http.get(f"/ws?{query}", headers={"Upgrade": "websocket"}) as resp:
         assert resp.status == 400
-        assert "is invalid" in (await resp.json())["error"] or "must be" in (
-            await resp.json()
-        )["error"]
+        assert (
+            "is invalid" in (await resp.json())["error"]
+            or "must be" in (await resp.json())["error"]
+        )
 
 
 async def test_stop_closes_open_tabs_with_going_away(tmp_path: object) -> None:
@@ -191,9 +192,10 @@ async def test_stop_closes_open_tabs_with_going_away(tmp_path: object) -> None:
     gw = Gateway(settings)
     await gw.start()
     try:
-        async with aiohttp.ClientSession(base_url=base_url(gw)) as http, tab(
-            http, "bye", "alice"
-        ) as ws:
+        async with (
+            aiohttp.ClientSession(base_url=base_url(gw)) as http,
+            tab(http, "bye", "alice") as ws,
+        ):
             stopping = asyncio.create_task(gw.stop())
             closed = await ws.receive(timeout=10)
             assert closed.type is aiohttp.WSMsgType.CLOSE
@@ -209,9 +211,10 @@ async def test_many_rooms_are_bounded(tmp_path: object) -> None:
     from tests.webchat.support import base_url, make_settings, running_gateway
 
     settings = make_settings(Path(str(tmp_path)), channels={"webchat": {"max_sessions": 3}})
-    async with running_gateway(settings) as gw, aiohttp.ClientSession(
-        base_url=base_url(gw)
-    ) as http:
+    async with (
+        running_gateway(settings) as gw,
+        aiohttp.ClientSession(base_url=base_url(gw)) as http,
+    ):
         for i in range(6):
             async with http.get(f"/api/chat/r{i}/messages") as resp:
                 assert resp.status == 200

@@ -1,0 +1,221 @@
+"""``gateway confirmations list | show ID | approve ID | reject ID --reason TEXT``.
+
+Talks to a running daemon's admin API. The URL defaults to the configured server
+(``[server] host/port``), the token to ``[admin] token`` / ``GATEWAY_ADMIN__TOKEN``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from config.settings import Settings, load_settings
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # not found, already decided, refused
+EXIT_UNREACHABLE = 3
+
+
+class AdminClientError(Exception):
+    def __init__(self, message: str, *, code: int = EXIT_FAILED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class AdminClient:
+    """A tiny blocking client of the admin API (one request per command)."""
+
+    def __init__(self, url: str, token: str | None, *, timeout: float = 10.0) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def request(
+        self, method: str, path: str, body: dict[str, Any] | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.url + path, data=data, method=method)
+        req.add_header("Accept", "application/json")
+        if data is not None:
+            req.add_header("Content-Type", "application/json")
+        if self.token:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                return resp.status, _json(resp.read())
+        except urllib.error.HTTPError as exc:
+            payload = _json(exc.read())
+            if exc.code == 401:
+                raise AdminClientError(
+                    "the daemon refused the admin token: set GATEWAY_ADMIN__TOKEN "
+                    "(or [admin] token) to the daemon's token, or pass --token"
+                ) from exc
+            return exc.code, payload
+        except urllib.error.URLError as exc:
+            raise AdminClientError(
+                f"cannot reach the gateway at {self.url}: {exc.reason}; is `gateway serve` "
+                "running? (pass --url if it listens elsewhere)",
+                code=EXIT_UNREACHABLE,
+            ) from exc
+
+
+def _json(raw: bytes) -> dict[str, Any]:
+    try:
+        data = json.loads(raw or b"{}")
+    except ValueError:
+        return {"error": raw.decode("utf-8", "replace")[:200]}
+    return data if isinstance(data, dict) else {"data": data}
+
+
+def _default_url(settings: Settings) -> str:
+    host = settings.server.host
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{settings.server.port}"
+
+
+def _client(args: argparse.Namespace) -> AdminClient:
+    token = args.token
+    url = args.url
+    if token is None or url is None:
+        settings = load_settings(args.config)
+        if token is None and settings.admin.token is not None:
+            token = settings.admin.token.get_secret_value() or None
+        if url is None:
+            url = _default_url(settings)
+    return AdminClient(url, token, timeout=args.timeout)
+
+
+def _fmt_time(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ts else "-"
+
+
+def _line(c: dict[str, Any]) -> str:
+    left = ""
+    if c["status"] == "pending":
+        left = f"  {max(0, int(c['expires_at'] - time.time()))}s left"
+    who = f" by {c['decided_by']} via {c['decided_via']}" if c.get("decided_by") else ""
+    return (
+        f"{c['id']:<6} {c['status']:<9} {c['risk']:<8} {c['session_key']:<24} "
+        f"{c['summary']}{who}{left}"
+    )
+
+
+def _details(c: dict[str, Any]) -> str:
+    lines = [
+        f"id:          {c['id']}",
+        f"status:      {c['status']}",
+        f"session:     {c['session_key']}",
+        f"requester:   {c['requester']}",
+        f"tool:        {c['tool_call']['name']}",
+        f"summary:     {c['summary']}",
+        f"risk:        {c['risk']}",
+        f"created:     {_fmt_time(c['created_at'])}",
+        f"expires:     {_fmt_time(c['expires_at'])}",
+    ]
+    statement = c.get("details", {}).get("statement")
+    if statement:
+        lines.append(f"statement:   {statement}")
+    else:
+        lines.append(f"args:        {json.dumps(c['tool_call']['args'], ensure_ascii=False)}")
+    rows = c.get("details", {}).get("rows_affected")
+    if rows is not None:
+        lines.append(f"rows:        {rows}")
+    if c.get("decided_by") or c["status"] != "pending":
+        lines.append(
+            f"decided:     {c.get('decided_by') or '-'} via {c.get('decided_via') or '-'}"
+            f" at {_fmt_time(c.get('decided_at'))}"
+        )
+    if c.get("reason"):
+        lines.append(f"reason:      {c['reason']}")
+    return "\n".join(lines)
+
+
+def _print(args: argparse.Namespace, payload: Any, text: str) -> None:
+    if args.json:
+        print(json.dumps(payload, ensure_ascii=False, indent=2))
+    else:
+        print(text)
+
+
+def cmd_confirmations(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except AdminClientError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.code
+
+
+def _run(args: argparse.Namespace) -> int:
+    client = _client(args)
+    if args.action == "list":
+        params = {k: v for k, v in (("status", args.status), ("session", args.session)) if v}
+        query = f"?{urllib.parse.urlencode(params)}" if params else ""
+        status, body = client.request("GET", f"/api/confirmations{query}")
+        if status != 200:
+            print(f"error: {body.get('error', status)}", file=sys.stderr)
+            return EXIT_FAILED
+        found = body["confirmations"]
+        text = "\n".join(_line(c) for c in found) if found else "no confirmations"
+        _print(args, body, text)
+        return EXIT_OK
+    cid = urllib.parse.quote(args.id, safe="")
+    if args.action == "show":
+        status, body = client.request("GET", f"/api/confirmations/{cid}")
+        if status != 200:
+            print(f"error: {body.get('error', status)}", file=sys.stderr)
+            return EXIT_FAILED
+        _print(args, body, _details(body["confirmation"]))
+        return EXIT_OK
+    decision = "approve" if args.action == "approve" else "reject"
+    request: dict[str, Any] = {"decision": decision, "actor": args.actor}
+    if args.reason:
+        request["reason"] = args.reason
+    status, body = client.request("POST", f"/api/confirmations/{cid}/decision", request)
+    if status == 200:
+        _print(args, body, body.get("message") or _line(body["confirmation"]))
+        return EXIT_OK
+    message = body.get("error") or body.get("message") or f"HTTP {status}"
+    print(f"error: {message}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(body, ensure_ascii=False, indent=2))
+    return EXIT_FAILED
+
+
+def register(subparsers: Any) -> None:
+    """Add ``confirmations`` to the ``gateway`` command."""
+    # Options go after the action (``confirmations list --url ...``), via a parent parser.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", help="the daemon's base URL (default from [server] host/port)")
+    common.add_argument(
+        "--token",
+        default=None,
+        help="admin token (default [admin] token / GATEWAY_ADMIN__TOKEN; prefer the env)",
+    )
+    common.add_argument("--timeout", type=float, default=10.0, help="seconds per request")
+    common.add_argument("--json", action="store_true", help="print the API's JSON")
+    p = subparsers.add_parser(
+        "confirmations", help="list and decide confirmations on a running daemon (admin API)"
+    )
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    ls = actions.add_parser("list", parents=[common], help="list confirmations, newest first")
+    ls.add_argument("--status", choices=["pending", "approved", "rejected", "expired", "cancelled"])
+    ls.add_argument("--session", help="a session key, e.g. webchat:lobby")
+    show = actions.add_parser("show", parents=[common], help="one confirmation in full")
+    show.add_argument("id")
+    for name in ("approve", "reject"):
+        a = actions.add_parser(
+            name, parents=[common], help=f"{name} a pending confirmation as the operator"
+        )
+        a.add_argument("id")
+        a.add_argument("--actor", default="admin", help="name recorded as the decider")
+        a.add_argument("--reason", required=name == "reject", help="why (required to reject)")
+    p.set_defaults(handler=cmd_confirmations)
