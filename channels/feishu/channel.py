@@ -77,7 +77,8 @@ class FeishuChannel(Channel):
         self._bus = context.bus
         self._service = context.confirmations
         admin = context.settings.admin.token
-        self._admin_token = admin.get_secret_value() if admin else None
+        # An empty token is no token (as in the admin API).
+        self._admin_token = (admin.get_secret_value() if admin else None) or None
         secret = settings.app_secret.get_secret_value() if settings.app_secret else ""
         self._app_id = settings.app_id or ""
         self._app_secret = secret
@@ -405,8 +406,16 @@ class FeishuChannel(Channel):
     # ------------------------------------------------------------------ admin
 
     async def _failed_route(self, request: web.Request) -> web.Response:
+        # The same rule as the admin API: a bearer token when [admin] token is set.
         if self._admin_token is not None:
-            given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-            if not hmac.compare_digest(given, self._admin_token):
-                return web.json_response({"error": "admin token required"}, status=401)
+            scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+            ok = scheme.lower() == "bearer" and hmac.compare_digest(
+                given.strip().encode(), self._admin_token.encode()
+            )
+            if not ok:
+                return web.json_response(
+                    {"error": "missing or wrong bearer token: send Authorization: Bearer ..."},
+                    status=401,
+                    headers={"WWW-Authenticate": 'Bearer realm="gateway"'},
+                )
         return web.json_response({"failed": [f.to_dict() for f in self.outbox.failed]})

@@ -43,6 +43,7 @@ def make_settings(
     fake: FakeFeishu,
     *,
     confirmation: dict[str, Any] | None = None,
+    admin_token: str | None = None,
     **feishu: Any,
 ) -> Settings:
     options: dict[str, Any] = {
@@ -63,6 +64,7 @@ def make_settings(
     return Settings(
         data_dir=tmp_path,
         server={"host": "127.0.0.1", "port": 0},
+        admin={"token": admin_token},
         confirmation={"store": "memory", **(confirmation or {})},
         keywords={"watch": False},
         channels={"webchat": {"enabled": False}, "feishu": options},

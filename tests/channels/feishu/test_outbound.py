@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import aiohttp
 
 from config.settings import Settings
 from gateway.app import Gateway
-from tests.channels.feishu.conftest import ALICE, sent_texts, wait_until
+from tests.channels.feishu.conftest import ALICE, make_settings, sent_texts, wait_until
 from tests.fakes.feishu import (
     INVALID_TOKEN_CODE,
     RATE_LIMIT_CODE,
@@ -106,3 +107,18 @@ async def test_sends_to_one_chat_are_paced_under_5_per_second(
     # Feishu allows 5 messages per second per chat; the channel spaces them >= 0.22 s.
     # (A lower bound only: a slow machine can never make this fail.)
     assert all(b - a >= 0.2 for a, b in itertools.pairwise(arrivals))
+
+
+async def test_dead_letters_need_the_admin_token_when_one_is_set(
+    tmp_path: Path, fake: FakeFeishu
+) -> None:
+    settings = make_settings(tmp_path, fake, admin_token="s3cret-admin")
+    async with Gateway(settings) as gw, aiohttp.ClientSession() as session:
+        assert gw.http is not None
+        url = gw.http.url + "/api/channels/feishu/failed"
+        async with session.get(url) as resp:
+            assert resp.status == 401
+        headers = {"Authorization": "Bearer s3cret-admin"}
+        async with session.get(url, headers=headers) as resp:
+            assert resp.status == 200
+            assert await resp.json() == {"failed": []}
