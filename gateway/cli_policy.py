@@ -53,6 +53,10 @@ async def _test(settings: Settings, name: str, call_args: dict[str, Any], *, as_
         timeout_seconds=settings.tools.sql.statement_timeout_seconds,
     )
     try:
+        if settings.uses_demo_database:
+            # The same demo database `serve` would use, so row counts in rules are real.
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+            await db.ensure_demo()
         registry = ToolRegistry([SqlQueryTool(db), SqlModifyTool(db)])
         try:
             registry.load_plugins(settings.tools.plugins)
