@@ -38,7 +38,8 @@ def main() -> int:
     n = sum(total.values())
     print(f"replies: {n}")
     for intent in ("confirm", "cancel", "unclear", "none"):
-        print(f"  {intent:8} {hit[intent]:4}/{total[intent]:<4} recall {hit[intent] / total[intent]:.3f}")
+        recall = hit[intent] / total[intent]
+        print(f"  {intent:8} {hit[intent]:4}/{total[intent]:<4} recall {recall:.3f}")
     print(f"false confirms: {len(false_confirms)} {false_confirms if false_confirms else ''}")
     print(f"overall accuracy: {sum(hit.values()) / n:.3f}")
     return 1 if false_confirms else 0
