@@ -126,6 +126,7 @@ class ServeProcess:
     lines: list[str] = field(default_factory=list)
     proc: subprocess.Popen[str] | None = None
     _ready: threading.Event = field(default_factory=threading.Event)
+    _reader: threading.Thread | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -153,7 +154,8 @@ class ServeProcess:
             text=True,
             bufsize=1,
         )
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
         if not self._ready.wait(timeout):
             self.stop()
             raise AssertionError("gateway serve did not start:\n" + "".join(self.lines))
@@ -179,6 +181,10 @@ class ServeProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout)
+        if self._reader is not None:
+            self._reader.join(timeout)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
         return self.proc.returncode
 
     def error_lines(self) -> list[str]:
