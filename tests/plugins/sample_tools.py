@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Literal
 
 from gateway.tools.base import tool
@@ -40,3 +41,9 @@ def refund(order_id: int, amount: float, currency: str = "CNY") -> str:
 
 def not_a_tool() -> None:
     """Plain functions in a plugin module are ignored."""
+
+
+@tool
+def thread_kind() -> str:
+    """Where sync tools run: 'worker' means off the event loop's thread."""
+    return "main" if threading.current_thread() is threading.main_thread() else "worker"
