@@ -8,6 +8,8 @@ async URLs (aiosqlite, asyncpg, aiomysql).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -15,10 +17,13 @@ from typing import Any, ClassVar
 import sqlglot
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlglot import exp
+from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import SqlglotError
+from sqlglot.optimizer.simplify import simplify
 
 from gateway.confirm.model import Risk
 from gateway.tools.base import Level, Tool, ToolPreview
@@ -54,7 +59,17 @@ _KIND_NAMES: dict[type[exp.Expression], str] = {
     exp.Pragma: "PRAGMA",
     exp.Set: "SET",
     exp.Copy: "COPY",
+    exp.Transaction: "BEGIN",
+    exp.Commit: "COMMIT",
+    exp.Rollback: "ROLLBACK",
 }
+# The gateway runs each call in a transaction of its own (read-only for sql_query, one
+# all-or-nothing transaction for sql_modify); a COMMIT inside the text would end it early.
+_TRANSACTION_KINDS = (exp.Transaction, exp.Commit, exp.Rollback)
+_TRANSACTION_COMMANDS = {"END", "ABORT", "SAVEPOINT", "RELEASE", "START", "BEGIN", "COMMIT"}
+# MySQL/MariaDB commit implicitly before and after these, so a batch holding one cannot be
+# rolled back as a whole.
+_MYSQL_IMPLICIT_COMMIT_KINDS = {"CREATE", "DROP", "ALTER", "TRUNCATE", "GRANT", "COMMAND"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +77,15 @@ class SqlStatement:
     sql: str
     kind: str
     tables: tuple[str, ...]
+    # False when there is no WHERE or only an always-true one ("WHERE 1 = 1").
     has_where: bool
     read_only: bool
     expression: exp.Expression = field(repr=False, compare=False)
+    # The node that changes data: the statement itself, or the DELETE/UPDATE inside a
+    # data-modifying CTE (PostgreSQL). Its rows are what count_affected counts.
+    target: exp.Expression | None = field(default=None, repr=False, compare=False)
+    # An UPDATE/DELETE anywhere in the statement has no effective WHERE.
+    unbounded: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,19 +111,30 @@ class SqlAnalysis:
     def risk(self) -> Risk:
         risk = Risk.LOW if self.read_only else Risk.MEDIUM
         for s in self.statements:
-            if s.kind in ("DROP", "TRUNCATE") or (
-                s.kind in ("UPDATE", "DELETE") and not s.has_where
-            ):
+            if s.kind in ("DROP", "TRUNCATE") or s.unbounded:
                 return Risk.CRITICAL
-            if s.kind in ("ALTER", "GRANT", "COMMAND", "MERGE", "PRAGMA", "SET", "COPY"):
+            if s.kind in (
+                "ALTER",
+                "GRANT",
+                "COMMAND",
+                "MERGE",
+                "PRAGMA",
+                "SET",
+                "COPY",
+                "ATTACH",
+                "DETACH",
+            ):
                 risk = Risk.HIGH
         return risk
 
     @property
     def warning(self) -> str | None:
         for s in self.statements:
-            if s.kind in ("UPDATE", "DELETE") and not s.has_where:
-                return f"{s.kind} 没有 WHERE，将影响整表 / {s.kind} without WHERE affects every row"
+            if s.unbounded:
+                return (
+                    f"{s.kind} 没有有效的 WHERE，将影响整表 / "
+                    f"{s.kind} without WHERE (or with an always-true one) affects every row"
+                )
             if s.kind in ("DROP", "TRUNCATE"):
                 return f"{s.kind} 不可撤销 / {s.kind} cannot be undone"
         return None
@@ -117,6 +149,49 @@ def _kind_of(e: exp.Expression) -> str:
     if isinstance(e, exp.Command):
         return "COMMAND"
     return type(e).__name__.upper()
+
+
+def _where_restricts(node: exp.Expression) -> bool:
+    """True when the node has a WHERE that is not always true (``WHERE 1 = 1``, ``TRUE``)."""
+    where = node.args.get("where")
+    if where is None:
+        return False
+    try:
+        condition = simplify(where.this.copy())
+    except Exception:  # simplify is best effort: a WHERE it cannot fold still restricts
+        return True
+    if isinstance(condition, exp.Boolean):
+        return not condition.this
+    if isinstance(condition, exp.Literal) and not condition.is_string:
+        return condition.this in ("0", "0.0")
+    return True
+
+
+def _executable_comment(text: str, dialect: str) -> str | None:
+    """A MySQL ``/*! ... */`` comment: the server runs its inside, the parser skips it."""
+    if dialect != "mysql":
+        return None
+    try:
+        tokens = Dialect.get_or_raise(dialect).tokenize(text)
+    except SqlglotError:
+        return None
+    for token in tokens:
+        for comment in token.comments:
+            if comment.startswith(("!", "M!")):
+                return (
+                    "不接受可执行注释 /*! */：服务器会执行其中内容 / "
+                    "/*! ... */ comments are refused: MySQL would run what they contain"
+                )
+    return None
+
+
+def _transaction_control(e: exp.Expression) -> bool:
+    if isinstance(e, _TRANSACTION_KINDS):
+        return True
+    if isinstance(e, exp.Command):
+        return str(e.this).upper() in _TRANSACTION_COMMANDS
+    # SET autocommit = 1 commits what came before it (MySQL).
+    return isinstance(e, exp.Set) and "AUTOCOMMIT" in e.sql().upper()
 
 
 def _tables(e: exp.Expression) -> tuple[str, ...]:
@@ -138,14 +213,36 @@ def analyze_sql(text: str, dialect: str = "sqlite") -> SqlAnalysis:
     expressions = [e for e in parsed if e is not None and not isinstance(e, exp.Semicolon)]
     if not expressions:
         return SqlAnalysis(text, error="no statement found / 没有语句")
+    hidden = _executable_comment(stripped, dialect)
+    if hidden:
+        return SqlAnalysis(text, error=hidden)
+    if any(_transaction_control(e) for e in expressions if isinstance(e, exp.Expression)):
+        return SqlAnalysis(
+            text,
+            error="不接受事务控制语句（BEGIN/COMMIT/ROLLBACK），网关自行管理事务 / "
+            "transaction control (BEGIN/COMMIT/ROLLBACK) is refused: the gateway runs each "
+            "call in its own transaction",
+        )
     statements = []
     single = len(expressions) == 1
     for e in expressions:
         assert isinstance(e, exp.Expression)
-        kind = _kind_of(e)
         # A data-changing node anywhere (e.g. a CTE with DELETE ... RETURNING) is not read-only.
-        read_only = isinstance(e, exp.Query) and e.find(*_MODIFY_KINDS) is None
-        where = e.args.get("where")
+        changes = [n for n in e.walk() if isinstance(n, _MODIFY_KINDS)]
+        target = changes[0] if changes else e
+        # Locking reads and SELECT ... INTO change state too: they are not for sql_query.
+        read_only = (
+            isinstance(e, exp.Query)
+            and not changes
+            and e.find(exp.Lock) is None
+            and e.find(exp.Into) is None
+        )
+        kind = _kind_of(target)
+        if kind == "SELECT" and e.find(exp.Into) is not None:
+            kind = "SELECT INTO"
+        unbounded = any(
+            isinstance(n, exp.Update | exp.Delete) and not _where_restricts(n) for n in changes
+        )
         statements.append(
             SqlStatement(
                 # What the person approves is what runs: the original text for one statement,
@@ -153,12 +250,29 @@ def analyze_sql(text: str, dialect: str = "sqlite") -> SqlAnalysis:
                 sql=stripped.rstrip(";").strip() if single else e.sql(dialect=dialect),
                 kind=kind,
                 tables=_tables(e),
-                has_where=where is not None,
+                has_where=_where_restricts(target),
                 read_only=read_only,
                 expression=e,
+                target=target,
+                unbounded=unbounded,
             )
         )
     return SqlAnalysis(text, statements=tuple(statements))
+
+
+def batch_problem(analysis: SqlAnalysis, dialect: str) -> str | None:
+    """Why a batch cannot run all-or-nothing on this database, if it cannot."""
+    if (
+        dialect == "mysql"
+        and len(analysis.statements) > 1
+        and any(s.kind in _MYSQL_IMPLICIT_COMMIT_KINDS for s in analysis.statements)
+    ):
+        return (
+            "MySQL/MariaDB 会隐式提交 DDL，含 DDL 的多条语句无法整体回滚：请逐条发送 / "
+            "MySQL/MariaDB commit DDL implicitly, so a batch with DDL cannot be "
+            "all-or-nothing: send DDL statements one at a time"
+        )
+    return None
 
 
 class SqlDatabase:
@@ -168,6 +282,8 @@ class SqlDatabase:
         self.url = url
         self.engine: AsyncEngine = create_async_engine(url)
         self.backend = make_url(url).get_backend_name()
+        if self.backend == "sqlite":
+            _transactional_sqlite(self.engine)
         self.dialect = _DIALECTS.get(self.backend, self.backend)
         self.max_rows = max_rows
         self.timeout_seconds = timeout_seconds
@@ -205,29 +321,13 @@ class SqlDatabase:
                 )
         log.info("sql.demo_ready", url=make_url(self.url).render_as_string(hide_password=True))
 
-    async def count_affected(self, statement: SqlStatement) -> int | None:
-        """Rows an UPDATE/DELETE would touch: SELECT COUNT(*) with the same table and WHERE."""
-        e = statement.expression
-        if statement.kind not in ("UPDATE", "DELETE"):
-            return None
-        table = e.this if isinstance(e.this, exp.Table) else e.find(exp.Table)
-        # Joins / USING / FROM in UPDATE make a single-table count wrong: say "unknown".
-        if table is None or e.args.get("joins") or e.args.get("using") or e.args.get("from"):
-            return None
-        where = e.args.get("where")
-        query = exp.select("COUNT(*)").from_(table.copy())
-        if where is not None:
-            query = query.where(where.this.copy())
-        sql = query.sql(dialect=self.dialect)
-        async with self.engine.connect() as conn:
-            result = await conn.exec_driver_sql(sql)
-            value = result.scalar_one()
-            await conn.rollback()
-        return int(value)
+    @asynccontextmanager
+    async def read_only(self) -> AsyncIterator[AsyncConnection]:
+        """A connection in a read-only transaction, rolled back afterwards.
 
-    async def query(self, analysis: SqlAnalysis) -> str:
-        """Run read-only statements inside a read-only transaction; a text table back."""
-        outputs = []
+        The database enforces it, not the classifier: a function with side effects, a
+        sequence or a locking read inside a "SELECT" fails instead of writing.
+        """
         async with self.engine.connect() as conn:
             if self.backend == "sqlite":
                 await conn.exec_driver_sql("PRAGMA query_only = ON")
@@ -235,20 +335,65 @@ class SqlDatabase:
                 await conn.exec_driver_sql("SET TRANSACTION READ ONLY")
             elif self.dialect == "mysql":
                 await conn.rollback()
+                # Applies to the next transaction, which the first statement below starts.
                 await conn.exec_driver_sql("SET TRANSACTION READ ONLY")
             try:
-                for s in analysis.statements:
-                    result = await asyncio.wait_for(
-                        conn.exec_driver_sql(s.sql), timeout=self.timeout_seconds
-                    )
-                    columns = list(result.keys())
-                    rows = result.fetchmany(self.max_rows + 1)
-                    outputs.append(_format_rows(columns, rows, self.max_rows))
+                yield conn
             finally:
                 await conn.rollback()
                 if self.backend == "sqlite":
+                    # query_only is per connection and the connection goes back to the pool.
                     await conn.exec_driver_sql("PRAGMA query_only = OFF")
                     await conn.commit()
+
+    async def count_affected(self, statement: SqlStatement) -> int | None:
+        """Rows an UPDATE/DELETE would touch: SELECT COUNT(*) with the same table and WHERE.
+
+        Runs read-only, so a WHERE with side effects (``nextval()``) fails to count rather
+        than changing anything before a person has approved. ``None`` means "unknown".
+        """
+        e = statement.target if statement.target is not None else statement.expression
+        if not isinstance(e, exp.Update | exp.Delete):
+            return None
+        table = e.this
+        # Joins, USING, UPDATE ... FROM or MySQL's multi-table DELETE make a single-table
+        # count wrong: say "unknown" rather than show a wrong number.
+        if not isinstance(table, exp.Table) or any(
+            e.args.get(key) for key in ("joins", "using", "from", "from_", "tables")
+        ):
+            return None
+        query = exp.select("COUNT(*)").from_(table.copy())
+        where = e.args.get("where")
+        if where is not None:
+            query = query.where(where.this.copy())
+        if e is statement.expression:
+            # WITH ... DELETE: the WHERE may name the CTEs, so the count needs them too.
+            with_ = e.args.get("with_") or e.args.get("with")
+            if with_ is not None:
+                query.set("with_", with_.copy())
+        limit: int | None = None
+        if e.args.get("limit") is not None:
+            literal = e.args["limit"].args.get("expression")
+            if not (isinstance(literal, exp.Literal) and literal.is_int):
+                return None
+            limit = int(literal.this)
+        sql = query.sql(dialect=self.dialect)
+        async with self.read_only() as conn:
+            result = await asyncio.wait_for(conn.exec_driver_sql(sql), timeout=self.timeout_seconds)
+            value = int(result.scalar_one())
+        return value if limit is None else min(value, limit)
+
+    async def query(self, analysis: SqlAnalysis) -> str:
+        """Run read-only statements inside a read-only transaction; a text table back."""
+        outputs = []
+        async with self.read_only() as conn:
+            for s in analysis.statements:
+                result = await asyncio.wait_for(
+                    conn.exec_driver_sql(s.sql), timeout=self.timeout_seconds
+                )
+                columns = list(result.keys())
+                rows = result.fetchmany(self.max_rows + 1)
+                outputs.append(_format_rows(columns, rows, self.max_rows))
         return "\n\n".join(outputs)
 
     async def modify(self, analysis: SqlAnalysis) -> str:
@@ -261,6 +406,23 @@ class SqlDatabase:
                 )
                 counts.append(f"{s.kind}: {result.rowcount if result.rowcount >= 0 else '?'} rows")
         return "; ".join(counts)
+
+
+def _transactional_sqlite(engine: AsyncEngine) -> None:
+    """Make SQLite transactions real: BEGIN at the start, DDL included.
+
+    The sqlite3 module only opens a transaction before INSERT/UPDATE/DELETE, so in a batch
+    like ``DROP TABLE a; INSERT INTO missing ...`` the DROP ran in autocommit and stayed
+    even though the batch failed. This is SQLAlchemy's documented recipe for aiosqlite.
+    """
+
+    @event.listens_for(engine.sync_engine, "connect")
+    def _no_implicit_transactions(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN")
 
 
 def _format_rows(columns: list[str], rows: Any, max_rows: int) -> str:
@@ -344,15 +506,23 @@ class SqlModifyTool(_SqlTool):
                 summary=analysis.text,
                 error="只读查询请用 sql_query / read-only statements go through sql_query",
             )
+        problem = batch_problem(analysis, self.db.dialect)
+        if problem:
+            return ToolPreview(summary=analysis.text, error=problem)
         rows: int | None = 0
+        written: set[str] = set()
         for s in analysis.statements:
-            try:
-                n = await self.db.count_affected(s)
-            except Exception as exc:
-                log.warning("sql.count_failed", error=str(exc))
-                n = None
+            n: int | None = None
+            # A count taken before the batch runs is wrong for a table an earlier statement
+            # of the same batch changes: say "unknown" rather than show a wrong number.
+            if s.kind in ("UPDATE", "DELETE") and not written.intersection(s.tables):
+                try:
+                    n = await self.db.count_affected(s)
+                except Exception as exc:  # any driver error just means "unknown"
+                    log.info("sql.count_failed", error=str(exc).splitlines()[0])
             if s.kind in ("UPDATE", "DELETE"):
                 rows = None if (n is None or rows is None) else rows + n
+            written.update(s.tables)
         if not any(s.kind in ("UPDATE", "DELETE") for s in analysis.statements):
             rows = None
         details: dict[str, Any] = {
@@ -376,6 +546,8 @@ class SqlModifyTool(_SqlTool):
 
     async def run(self, args: BaseModel) -> str:
         analysis = self.analyze(args)
-        if analysis.error:
-            raise ValueError(analysis.error)
+        # preview refuses these first; checked again so run() is safe on its own.
+        problem = analysis.error or batch_problem(analysis, self.db.dialect)
+        if problem:
+            raise ValueError(problem)
         return await self.db.modify(analysis)
