@@ -47,3 +47,9 @@ def not_a_tool() -> None:
 def thread_kind() -> str:
     """Where sync tools run: 'worker' means off the event loop's thread."""
     return "main" if threading.current_thread() is threading.main_thread() else "worker"
+
+
+@tool
+def search_customers(filter: dict[str, str], limit: int = 10) -> str:
+    """Search customers by field values."""
+    return f"{limit} customers matching {filter}"

@@ -371,3 +371,11 @@ async def test_four_eyes_by_risk_list_and_by_rule(decide: Decide) -> None:
 def test_bad_rules_are_refused_at_load(bad_rule: dict[str, Any], message: str) -> None:
     with pytest.raises(ValidationError, match=message):
         PolicySettings(rules=[bad_rule])
+
+
+async def test_dotted_paths_reach_nested_arguments(decide: Decide) -> None:
+    policy = {"rules": [rule(tool="search_customers", when={"filter.region": "eu"}, level="deny")]}
+    args = {"filter": {"region": "EU"}}
+    assert (await decide(policy, "search_customers", args)).level == "deny"
+    args = {"filter": {"country": "eu"}}
+    assert (await decide(policy, "search_customers", args)).level == "auto"
