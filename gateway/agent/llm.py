@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,7 +25,6 @@ from tenacity import (
     RetryCallState,
     retry_if_exception,
     stop_after_attempt,
-    wait_exponential_jitter,
 )
 
 from config.settings import LlmSettings
@@ -110,16 +110,16 @@ class ChatModel:
             timeout=settings.timeout_seconds,
             max_retries=0,
         )
-        self._backoff = wait_exponential_jitter(
-            multiplier=settings.retry_base_seconds, max=settings.retry_max_seconds, jitter=0.1
-        )
 
     async def aclose(self) -> None:
         await self.client.close()
 
     def _wait(self, state: RetryCallState) -> float:
         """Exponential backoff, or the server's Retry-After when it asks for longer."""
-        wait = float(self._backoff(state))
+        # Computed here rather than with wait_exponential_jitter, whose arguments changed
+        # between tenacity 8 and 9.
+        base = self.settings.retry_base_seconds * 2.0 ** (state.attempt_number - 1)
+        wait = min(base, self.settings.retry_max_seconds) + random.uniform(0, base / 10)
         exc = state.outcome.exception() if state.outcome else None
         if isinstance(exc, openai.APIStatusError):
             after = exc.response.headers.get("retry-after", "")
