@@ -239,11 +239,12 @@ class FeishuChannel(Channel):
         self._spawn(self._receive(msg), name=f"feishu-in-{msg.message_id}")
 
     async def _receive(self, msg: FeishuMessage) -> None:
-        if msg.message_id in self._seen:
-            # Delivery is at-least-once (redelivery after a late ack, a reconnect burst).
-            log.info("feishu.duplicate_dropped", message_id=msg.message_id)
-            return
-        self._seen[msg.message_id] = True
+        if msg.message_id:
+            if msg.message_id in self._seen:
+                # Delivery is at-least-once (redelivery after a late ack, a reconnect burst).
+                log.info("feishu.duplicate_dropped", message_id=msg.message_id)
+                return
+            self._seen[msg.message_id] = True
         verdict, text = self.rules.judge(msg, bot_open_id=self.bot_open_id, now=time.time())
         if verdict is Verdict.ACCEPT and text is not None:
             await self._bus.publish_inbound(to_inbound(msg, text))

@@ -147,7 +147,8 @@ def message_text(msg: FeishuMessage, *, bot_open_id: str | None) -> str | None:
         for key, replacement in sorted(by_key.items(), key=lambda kv: -len(kv[0])):
             text = text.replace(key, replacement)
     elif msg.message_type == "post":
-        text = _post_text(content, by_open_id)
+        # An "at" element names the mention by its placeholder key or by open_id.
+        text = _post_text(content, {**by_open_id, **by_key})
         for key, replacement in sorted(by_key.items(), key=lambda kv: -len(kv[0])):
             text = text.replace(key, replacement)
     else:

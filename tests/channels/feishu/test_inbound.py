@@ -104,6 +104,19 @@ def test_post_rich_text_is_flattened_with_mentions() -> None:
         )
     )
     assert message_text(msg, bot_open_id=BOT) == "DB\n /sql \nSELECT 1"
+    # Received posts may name the mention by its placeholder key instead of the open_id.
+    content["content"][0][0] = {"tag": "at", "user_id": "@_user_1", "user_name": "bot"}
+    keyed = parse(
+        message_event(
+            chat_id="oc_1",
+            sender=ALICE,
+            text="",
+            message_type="post",
+            content=content,
+            mentions=[BOT_MENTION],
+        )
+    )
+    assert message_text(keyed, bot_open_id=BOT) == "DB\n /sql \nSELECT 1"
 
 
 def test_images_are_unsupported() -> None:
