@@ -127,16 +127,18 @@
     scrollDown();
   }
 
+  // Plain symbols, not emoji: they render with any font, also in headless test browsers.
   function outcomeText(c) {
     const by = c.decided_by || "-";
-    const label = STATUS[c.status] || c.status;
-    if (c.status === "approved") return "✅ " + label + " · 由 " + by + " 批准 / approved by " + by;
+    if (c.status === "approved") return "✓ 已批准，由 " + by + " 批准 / approved by " + by;
     if (c.status === "rejected") {
-      const why = c.reason ? "（" + c.reason + "）" : "";
-      return "❌ " + label + " · 由 " + by + " 拒绝" + why + " / rejected by " + by + (c.reason ? " (" + c.reason + ")" : "");
+      const zh = c.reason ? "（" + c.reason + "）" : "";
+      const en = c.reason ? " (" + c.reason + ")" : "";
+      return "✗ 已拒绝，由 " + by + " 拒绝" + zh + " / rejected by " + by + en;
     }
-    if (c.status === "expired") return "⌛ " + label + " · 超时未确认 / no decision in time";
-    return "🚫 " + label + (c.reason ? " · " + c.reason : "");
+    if (c.status === "expired") return "– 已超时，未执行 / expired, did not run";
+    const why = c.reason ? " · " + c.reason : "";
+    return "– " + (STATUS[c.status] || c.status) + why;
   }
 
   function updateCardState(entry) {

@@ -1,0 +1,150 @@
+"""A real browser (Debian's Chromium, driven by Playwright) against ``gateway serve``.
+
+Two people in one room: alice asks for a DELETE, sees the card, bob sees the same card
+with his buttons disabled; alice clicks 确认, both cards turn approved, the row is gone,
+and an SSE subscriber saw requested then resolved. Screenshots go to test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from playwright.async_api import Browser, Page, async_playwright, expect
+
+from tests.admin.test_api import read_event
+from tests.webchat.support import REPO, ServeProcess, eventually, order_exists, serve
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+ARTIFACTS = REPO / "test-artifacts"
+TIMEOUT_MS = 15_000
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[ServeProcess]:
+    with serve(tmp_path) as process:
+        yield process
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (never a downloaded one)")
+    async with async_playwright() as p:
+        chromium = await p.chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
+        )
+        try:
+            yield chromium
+        finally:
+            await chromium.close()
+
+
+async def open_room(browser: Browser, url: str, room: str, user: str) -> Page:
+    context = await browser.new_context(viewport={"width": 480, "height": 900}, locale="zh-CN")
+    context.set_default_timeout(TIMEOUT_MS)
+    page = await context.new_page()
+    await page.goto(f"{url}/?session={room}&user={user}")
+    await expect(page.locator("#conn.on")).to_be_visible()
+    await expect(page.locator("#text")).to_be_enabled()
+    return page
+
+
+async def test_two_people_one_card_approved_in_the_browser(
+    daemon: ServeProcess, browser: Browser
+) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    alice = await open_room(browser, daemon.url, "ops", "alice")
+    bob = await open_room(browser, daemon.url, "ops", "bob")
+    async with (
+        aiohttp.ClientSession(base_url=daemon.url) as http,
+        http.get("/api/events") as events,
+    ):
+        await alice.locator("#text").fill("/sql DELETE FROM orders WHERE id = 3")
+        await alice.locator("#text").press("Enter")
+
+        card = alice.locator(".card")
+        await expect(card).to_have_attribute("data-status", "pending")
+        await expect(card.locator(".statement")).to_have_text("DELETE FROM orders WHERE id = 3")
+        await expect(card.locator("dd.rows-affected")).to_have_text("1")
+        await expect(card.locator(".risk")).to_contain_text("medium")
+        await expect(card.locator(".countdown")).to_contain_text(re.compile(r"Time left \d+:\d\d"))
+        await expect(card.locator(".approve")).to_be_enabled()
+        cid = await card.get_attribute("data-id")
+        assert cid
+        await expect(card.locator(".card-id")).to_have_text(cid)
+        await card.screenshot(path=str(ARTIFACTS / "webchat-card-pending.png"))
+
+        # Bob is in the room and sees the same card live, but may not decide it.
+        bob_card = bob.locator(f'.card[data-id="{cid}"]')
+        await expect(bob_card).to_have_attribute("data-status", "pending")
+        await expect(bob_card.locator(".approve")).to_be_disabled()
+        await expect(bob_card.locator(".reject")).to_be_disabled()
+        await expect(bob_card.locator(".why")).to_contain_text("only the requester")
+        await expect(bob.locator(".msg.theirs .bubble").first).to_have_text(
+            "/sql DELETE FROM orders WHERE id = 3"
+        )
+        await bob.screenshot(path=str(ARTIFACTS / "webchat-bob-view.png"))
+
+        requested = await read_event(events)
+        await card.locator(".approve").click()
+
+        for page in (alice, bob):
+            done = page.locator(f'.card[data-id="{cid}"]')
+            await expect(done).to_have_attribute("data-status", "approved")
+            await expect(done.locator(".outcome")).to_contain_text("approved by alice")
+            await expect(done.locator(".approve")).to_be_hidden()
+        await expect(alice.locator(".msg.bot .bubble").last).to_contain_text("1 rows")
+        await card.screenshot(path=str(ARTIFACTS / "webchat-card-approved.png"))
+        resolved = await read_event(events)
+
+    assert requested["event"] == "confirmation.requested"
+    assert requested["data"]["id"] == cid
+    assert resolved["event"] == "confirmation.resolved"
+    assert resolved["data"]["id"] == cid
+    assert resolved["data"]["actor"] == "alice"
+    assert resolved["data"]["via"] == "web"
+
+    async def row_gone() -> bool:
+        return not order_exists(daemon.data_dir, 3)
+
+    await eventually(row_gone)
+    await alice.context.close()
+    await bob.context.close()
+
+
+async def test_reject_with_a_reason_and_a_late_joiner_sees_the_outcome(
+    daemon: ServeProcess, browser: Browser
+) -> None:
+    alice = await open_room(browser, daemon.url, "ops2", "alice")
+    await alice.locator("#text").fill("/sql DELETE FROM orders WHERE id = 4")
+    await alice.locator("#send").click()
+    card = alice.locator(".card")
+    await expect(card).to_have_attribute("data-status", "pending")
+    await card.locator(".reason").fill("wrong order")
+    await card.locator(".reject").click()
+    await expect(card).to_have_attribute("data-status", "rejected")
+    await expect(card.locator(".outcome")).to_contain_text("wrong order")
+
+    # Someone opening the shared link later sees the card as it ended, not as it began.
+    carol = await open_room(browser, daemon.url, "ops2", "carol")
+    late = carol.locator(".card")
+    await expect(late).to_have_attribute("data-status", "rejected")
+    await expect(late.locator(".outcome")).to_contain_text("rejected by alice")
+    assert order_exists(daemon.data_dir, 4)
+    await alice.context.close()
+    await carol.context.close()
