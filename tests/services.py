@@ -8,6 +8,7 @@ quietly skipping the tests that need it.
 from __future__ import annotations
 
 import os
+import re
 from typing import NoReturn
 
 import pytest
@@ -17,6 +18,11 @@ REQUIRE_ENV = "GATEWAY_TEST_REQUIRE_SERVICES"
 
 def services_required() -> bool:
     return os.environ.get(REQUIRE_ENV, "").strip() not in ("", "0", "false", "no")
+
+
+def mask_url(url: str) -> str:
+    """The URL with any password replaced, fit for a skip or failure message."""
+    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
 
 
 def require_service(name: str, exc: BaseException) -> NoReturn:

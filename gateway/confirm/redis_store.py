@@ -15,11 +15,13 @@ from __future__ import annotations
 import builtins
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import structlog
 from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
 
 from gateway.confirm.model import Confirmation, Status
 from gateway.confirm.store import ConfirmationExistsError, ConfirmationStore
@@ -46,7 +48,8 @@ return 1
 """
 
 # KEYS: record, session pending, all pending
-# ARGV: id, new status, needs deadline ('1'/'0'), now, decision JSON, finished ttl seconds
+# ARGV: id, new status, needs deadline ('1'/'0'), now, decision JSON, finished ttl seconds,
+#       pub/sub channel announcing finished ids
 # Returns {code, HGETALL}: 0 missing, 1 changed, 2 already terminal, 3 past the deadline.
 _FINISH = """
 local status = redis.call('HGET', KEYS[1], 'status')
@@ -62,6 +65,7 @@ redis.call('HSET', KEYS[1], 'status', ARGV[2], 'decision', ARGV[5])
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[6])
+redis.call('PUBLISH', ARGV[7], ARGV[1])
 return {1, redis.call('HGETALL', KEYS[1])}
 """
 
@@ -290,12 +294,48 @@ class RedisConfirmationStore(ConfirmationStore):
                 repr(now),
                 _json(decision),
                 self._finished_ttl,
+                self.finished_channel,
             ],
         )
         return _decode(_pairs(flat)), int(code) == 1
 
     async def set_prompt_ref(self, confirmation_id: str, key: str, value: str) -> None:
         await self._set_ref(keys=[self._record_key(confirmation_id)], args=[key, value])
+
+    # -- cross-replica notification ----------------------------------------------------------
+
+    @property
+    def finished_channel(self) -> str:
+        """The pub/sub channel on which every successful ``finish`` publishes the id."""
+        return f"{self._prefix}:finished"
+
+    @asynccontextmanager
+    async def finished_feed(self) -> AsyncIterator[AsyncIterator[str]]:
+        """Ids of confirmations finished by any replica, as they happen.
+
+        A turn waits on a future in the process that asked; the decision may land on
+        another replica (the reply reached that one). This feed lets the asking replica
+        wake its turn. Subscribed before it is yielded: nothing finished after entry is
+        missed (pub/sub does not replay what came before).
+        """
+        pubsub = self._redis.pubsub()
+        try:
+            await pubsub.subscribe(self.finished_channel)
+            while True:
+                message = await pubsub.get_message(timeout=5.0)
+                if message is None:
+                    raise TimeoutError("Redis did not confirm the subscription")
+                if message["type"] == "subscribe":
+                    break
+            yield self._finished_ids(pubsub)
+        finally:
+            await pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py 8
+
+    @staticmethod
+    async def _finished_ids(pubsub: PubSub) -> AsyncIterator[str]:
+        async for message in pubsub.listen():
+            if message["type"] == "message":
+                yield _text(message["data"])
 
     # -- internals -------------------------------------------------------------------------
 

@@ -28,7 +28,7 @@ from gateway.confirm.store import (
     ConfirmationStore,
     MemoryConfirmationStore,
 )
-from tests.services import require_service
+from tests.services import mask_url, require_service
 
 REDIS_URL = os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 T0 = 1_763_000_000.123456  # many significant digits: floats must round-trip exactly
@@ -59,7 +59,7 @@ async def _redis_client() -> Redis:
         await client.ping()
     except (RedisConnectionError, OSError) as exc:
         await client.aclose()
-        require_service(f"Redis at {REDIS_URL}", exc)
+        require_service(f"Redis at {mask_url(REDIS_URL)}", exc)
     return client
 
 
@@ -541,4 +541,35 @@ async def test_redis_finished_records_get_the_configured_ttl() -> None:
             await admin.delete(*keys)
         await store.close()  # injected client: close() leaves it open
         assert await admin.ping()
+        await admin.aclose()
+
+
+@pytest.mark.services
+async def test_redis_finish_is_announced_to_every_replica() -> None:
+    admin = await _redis_client()
+    prefix = f"gateway-test:{uuid.uuid4().hex}"
+    asking = RedisConfirmationStore(admin, prefix=prefix)
+    deciding = await RedisConfirmationStore.from_url(REDIS_URL, prefix=prefix)
+    try:
+        await asking.create(make("PUB1"))
+        await asking.create(make("PUB2"))
+        async with asking.finished_feed() as feed:
+            # A refused finish announces nothing; the winning one does, once.
+            await deciding.finish(
+                "PUB1", Status.APPROVED, by="a", via="text", reason=None, now=T0 + TIMEOUT
+            )
+            for _ in range(3):
+                await deciding.finish(
+                    "PUB2", Status.APPROVED, by="a", via="text", reason=None, now=T0 + 1
+                )
+            await deciding.finish(
+                "PUB1", Status.EXPIRED, by=None, via="timeout", reason=None, now=T0 + TIMEOUT
+            )
+            got = [await asyncio.wait_for(anext(feed), timeout=5) for _ in range(2)]
+            assert got == ["PUB2", "PUB1"]
+    finally:
+        keys = [k async for k in admin.scan_iter(match=f"{prefix}:*")]
+        if keys:
+            await admin.delete(*keys)
+        await deciding.close()
         await admin.aclose()

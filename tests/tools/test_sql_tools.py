@@ -19,7 +19,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from gateway.confirm.model import Risk
 from gateway.tools.base import ToolPreview
 from gateway.tools.sql import SqlDatabase, SqlModifyTool, SqlQueryTool, analyze_sql
-from tests.services import require_service
+from tests.services import mask_url, require_service
 
 POSTGRES_URL = os.environ.get(
     "GATEWAY_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
@@ -80,7 +80,7 @@ async def db(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Db
             await conn.exec_driver_sql("SELECT 1")
     except (OSError, SQLAlchemyError) as exc:
         await database.close()
-        require_service(f"{kind} at {url}", exc)
+        require_service(f"{kind} at {mask_url(url)}", exc)
     table = f"orders_{uuid.uuid4().hex[:10]}"
     d = Db(kind, database, table)
     d.drops.append(f"DROP TABLE IF EXISTS {table}")
