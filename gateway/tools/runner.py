@@ -114,9 +114,11 @@ class ToolRunner:
         log.info(
             "tool.policy",
             tool=call.name,
-            level=decision.level,
+            # Not "level": structlog's add_log_level overwrites that key.
+            policy_level=decision.level,
             risk=decision.risk.value,
             rule=decision.rule,
+            risk_rule=decision.risk_rule,
         )
         if decision.level == "deny":
             await turn.say(texts.tool_denied(call.name, decision.rule))
@@ -135,7 +137,8 @@ class ToolRunner:
                 is_group=turn.is_group,
                 tool_call=call,
                 summary=preview.summary,
-                details=preview.details,
+                # Which rule asked, for the admin API and cards; the person sees why.
+                details={**preview.details, "policy_rule": decision.rule},
                 risk=decision.risk,
                 approvers=turn.approvers,
                 four_eyes=decision.four_eyes,

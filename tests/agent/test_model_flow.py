@@ -21,6 +21,7 @@ async def test_approve_runs_the_tool_and_the_result_goes_back_to_the_model(
     prompt = await chat.wait_prompt()
     assert prompt.tool_call.args == {"sql": "DELETE FROM orders WHERE id = 5"}
     assert prompt.details["rows_affected"] == 1
+    assert prompt.details["policy_rule"] == "tool default (confirm)"
     assert 5 in order_rows(gw.settings), "nothing runs before a person approves"
     first = fake_llm.requests[0]
     assert first.body["model"] == "fake-model"
