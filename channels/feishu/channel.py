@@ -19,7 +19,6 @@ from tenacity import (
     retry_if_exception_type,
     stop_after_attempt,
     stop_never,
-    wait_exponential_jitter,
 )
 
 from channels.base import Channel, ChannelContext, ChannelSendError
@@ -33,7 +32,7 @@ from channels.feishu.inbound import (
     Verdict,
     to_inbound,
 )
-from channels.feishu.outbound import Outbox
+from channels.feishu.outbound import Outbox, backoff
 from channels.feishu.webhook import WebhookReceiver
 from channels.feishu.ws import LongConnection
 from config.settings import ConfigError
@@ -202,7 +201,7 @@ class FeishuChannel(Channel):
         with contextlib.suppress(_NotYet):
             async for attempt in AsyncRetrying(
                 stop=stop_after_attempt(attempts) if attempts else stop_never,
-                wait=wait_exponential_jitter(multiplier=0.5, max=30, jitter=0.5),
+                wait=backoff(0.5, 30),
                 retry=retry_if_exception_type(_NotYet),
                 reraise=True,
             ):

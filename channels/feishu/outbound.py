@@ -16,8 +16,10 @@ from tenacity import (
     RetryCallState,
     retry_if_exception_type,
     stop_after_attempt,
-    wait_exponential_jitter,
+    wait_exponential,
+    wait_random,
 )
+from tenacity.wait import wait_base
 
 from channels.feishu.api import ApiResult, FeishuApi, TokenError
 
@@ -44,6 +46,13 @@ class FailedSend:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def backoff(base: float, cap: float) -> wait_base:
+    """Exponential backoff from ``base`` up to ``cap`` seconds, plus up to ``base`` of jitter."""
+    # wait_exponential + wait_random take the same arguments in tenacity 8 and 9
+    # (9 renamed wait_exponential_jitter's ``initial`` and warns on the old name).
+    return wait_exponential(multiplier=base, max=cap) + wait_random(0, base)
 
 
 class _Retry(Exception):
@@ -86,9 +95,7 @@ class Outbox:
         self.api = api
         self.pacer = ChatPacer()
         self._max_attempts = max_attempts
-        self._backoff = wait_exponential_jitter(
-            multiplier=backoff_initial, max=backoff_max, jitter=backoff_initial
-        )
+        self._backoff = backoff(backoff_initial, backoff_max)
         self.failed: deque[FailedSend] = deque(maxlen=dead_letters)
 
     def _wait(self, state: RetryCallState) -> float:

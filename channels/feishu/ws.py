@@ -50,7 +50,7 @@ from lark_oapi.ws import client as ws_client
 from lark_oapi.ws.const import GEN_ENDPOINT_URI, INTERNAL_ERROR, OK, SYSTEM_BUSY
 from lark_oapi.ws.exception import ClientException, ServerException
 from lark_oapi.ws.model import EndpointResp
-from tenacity import AsyncRetrying, retry_if_not_exception_type, wait_exponential_jitter
+from tenacity import AsyncRetrying, retry_if_not_exception_type
 from websockets.exceptions import InvalidHandshake
 
 from channels.feishu.api import resolve_domain
@@ -60,6 +60,7 @@ from channels.feishu.inbound import (
     card_action_from_sdk,
     message_from_sdk,
 )
+from channels.feishu.outbound import backoff
 
 log = structlog.get_logger(__name__)
 
@@ -312,11 +313,7 @@ class LongConnection:
             )
 
         async for attempt in AsyncRetrying(
-            wait=wait_exponential_jitter(
-                multiplier=self._backoff_initial,
-                max=self._backoff_max,
-                jitter=self._backoff_initial,
-            ),
+            wait=backoff(self._backoff_initial, self._backoff_max),
             retry=retry_if_not_exception_type(_Stopping),
             sleep=self._sleep,
             before_sleep=before_sleep,
