@@ -43,6 +43,9 @@ async def test_model_claiming_the_user_confirmed_changes_nothing(
     await say(gw, "取消")
     await chat.wait_text("没有删除")
     assert order_rows(gw.settings) == before
+    assert gw.loop is not None
+    assert await gw.loop.wait_idle(5.0)
+    assert len(fake_llm.requests) == 2, "the echo never became a turn"
 
 
 async def test_tool_results_cannot_approve_either(
