@@ -20,7 +20,7 @@ from aiohttp import web
 from config.keywords import KeywordsError, KeywordSet
 from gateway.confirm.model import Decision, Status
 from gateway.confirm.service import ConfirmationEvent, ConfirmationService, DecideOutcome
-from gateway.jsonapi import ApiError, json_errors, optional_string, read_json_object
+from gateway.jsonapi import ApiError, install_middlewares, optional_string, read_json_object
 from gateway.openapi import openapi_document
 
 if TYPE_CHECKING:
@@ -100,8 +100,7 @@ class AdminApi:
         return check
 
     def register(self, app: web.Application) -> None:
-        if json_errors not in app.middlewares:
-            app.middlewares.append(json_errors)
+        install_middlewares(app)
         p = self.protected
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)

@@ -10,6 +10,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 import structlog
 from aiohttp import web
@@ -55,7 +56,14 @@ def is_valid_name(value: str) -> bool:
 
 
 async def read_json_object(request: web.Request) -> dict[str, Any]:
-    """The request body as a JSON object, or ApiError 400/413."""
+    """The request body as a JSON object, or ApiError 400/413/415.
+
+    Only ``application/json`` is read: a browser sends that cross-origin only after a CORS
+    preflight, which this server never grants, so another site's page cannot post here.
+    """
+    ctype = request.content_type
+    if ctype != "application/json" and not ctype.endswith("+json"):
+        raise ApiError(415, f"Content-Type must be application/json (got {ctype or 'none'})")
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge as exc:
@@ -114,6 +122,29 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
             message = f"method {request.method} not allowed on {request.path}"
         log.info("http.client_error", path=request.path, status=exc.status, error=message)
         return web.json_response({"error": message}, status=exc.status, headers=_allow(exc))
+
+
+@web.middleware
+async def same_origin(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse browser requests from other sites that change something or open a socket.
+
+    WebSockets and form-like POSTs are not covered by CORS: without this, any page a
+    user visits could drive a gateway on their machine (cross-site WebSocket hijacking).
+    Requests without an Origin header (curl, scripts, the CLI) are not browsers: allowed.
+    """
+    origin = request.headers.get("Origin")
+    changes = request.method not in ("GET", "HEAD", "OPTIONS") or request.path == "/ws"
+    if origin and changes and urlsplit(origin).netloc.lower() != request.host.lower():
+        log.info("http.cross_origin_refused", path=request.path, origin=origin[:200])
+        return error_response(403, "cross-origin request refused: open the gateway's own page")
+    return await handler(request)
+
+
+def install_middlewares(app: web.Application) -> None:
+    """Add this module's middlewares once (the admin API and the web chat both ask)."""
+    for middleware in (same_origin, json_errors):
+        if middleware not in app.middlewares:
+            app.middlewares.append(middleware)
 
 
 def _allow(exc: web.HTTPException) -> dict[str, str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from channels.base import ChannelContext
 from channels.webchat.channel import WebChatChannel
-from gateway.jsonapi import json_errors
+from gateway.jsonapi import install_middlewares
 
 __all__ = ["WebChatChannel", "create_channel"]
 
@@ -18,7 +18,6 @@ def create_channel(context: ChannelContext) -> WebChatChannel:
         metrics=context.metrics,
     )
     if context.http is not None:
-        if json_errors not in context.http.middlewares:
-            context.http.middlewares.append(json_errors)
+        install_middlewares(context.http)
         channel.register_routes(context.http)
     return channel

@@ -24,6 +24,7 @@ from tests.webchat.support import (
 )
 
 DELETE_3 = "/sql DELETE FROM orders WHERE id = 3"
+JSON = {"Content-Type": "application/json"}
 
 
 async def ask(http: aiohttp.ClientSession, room: str, user: str, text: str) -> str:
@@ -180,7 +181,7 @@ async def test_admin_may_decide_what_a_stranger_in_chat_may_not(
 async def test_bad_decision_bodies(
     admin: aiohttp.ClientSession, body: bytes, status: int, needle: str
 ) -> None:
-    async with admin.post("/api/confirmations/K7Q2/decision", data=body) as resp:
+    async with admin.post("/api/confirmations/K7Q2/decision", data=body, headers=JSON) as resp:
         assert resp.status == status
         assert needle in (await resp.json())["error"]
 

@@ -9,9 +9,10 @@ import aiohttp
 import pytest
 
 from gateway.app import Gateway
-from tests.webchat.support import eventually, order_exists
+from tests.webchat.support import base_url, eventually, order_exists
 
 DELETE_3 = "/sql DELETE FROM orders WHERE id = 3"
+JSON = {"Content-Type": "application/json"}
 
 
 async def poll(
@@ -153,7 +154,7 @@ async def test_rooms_are_separate(http: aiohttp.ClientSession) -> None:
 async def test_bad_posts_get_a_json_error_naming_the_problem(
     http: aiohttp.ClientSession, path: str, body: bytes, status: int, needle: str
 ) -> None:
-    async with http.post(path, data=body) as resp:
+    async with http.post(path, data=body, headers=JSON) as resp:
         assert resp.status == status
         error = (await resp.json())["error"]
     assert needle in error
@@ -185,3 +186,35 @@ async def test_unknown_api_routes_are_json_404(http: aiohttp.ClientSession) -> N
     async with http.delete("/api/chat/lobby/messages") as resp:
         assert resp.status == 405
         assert "not allowed" in (await resp.json())["error"]
+
+
+async def test_only_json_bodies_are_read(http: aiohttp.ClientSession) -> None:
+    body = b'{"user": "alice", "text": "hi"}'
+    for ctype in ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data"):
+        async with http.post(
+            "/api/chat/lobby/messages", data=body, headers={"Content-Type": ctype}
+        ) as resp:
+            assert resp.status == 415
+            assert "application/json" in (await resp.json())["error"]
+
+
+async def test_other_sites_cannot_post_or_open_sockets(
+    gateway: Gateway, http: aiohttp.ClientSession
+) -> None:
+    evil = {"Origin": "http://evil.example"}
+    async with http.post(
+        "/api/chat/lobby/messages", json={"user": "alice", "text": "确认"}, headers=evil
+    ) as resp:
+        assert resp.status == 403
+        assert "cross-origin" in (await resp.json())["error"]
+    async with http.get("/ws?session=lobby&user=alice", headers=evil) as resp:
+        assert resp.status == 403
+    # Reading is harmless, and the page's own origin is fine.
+    async with http.get("/api/chat/lobby/messages", headers=evil) as resp:
+        assert resp.status == 200
+    own = {"Origin": base_url(gateway)}
+    async with http.post(
+        "/api/chat/lobby/messages", json={"user": "alice", "text": "/help"}, headers=own
+    ) as resp:
+        assert resp.status == 202
+    assert (await poll(http, "lobby"))["messages"][0]["text"] == "/help"
