@@ -258,15 +258,23 @@ class WebChatChannel(Channel):
             "max_text_length": self.settings.max_text_length,
             "last_seq": room.last_seq,
         }
-        await self._send_frame(sock, hello)
-        for entry in room.after(after):
-            await self._send_frame(sock, self._message_frame(entry, user))
+        try:
+            await self._send_frame(sock, hello)
+            for entry in room.after(after):
+                await self._send_frame(sock, self._message_frame(entry, user))
+        except (ConnectionError, TimeoutError):
+            # The tab went away while catching up: nothing to clean up yet.
+            log.info("webchat.gone_during_backlog", room=room.name, user=user)
+            return ws
         room.sockets.add(sock)
         if self.metrics is not None:
             self.metrics.webchat_sockets.inc()
         log.info("webchat.connected", room=room.name, user=user)
         try:
             await self._read_frames(room, sock)
+        except (ConnectionError, TimeoutError) as exc:
+            # Replying to a tab that just closed: the tab's problem, not the gateway's.
+            log.info("webchat.reply_failed", room=room.name, error=type(exc).__name__)
         finally:
             room.sockets.discard(sock)
             if self.metrics is not None:
