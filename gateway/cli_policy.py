@@ -76,6 +76,8 @@ async def _test(settings: Settings, name: str, call_args: dict[str, Any], *, as_
             print(f"refused before the policy: {preview.error}")
             return EXIT_REFUSED
         policy = Policy(settings.policy)
+        for problem in policy.problems(registry.names):
+            print(f"warning: {problem}", file=sys.stderr)
         dumped = parsed.model_dump()
         decision = policy.evaluate(tool, dumped, preview)
         matched = [r.label for r in policy.matching_rules(tool, dumped, preview)]

@@ -206,6 +206,8 @@ def build_model_agent(
     prompt = settings.llm.system_prompt or (
         DEFAULT_SYSTEM_PROMPT + f"\n- The SQL tools talk to a {dialect} database."
     )
+    for problem in runner.policy.problems(registry.names):
+        log.warning("policy.suspicious", problem=problem)
     log.info(
         "agent.model",
         model=settings.llm.model,

@@ -192,6 +192,17 @@ class Policy:
         if settings.four_eyes_for_critical:
             self._four_eyes.add(Risk.CRITICAL)
 
+    def problems(self, tool_names: Sequence[str]) -> list[str]:
+        """Likely mistakes: levels or rules that name no registered tool (typos)."""
+        found = []
+        for pattern in self.settings.levels:
+            if not any(fnmatch.fnmatchcase(n, pattern) for n in tool_names):
+                found.append(f"policy.levels: {pattern!r} matches no tool")
+        for rule in self._rules:
+            if not any(rule.tool_regex.match(n) for n in tool_names):
+                found.append(f"policy {rule.label}: tool {rule.spec.tool!r} matches no tool")
+        return found
+
     def matching_rules(
         self, tool: Tool, args: Mapping[str, Any], preview: ToolPreview
     ) -> list[_Rule]:

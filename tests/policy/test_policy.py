@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from config.settings import PolicySettings
+from gateway.tools.policy import Policy
 from tests.policy.conftest import Decide
 
 
@@ -379,3 +380,16 @@ async def test_dotted_paths_reach_nested_arguments(decide: Decide) -> None:
     assert (await decide(policy, "search_customers", args)).level == "deny"
     args = {"filter": {"country": "eu"}}
     assert (await decide(policy, "search_customers", args)).level == "auto"
+
+
+def test_levels_and_rules_naming_no_tool_are_reported() -> None:
+    policy = Policy(
+        PolicySettings(
+            levels={"sql_modfy": "deny", "sql_*": "confirm"},
+            rules=[rule(name="typo", tool="refnd", level="deny"), rule(tool="ref*", level="auto")],
+        )
+    )
+    assert policy.problems(["sql_query", "sql_modify", "refund"]) == [
+        "policy.levels: 'sql_modfy' matches no tool",
+        "policy rule 'typo': tool 'refnd' matches no tool",
+    ]
