@@ -213,6 +213,12 @@ def analyze_sql(text: str, dialect: str = "sqlite") -> SqlAnalysis:
     expressions = [e for e in parsed if e is not None and not isinstance(e, exp.Semicolon)]
     if not expressions:
         return SqlAnalysis(text, error="no statement found / 没有语句")
+    for e in expressions:
+        # sqlglot reads any words as an expression ("SAVEPOINT a" is a column with an alias);
+        # such text is no statement we could classify, so it is refused like a parse error.
+        if isinstance(e, exp.Condition | exp.Alias):
+            shown = e.sql(dialect=dialect)
+            return SqlAnalysis(text, error=f"不是 SQL 语句 / not a SQL statement: {shown}")
     hidden = _executable_comment(stripped, dialect)
     if hidden:
         return SqlAnalysis(text, error=hidden)

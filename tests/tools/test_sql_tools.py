@@ -191,6 +191,13 @@ def test_empty_text_is_refused() -> None:
     assert analyze_sql("", "sqlite").error is not None
 
 
+@pytest.mark.parametrize("sql", ["SAVEPOINT a", "orders", "1 + 1", "SELECT 1; RELEASE a"])
+def test_expressions_that_are_not_statements_are_refused(sql: str) -> None:
+    a = analyze_sql(sql, "postgres")
+    assert a.error is not None
+    assert "not a SQL statement" in a.error
+
+
 @pytest.mark.parametrize(
     ("sql", "dialect"),
     [
