@@ -11,7 +11,7 @@ from typing import Any
 from config.settings import ConfigError, Settings, load_settings
 from gateway.logs import configure_logging
 from gateway.tools.base import PluginError, ToolArgumentsError, ToolRegistry
-from gateway.tools.policy import Policy
+from gateway.tools.policy import Policy, four_eyes_problem
 from gateway.tools.sql import SqlDatabase, SqlModifyTool, SqlQueryTool
 
 EXIT_REFUSED = 1
@@ -76,7 +76,8 @@ async def _test(settings: Settings, name: str, call_args: dict[str, Any], *, as_
             print(f"refused before the policy: {preview.error}")
             return EXIT_REFUSED
         policy = Policy(settings.policy)
-        for problem in policy.problems(registry.names):
+        eyes = four_eyes_problem(settings)
+        for problem in [*policy.problems(registry.names), *([eyes] if eyes else [])]:
             print(f"warning: {problem}", file=sys.stderr)
         dumped = parsed.model_dump()
         decision = policy.evaluate(tool, dumped, preview)

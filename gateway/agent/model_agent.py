@@ -27,6 +27,7 @@ from gateway.bus import InboundMessage, MessageBus
 from gateway.confirm.model import ToolCall
 from gateway.confirm.service import ConfirmationService
 from gateway.tools.base import ToolRegistry
+from gateway.tools.policy import four_eyes_problem
 from gateway.tools.runner import ToolOutcome, ToolRunner, TurnContext
 
 log = structlog.get_logger(__name__)
@@ -206,7 +207,9 @@ def build_model_agent(
     prompt = settings.llm.system_prompt or (
         DEFAULT_SYSTEM_PROMPT + f"\n- The SQL tools talk to a {dialect} database."
     )
-    for problem in runner.policy.problems(registry.names):
+    problems = runner.policy.problems(registry.names)
+    eyes = four_eyes_problem(settings)
+    for problem in [*problems, *([eyes] if eyes else [])]:
         log.warning("policy.suspicious", problem=problem)
     log.info(
         "agent.model",

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from config.settings import PolicyRule, PolicySettings
+from config.settings import PolicyRule, PolicySettings, Settings
 from gateway.confirm.model import Risk
 from gateway.tools.base import Level, Tool, ToolPreview
 
@@ -260,3 +260,20 @@ class Policy:
         return PolicyDecision(
             level=level, risk=risk, rule=rule, four_eyes=four_eyes, risk_rule=risk_rule
         )
+
+
+def four_eyes_problem(settings: Settings) -> str | None:
+    """Four-eyes with nobody but the requester to approve: such calls can only be rejected."""
+    p = settings.policy
+    wanted = p.four_eyes_for_critical or p.four_eyes_risks or any(r.four_eyes for r in p.rules)
+    approvers = (
+        settings.confirmation.approvers
+        or settings.channels.feishu.approvers
+        or settings.channels.dingtalk.approvers
+    )
+    if wanted and not approvers:
+        return (
+            "policy: four-eyes is on but no approvers are configured, so those calls can only "
+            "be rejected; set [confirmation] approvers or a channel's approvers"
+        )
+    return None

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from config.settings import PolicySettings
-from gateway.tools.policy import Policy
+from config.settings import PolicySettings, Settings
+from gateway.tools.policy import Policy, four_eyes_problem
 from tests.policy.conftest import Decide
 
 
@@ -393,3 +393,12 @@ def test_levels_and_rules_naming_no_tool_are_reported() -> None:
         "policy.levels: 'sql_modfy' matches no tool",
         "policy rule 'typo': tool 'refnd' matches no tool",
     ]
+
+
+def test_four_eyes_without_approvers_is_reported() -> None:
+    on = {"four_eyes_for_critical": True}
+    assert "no approvers" in (four_eyes_problem(Settings(policy=on)) or "")
+    assert four_eyes_problem(Settings(policy=on, confirmation={"approvers": ["bob"]})) is None
+    by_rule = {"rules": [rule(tool="x", four_eyes=True)]}
+    assert four_eyes_problem(Settings(policy=by_rule)) is not None
+    assert four_eyes_problem(Settings()) is None
