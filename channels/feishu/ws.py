@@ -51,7 +51,7 @@ from lark_oapi.ws.const import GEN_ENDPOINT_URI, INTERNAL_ERROR, OK, SYSTEM_BUSY
 from lark_oapi.ws.exception import ClientException, ServerException
 from lark_oapi.ws.model import EndpointResp
 from tenacity import AsyncRetrying, retry_if_not_exception_type
-from websockets.exceptions import InvalidHandshake
+from websockets.exceptions import ConnectionClosedOK, InvalidHandshake
 
 from channels.feishu.api import resolve_domain
 from channels.feishu.inbound import (
@@ -160,7 +160,9 @@ class FeishuWsClient(lark.ws.Client):  # type: ignore[misc]
                 task.add_done_callback(self._frame_tasks.discard)
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # any receive error means the socket is gone
+        except ConnectionClosedOK as exc:  # a clean close: ours on stop, or Feishu's
+            log.info("feishu.ws_closed", code=exc.rcvd.code if exc.rcvd else None)
+        except Exception as exc:  # any other receive error means the socket is gone
             log.warning("feishu.ws_receive_ended", error=f"{type(exc).__name__}: {exc}")
         finally:
             self.lost.set()
