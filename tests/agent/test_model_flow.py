@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gateway import texts
 from gateway.bus import OutboundKind, PublishResult
 from gateway.confirm.model import Status
 from tests.agent.conftest import GatewayFactory, order_rows, say
@@ -192,3 +193,26 @@ async def test_feedback_on_the_first_of_two_calls_skips_the_second(
     assert "等一下" in results[0]
     assert results[1].startswith("Not run")
     assert {1, 2} <= set(order_rows(gw.settings))
+
+
+async def test_slash_commands_still_work_with_a_model(
+    start_gateway: GatewayFactory, fake_llm: FakeOpenAI
+) -> None:
+    gw, chat = await start_gateway()
+    await say(gw, "/pending")
+    await chat.wait_text(texts.NO_PENDING)
+    await say(gw, "/sql DELETE FROM orders WHERE id = 8")
+    prompt = await chat.wait_prompt()
+    assert prompt.tool_call.name == "sql_modify"
+    await say(gw, "确认")
+    await chat.wait_text("DELETE: 1 rows")
+    assert fake_llm.requests == [], "commands never reach the model"
+
+
+async def test_an_empty_answer_is_reported(
+    start_gateway: GatewayFactory, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.script(text(""))
+    gw, chat = await start_gateway()
+    await say(gw, "hi")
+    await chat.wait_text(texts.MODEL_EMPTY_REPLY)
