@@ -235,3 +235,63 @@ async def test_stop_ends_the_connection_thread(settings: Settings, fake: FakeFei
     assert not thread.is_alive()
     await wait_until(lambda: fake.live_connections == 0, what="socket closed")
     await asyncio.sleep(0)
+
+
+async def test_second_click_on_a_decided_card_changes_nothing(
+    gateway: Gateway, fake: FakeFeishu, settings: Settings
+) -> None:
+    fake.send_frame(
+        message_event(chat_id=P2P, sender=ALICE, text="/sql DELETE FROM orders WHERE id = 8")
+    )
+    [conf] = await wait_pending(gateway)
+    send = await fake.wait_request(lambda r: r in card_sends(fake), what="card send")
+    assert send.message_id is not None
+    first = fake.send_frame(
+        _click(conf.id, "reject", operator=ALICE, message_id=send.message_id, chat=P2P)
+    )
+    await fake.wait_ack(first)
+    # A second client still showing the buttons: the first decision stands.
+    second = fake.send_frame(
+        _click(conf.id, "approve", operator=ALICE, message_id=send.message_id, chat=P2P)
+    )
+    ack = await fake.wait_ack(second)
+    assert ack.data["toast"]["type"] == "info"
+    assert "已处理" in ack.data["toast"]["content"]
+    assert "已拒绝 rejected" in card_text(ack.data["card"]["data"])
+    assert (await wait_status(gateway, conf.id, Status.REJECTED)).decided_via == "card"
+    assert 8 in order_ids(settings)
+
+
+async def test_chunked_frame_and_unsupported_type(gateway: Gateway, fake: FakeFeishu) -> None:
+    # Feishu may split a large event over several frames (sum/seq headers).
+    fake.send_frame(
+        message_event(chat_id=P2P, sender=ALICE, text="/sql SELECT * FROM orders"), chunks=3
+    )
+    await wait_until(lambda: any("Alice" in t for t in sent_texts(fake)), what="query answer")
+    # An image is not dropped silently: the sender is told what works.
+    fake.send_frame(
+        message_event(
+            chat_id=P2P,
+            sender=ALICE,
+            text="",
+            message_type="image",
+            content={"image_key": "img_v2_x"},
+        )
+    )
+    await wait_until(
+        lambda: texts.FEISHU_UNSUPPORTED_MESSAGE in sent_texts(fake), what="unsupported notice"
+    )
+
+
+async def test_senders_outside_allow_from_are_refused(tmp_path, fake: FakeFeishu) -> None:  # type: ignore[no-untyped-def]
+    from tests.channels.feishu.conftest import make_settings
+
+    settings = make_settings(tmp_path, fake, allow_from=[ALICE])
+    async with Gateway(settings) as gw:
+        await fake.wait_connected()
+        fake.send_frame(message_event(chat_id=P2P, sender=MALLORY, text="/help"))
+        fake.send_frame(message_event(chat_id=P2P, sender=ALICE, text="/pending"))
+        # Answers in one chat go out in order: Mallory's /help would have come first.
+        await wait_until(lambda: any("没有待确认" in t for t in sent_texts(fake)), what="/pending")
+        assert len(sent_texts(fake)) == 1
+        assert gw.confirmations is not None
