@@ -190,3 +190,23 @@ async def test_a_pending_confirmation_does_not_block_another_chat(
     await say(gw, "确认", chat="A")
     await chat.wait_text("A done")
     assert 4 not in order_rows(gw.settings)
+
+
+async def test_shutdown_cancels_the_pending_call_and_ends_the_turn(
+    start_gateway: GatewayFactory, fake_llm: FakeOpenAI
+) -> None:
+    fake_llm.script(tool_calls(("sql_modify", {"sql": "DELETE FROM orders WHERE id = 6"})))
+    gw, chat = await start_gateway()
+    await say(gw, "删除订单 6")
+    prompt = await chat.wait_prompt()
+    await gw.stop()
+    final = [m for m in chat.sent if m.kind is OutboundKind.CONFIRMATION_UPDATE]
+    assert [m.confirmation.status for m in final if m.confirmation] == [Status.CANCELLED]
+    assert final[0].confirmation is not None
+    assert final[0].confirmation.id == prompt.id
+    assert len(fake_llm.requests) == 1, "no model call after a shutdown cancel"
+    assert 6 in order_rows(gw.settings)
+    agent: Any = gw.agent
+    kept = agent.history("test:room1")
+    assert kept[-1]["role"] == "tool"
+    assert "cancelled" in kept[-1]["content"]
