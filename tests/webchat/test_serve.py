@@ -59,7 +59,18 @@ async def test_chat_sse_and_admin_decision_on_a_real_daemon(daemon: ServeProcess
             return messages if done else None
 
         await eventually(history_done, timeout=15)
+
+        # A client speaking garbage is hung up on, with a reason, and logged as no error.
+        async with http.ws_connect("/ws?session=lobby&user=mallory") as ws:
+            await ws.send_str("{not json")
+            closed = await ws.receive(timeout=10)
+            while closed.type is aiohttp.WSMsgType.TEXT:  # hello and the room's history
+                closed = await ws.receive(timeout=10)
+            assert closed.type is aiohttp.WSMsgType.CLOSE
+            assert closed.extra == "frame is not JSON"
     assert not order_exists(daemon.data_dir, 3)
+    assert daemon.stop() == 0
+    assert daemon.error_lines() == []
 
 
 async def test_cli_against_the_daemon(daemon: ServeProcess) -> None:

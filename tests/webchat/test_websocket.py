@@ -225,3 +225,22 @@ async def test_many_rooms_are_bounded(tmp_path: object) -> None:
 
         await eventually(bounded)
         assert json.loads(json.dumps(channel.status()))["rooms"] == 3
+
+
+async def test_a_timeout_turns_the_card_expired_in_every_tab(tmp_path: object) -> None:
+    from pathlib import Path
+
+    from tests.webchat.support import base_url, make_settings, running_gateway
+
+    settings = make_settings(Path(str(tmp_path)), confirmation={"timeout_seconds": 0.3})
+    async with (
+        running_gateway(settings) as gw,
+        aiohttp.ClientSession(base_url=base_url(gw)) as http,
+        tab(http, "slow", "alice") as alice,
+        tab(http, "slow", "bob") as bob,
+    ):
+        await alice.send_json({"type": "message", "text": DELETE_3})
+        for ws in (alice, bob):
+            update = await next_frame(ws, is_kind("confirmation_update", "expired"))
+            assert update["confirmation"]["decided_via"] == "timeout"
+    assert order_exists(settings.data_dir, 3)
