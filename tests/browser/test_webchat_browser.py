@@ -44,6 +44,8 @@ def daemon(tmp_path: Path) -> Iterator[ServeProcess]:
 async def browser() -> AsyncIterator[Browser]:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (never a downloaded one)")
+    # Busy CI machines (two cores, shared): give the page more than Playwright's 5 s.
+    expect.set_options(timeout=TIMEOUT_MS)
     async with async_playwright() as p:
         chromium = await p.chromium.launch(
             executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True
