@@ -86,6 +86,7 @@ async def test_two_people_one_card_approved_in_the_browser(
         await expect(card.locator(".risk")).to_contain_text("medium")
         await expect(card.locator(".countdown")).to_contain_text(re.compile(r"Time left \d+:\d\d"))
         await expect(card.locator(".approve")).to_be_enabled()
+        await expect(card.locator(".reply-hint")).to_be_visible()
         cid = await card.get_attribute("data-id")
         assert cid
         await expect(card.locator(".card-id")).to_have_text(cid)
@@ -97,6 +98,7 @@ async def test_two_people_one_card_approved_in_the_browser(
         await expect(bob_card.locator(".approve")).to_be_disabled()
         await expect(bob_card.locator(".reject")).to_be_disabled()
         await expect(bob_card.locator(".why")).to_contain_text("only the requester")
+        await expect(bob_card.locator(".reply-hint")).to_be_hidden()
         await expect(bob.locator(".msg.theirs .bubble").first).to_have_text(
             "/sql DELETE FROM orders WHERE id = 3"
         )
@@ -112,6 +114,7 @@ async def test_two_people_one_card_approved_in_the_browser(
             await expect(done.locator(".approve")).to_be_hidden()
         await expect(alice.locator(".msg.bot .bubble").last).to_contain_text("1 rows")
         await card.screenshot(path=str(ARTIFACTS / "webchat-card-approved.png"))
+        await alice.screenshot(path=str(ARTIFACTS / "webchat-alice-after.png"))
         resolved = await read_event(events)
 
     assert requested["event"] == "confirmation.requested"

@@ -150,6 +150,11 @@
     const outcome = node.querySelector(".outcome");
     const actions = node.querySelector(".actions");
     const why = node.querySelector(".why");
+    const hint = node.querySelector(".reply-hint");
+    const may = entry.can || {};
+    // Only for people who may decide: for the others it would be a false promise.
+    hint.hidden = !pending || !((may.approve || {}).allowed || (may.reject || {}).allowed);
+    hint.textContent = "也可回复 确认 " + c.id + " / 取消 " + c.id + "（or reply confirm / cancel " + c.id + "）";
     if (!pending) {
       countdown.hidden = true;
       outcome.hidden = false;
