@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from openapi_spec_validator import validate
 
 from config.settings import ConfigError
 from gateway.app import Gateway
@@ -332,6 +333,7 @@ async def test_openapi_describes_every_api_route(
         assert resp.status == 200
         doc = await resp.json()
     assert doc["openapi"].startswith("3.")
+    validate(doc)  # the OpenAPI 3.1 schema, not just its shape
     assert gateway.http is not None
     routes = {
         (r.method.lower(), r.resource.canonical)
