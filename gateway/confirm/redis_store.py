@@ -17,7 +17,7 @@ import json
 import math
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import ClassVar, Any
 
 import structlog
 from redis.asyncio import Redis
@@ -112,6 +112,8 @@ class RedisConfirmationStore(ConfirmationStore):
     Takes an injected ``redis.asyncio.Redis`` client (closed by ``close()`` only when the
     store made it, as ``from_url()`` does).
     """
+
+    shared: ClassVar[bool] = True
 
     def __init__(
         self,

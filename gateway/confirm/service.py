@@ -89,6 +89,8 @@ class ConfirmationService:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._orphan_handler: OrphanHandler | None = None
         self._closing = False
+        # Pending confirmations adopted from a previous process by recover().
+        self._recovered: set[str] = set()
         bus.set_interceptor(self.intercept)
 
     # ------------------------------------------------------------------ plumbing
@@ -358,7 +360,13 @@ class ConfirmationService:
             now=self.clock(),
             feedback=feedback,
         )
-        if not changed or final is None:
+        if final is None:
+            return None, False
+        if not changed:
+            if final.status.is_terminal:
+                # Another path (or another replica sharing the store) finished it first:
+                # the waiting turn here must learn the real outcome, not hang.
+                self._wake(final)
             return final, False
         timer = self._timers.pop(confirmation_id, None)
         if timer is not None:
@@ -372,8 +380,7 @@ class ConfirmationService:
             via=via,
         )
         fut = self._waiters.get(confirmation_id)
-        if fut is not None and not fut.done():
-            fut.set_result(final)
+        self._wake(final)
         await self.bus.publish_outbound(
             OutboundMessage(
                 channel=final.channel,
@@ -385,10 +392,39 @@ class ConfirmationService:
             )
         )
         await self._emit(ConfirmationEvent("resolved", final))
-        if fut is None and status is Status.APPROVED and self._orphan_handler is not None:
-            # No turn waits for it (the process restarted): the stored call is run as approved.
+        if (
+            fut is None
+            and status is Status.APPROVED
+            and self._orphan_handler is not None
+            and confirmation_id in self._recovered
+            and not self.store.shared
+        ):
+            # Its turn died with the previous process: the stored call is run as approved.
+            # Never with a shared store: the replica that asked may still be waiting, and it
+            # runs the call itself when it learns of the decision.
             self._spawn(self._orphan_handler(final), name=f"orphan-{confirmation_id}")
+        self._recovered.discard(confirmation_id)
         return final, True
+
+    def _wake(self, final: Confirmation) -> None:
+        timer = self._timers.pop(final.id, None)
+        if timer is not None:
+            timer.cancel()
+        fut = self._waiters.get(final.id)
+        if fut is not None and not fut.done():
+            fut.set_result(final)
+
+    async def _follow_other_replicas(self) -> None:
+        """With a shared store, wake local turns when another replica decides their call."""
+        feed = getattr(self.store, "finished_feed", None)
+        if feed is None:
+            return
+        async with feed() as ids:
+            async for confirmation_id in ids:
+                if confirmation_id in self._waiters:
+                    record = await self.store.get(confirmation_id)
+                    if record is not None and record.status.is_terminal:
+                        self._wake(record)
 
     # ------------------------------------------------------------------ replies
 
@@ -558,7 +594,10 @@ class ConfirmationService:
                 )
             elif c.id not in self._timers:
                 self._arm_timer(c)
+                self._recovered.add(c.id)
                 log.info("confirm.recovered", confirmation_id=c.id)
+        if self.store.shared:
+            self._spawn(self._follow_other_replicas(), name="follow-replicas")
 
     async def shutdown(self) -> None:
         """Cancel every pending confirmation (chats are told) and wake their turns."""
@@ -566,6 +605,9 @@ class ConfirmationService:
         # Only what this process holds: with a shared store (Redis) other replicas keep
         # theirs, and a crashed process's leftovers are for recover() on the next start.
         mine = set(self._waiters) | set(self._timers)
+        if self.store.shared:
+            # Timers armed by recover() may guard other live replicas' calls: not ours.
+            mine -= self._recovered - set(self._waiters)
         for c in await self.store.list_all_pending():
             if c.id not in mine:
                 continue
@@ -575,6 +617,9 @@ class ConfirmationService:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+        for task in self._tasks:
+            if task.get_name() == "follow-replicas":
+                task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 

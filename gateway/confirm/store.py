@@ -9,6 +9,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterable
+from typing import ClassVar
 from dataclasses import replace
 
 from gateway.confirm.model import Confirmation, Status
@@ -23,6 +24,10 @@ class ConfirmationExistsError(Exception):
 
 class ConfirmationStore(ABC):
     """Async persistence of confirmations with an atomic, first-wins status change."""
+
+    # True when several gateway processes share the records (Redis): a pending record
+    # without a waiting turn here may still have one in another replica.
+    shared: ClassVar[bool] = False
 
     @abstractmethod
     async def create(self, confirmation: Confirmation) -> None:

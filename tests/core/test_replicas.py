@@ -1,0 +1,74 @@
+"""Two gateway replicas sharing one Redis store: a reply on one wakes the turn on the other,
+and the call is run once, by the replica that asked."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from gateway.bus import OutboundKind
+from gateway.confirm.model import Confirmation, Status
+from gateway.confirm.redis_store import RedisConfirmationStore
+from tests.core.harness import Harness
+from tests.services import mask_url, require_service
+
+REDIS_URL = os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+@pytest.fixture
+async def replicas() -> AsyncIterator[tuple[Harness, Harness]]:
+    prefix = f"gateway-test:{uuid.uuid4().hex}"
+    try:
+        store_a = await RedisConfirmationStore.from_url(REDIS_URL, prefix=prefix)
+    except (OSError, ConnectionError) as exc:
+        require_service(f"Redis at {mask_url(REDIS_URL)}", exc)
+    store_b = await RedisConfirmationStore.from_url(REDIS_URL, prefix=prefix)
+    a, b = Harness(store=store_a), Harness(store=store_b)
+    await a.service.recover()
+    await b.service.recover()
+    await asyncio.sleep(0.1)  # both follow the finished feed
+    yield a, b
+    for h in (a, b):
+        await h.service.shutdown()
+    keys = [k async for k in store_a._redis.scan_iter(match=f"{prefix}:*")]
+    if keys:
+        await store_a._redis.delete(*keys)
+    await store_a.close()
+    await store_b.close()
+
+
+async def test_reply_on_other_replica_wakes_asking_turn(replicas: tuple[Harness, Harness]) -> None:
+    a, b = replicas
+    ran: list[Confirmation] = []
+
+    async def orphan(c: Confirmation) -> None:
+        ran.append(c)
+
+    b.service.set_orphan_handler(orphan)
+    task, conf = await a.ask()
+    await b.reply("确认")  # the platform delivered the reply to replica B
+    async with asyncio.timeout(5):  # well before the 30 s confirmation timeout
+        final = await task
+    assert final.status is Status.APPROVED
+    assert final.id == conf.id
+    await asyncio.sleep(0.1)
+    assert ran == []  # B did not run A's call
+    update = await b.next_out(OutboundKind.CONFIRMATION_UPDATE)
+    assert update.confirmation is not None and update.confirmation.status is Status.APPROVED
+
+
+async def test_shutdown_of_one_replica_leaves_the_others_calls(
+    replicas: tuple[Harness, Harness],
+) -> None:
+    a, b = replicas
+    task, conf = await a.ask()
+    await b.service.recover()  # B adopts timers for what is pending, as at its start
+    await b.service.shutdown()
+    record = await a.store.get(conf.id)
+    assert record is not None and record.status is Status.PENDING
+    assert not task.done()
+    task.cancel()
