@@ -17,7 +17,7 @@ import json
 import math
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import ClassVar, Any
+from typing import Any, ClassVar
 
 import structlog
 from redis.asyncio import Redis

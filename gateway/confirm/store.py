@@ -9,8 +9,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterable
-from typing import ClassVar
 from dataclasses import replace
+from typing import ClassVar
 
 from gateway.confirm.model import Confirmation, Status
 
