@@ -128,8 +128,16 @@ class AdminApi:
 
     async def metrics(self, _: web.Request) -> web.Response:
         if self.gateway.confirmations is not None:
-            pending = await self.gateway.confirmations.list(status=Status.PENDING, limit=1_000_000)
-            self.gateway.metrics.set_pending(len(pending))
+            try:
+                pending = await self.gateway.confirmations.list(
+                    status=Status.PENDING, limit=1_000_000
+                )
+            except Exception as exc:
+                # A store outage (Redis down) must not hide every other metric: keep the
+                # last pending count and serve the rest.
+                log.warning("admin.metrics_pending_failed", error=f"{type(exc).__name__}: {exc}")
+            else:
+                self.gateway.metrics.set_pending(len(pending))
         body = self.gateway.metrics.render()
         return web.Response(body=body, headers={"Content-Type": "text/plain; version=0.0.4"})
 
