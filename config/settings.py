@@ -493,3 +493,16 @@ def check_channel_settings(settings: Settings) -> list[str]:
                     f"GATEWAY_CHANNELS__DINGTALK__{key.upper()} or [channels.dingtalk] {key}"
                 )
     return problems
+
+
+def channel_warnings(settings: Settings) -> list[str]:
+    """Valid but probably unintended: the channel starts and answers nobody."""
+    warnings: list[str] = []
+    for name in ("feishu", "dingtalk"):
+        ch = getattr(settings.channels, name)
+        if ch.enabled and not ch.allow_from:
+            warnings.append(
+                f"channels.{name}.allow_from is empty, so the bot answers nobody: list user ids"
+                f' or "*" (GATEWAY_CHANNELS__{name.upper()}__ALLOW_FROM=\'["*"]\')'
+            )
+    return warnings

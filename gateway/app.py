@@ -15,7 +15,7 @@ from channels.base import Channel, ChannelContext
 from channels.console import ConsoleChannel
 from channels.manager import ChannelManager
 from config.keywords import KeywordStore
-from config.settings import ConfigError, Settings, check_channel_settings
+from config.settings import ConfigError, Settings, channel_warnings, check_channel_settings
 from gateway import texts
 from gateway.agent.commands import CommandAgent
 from gateway.agent.loop import Agent, AgentLoop
@@ -154,6 +154,8 @@ class Gateway:
         problems = check_channel_settings(s)
         if problems:
             raise ConfigError("\n".join(problems))
+        for warning in channel_warnings(s):
+            log.warning("config.warning", detail=warning)
         try:
             await self._start()
         except BaseException:

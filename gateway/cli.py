@@ -14,6 +14,7 @@ from config.keywords import KeywordsError, KeywordStore, load_keywords
 from config.settings import (
     ConfigError,
     Settings,
+    channel_warnings,
     check_channel_settings,
     load_settings,
     masked_dump,
@@ -84,6 +85,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     except KeywordsError as exc:
         problems.append(f"keywords.file: {exc}")
     print(json.dumps(masked_dump(settings), indent=2, ensure_ascii=False))
+    for warning in channel_warnings(settings):
+        print(f"warning: {warning}", file=sys.stderr)
     if problems:
         print("\nproblems:", file=sys.stderr)
         for p in problems:

@@ -116,3 +116,14 @@ def test_example_config_documents_every_option(
     text = example.read_text(encoding="utf-8")
     missing = [p for p in _field_paths(Settings) if p.split(".")[-1] not in text]
     assert missing == []
+
+
+def test_check_config_warns_when_a_channel_answers_nobody(tmp_path: Path) -> None:
+    env = {
+        "GATEWAY_CHANNELS__DINGTALK__ENABLED": "true",
+        "GATEWAY_CHANNELS__DINGTALK__CLIENT_ID": "ding1",
+        "GATEWAY_CHANNELS__DINGTALK__CLIENT_SECRET": "s",
+    }
+    out = run("check-config", cwd=tmp_path, env=env)
+    assert out.returncode == 0
+    assert "channels.dingtalk.allow_from is empty" in out.stderr
