@@ -100,6 +100,9 @@ class Room:
         self._changed = asyncio.Event()
 
     def after(self, seq: int) -> list[ChatEntry]:
+        if seq > self._seq:
+            # A number from before a restart (history is in memory): send all there is.
+            seq = 0
         return [e for e in self.entries if e.seq > seq]
 
     async def wait_after(self, seq: int, timeout: float) -> list[ChatEntry]:

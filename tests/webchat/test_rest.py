@@ -218,3 +218,14 @@ async def test_other_sites_cannot_post_or_open_sockets(
     ) as resp:
         assert resp.status == 202
     assert (await poll(http, "lobby"))["messages"][0]["text"] == "/help"
+
+
+async def test_a_sequence_number_from_an_earlier_life_gets_the_whole_history(
+    http: aiohttp.ClientSession,
+) -> None:
+    # History lives in memory: after a restart numbering starts again, and a client still
+    # holding a higher number must not miss everything until it catches up.
+    await say(http, "reborn", "alice", "/help")
+    await wait_for_kind(http, "reborn", "text")
+    got = await poll(http, "reborn", after=10_000)
+    assert got["messages"][0]["text"] == "/help"

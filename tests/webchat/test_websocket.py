@@ -244,3 +244,38 @@ async def test_a_timeout_turns_the_card_expired_in_every_tab(tmp_path: object) -
             update = await next_frame(ws, is_kind("confirmation_update", "expired"))
             assert update["confirmation"]["decided_via"] == "timeout"
     assert order_exists(settings.data_dir, 3)
+
+
+async def test_a_configured_approver_may_decide_and_two_clicks_make_one_decision(
+    tmp_path: object,
+) -> None:
+    from pathlib import Path
+
+    from tests.webchat.support import base_url, make_settings, running_gateway
+
+    settings = make_settings(Path(str(tmp_path)), channels={"webchat": {"approvers": ["lead"]}})
+    async with (
+        running_gateway(settings) as gw,
+        aiohttp.ClientSession(base_url=base_url(gw)) as http,
+        tab(http, "team", "alice") as alice,
+        tab(http, "team", "lead") as lead,
+    ):
+        await alice.send_json({"type": "message", "text": DELETE_3})
+        card = await next_frame(lead, is_kind("confirmation"))
+        assert card["can_decide"]["approve"]["allowed"] is True
+        cid = card["confirmation"]["id"]
+        # Both click at once: exactly one decision, the other is told it was already made.
+        await asyncio.gather(
+            alice.send_json({"type": "decide", "id": cid, "decision": "reject"}),
+            lead.send_json({"type": "decide", "id": cid, "decision": "approve"}),
+        )
+        answers = [await next_frame(ws, lambda f: f["type"] == "decision") for ws in (alice, lead)]
+        assert sorted(a["outcome"] for a in answers) == ["already_decided", "decided"]
+        update = await next_frame(alice, is_kind("confirmation_update"))
+        assert update["confirmation"]["status"] in ("approved", "rejected")
+        # Only one update: the next thing in the room is not a second one.
+        await alice.send_json({"type": "ping"})
+        nxt = await next_frame(
+            alice, lambda f: f["type"] == "pong" or f.get("kind") == "confirmation_update"
+        )
+        assert nxt["type"] == "pong"

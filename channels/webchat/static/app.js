@@ -270,6 +270,11 @@
         return;
       }
       if (frame.type === "hello") {
+        if (frame.last_seq < state.lastSeq) {
+          // The gateway restarted (history lives in its memory): numbering starts again.
+          systemLine("网关已重启，以下为新消息 / the gateway restarted; new messages below");
+          state.lastSeq = 0;
+        }
         state.offsetMs = frame.now * 1000 - Date.now();
         state.maxText = frame.max_text_length;
         setConn(true, "已连接 " + frame.session + " · " + frame.user + " / online");
@@ -314,7 +319,8 @@
       state.ws = null;
       old.close(1000, "leaving");
     }
-    if (session !== state.session) {
+    if (changed) {
+      // Another room, or another name (whose buttons differ): read the history afresh.
       for (const node of log.querySelectorAll(".msg, .system")) node.remove();
       state.cards.clear();
       state.lastSeq = 0;
