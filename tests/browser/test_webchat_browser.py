@@ -41,6 +41,14 @@ def daemon(tmp_path: Path) -> Iterator[ServeProcess]:
 
 
 @pytest.fixture
+def page_errors() -> Iterator[list[str]]:
+    """Script errors, failed loads and CSP violations seen by any page of the test."""
+    errors: list[str] = []
+    yield errors
+    assert errors == []
+
+
+@pytest.fixture
 async def browser() -> AsyncIterator[Browser]:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (never a downloaded one)")
@@ -56,10 +64,16 @@ async def browser() -> AsyncIterator[Browser]:
             await chromium.close()
 
 
-async def open_room(browser: Browser, url: str, room: str, user: str) -> Page:
+async def open_room(browser: Browser, url: str, room: str, user: str, errors: list[str]) -> Page:
     context = await browser.new_context(viewport={"width": 480, "height": 900}, locale="zh-CN")
     context.set_default_timeout(TIMEOUT_MS)
     page = await context.new_page()
+    # Script errors and CSP violations would otherwise only show in a console nobody reads.
+    page.on("pageerror", lambda exc: errors.append(f"{user}: {exc}"))
+    page.on(
+        "console",
+        lambda msg: errors.append(f"{user}: {msg.text}") if msg.type == "error" else None,
+    )
     await page.goto(f"{url}/?session={room}&user={user}")
     await expect(page.locator("#conn.on")).to_be_visible()
     await expect(page.locator("#text")).to_be_enabled()
@@ -67,11 +81,11 @@ async def open_room(browser: Browser, url: str, room: str, user: str) -> Page:
 
 
 async def test_two_people_one_card_approved_in_the_browser(
-    daemon: ServeProcess, browser: Browser
+    daemon: ServeProcess, browser: Browser, page_errors: list[str]
 ) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
-    alice = await open_room(browser, daemon.url, "ops", "alice")
-    bob = await open_room(browser, daemon.url, "ops", "bob")
+    alice = await open_room(browser, daemon.url, "ops", "alice", page_errors)
+    bob = await open_room(browser, daemon.url, "ops", "bob", page_errors)
     async with (
         aiohttp.ClientSession(base_url=daemon.url) as http,
         http.get("/api/events") as events,
@@ -133,9 +147,9 @@ async def test_two_people_one_card_approved_in_the_browser(
 
 
 async def test_reject_with_a_reason_and_a_late_joiner_sees_the_outcome(
-    daemon: ServeProcess, browser: Browser
+    daemon: ServeProcess, browser: Browser, page_errors: list[str]
 ) -> None:
-    alice = await open_room(browser, daemon.url, "ops2", "alice")
+    alice = await open_room(browser, daemon.url, "ops2", "alice", page_errors)
     await alice.locator("#text").fill("/sql DELETE FROM orders WHERE id = 4")
     await alice.locator("#send").click()
     card = alice.locator(".card")
@@ -146,7 +160,7 @@ async def test_reject_with_a_reason_and_a_late_joiner_sees_the_outcome(
     await expect(card.locator(".outcome")).to_contain_text("wrong order")
 
     # Someone opening the shared link later sees the card as it ended, not as it began.
-    carol = await open_room(browser, daemon.url, "ops2", "carol")
+    carol = await open_room(browser, daemon.url, "ops2", "carol", page_errors)
     late = carol.locator(".card")
     await expect(late).to_have_attribute("data-status", "rejected")
     await expect(late.locator(".outcome")).to_contain_text("rejected by alice")
