@@ -22,6 +22,7 @@ from aiohttp import WSCloseCode, WSMsgType, web
 
 from channels.base import Channel
 from channels.webchat.rooms import ChatEntry, EntryKind, Room, Rooms, Socket
+from gateway import texts
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage
 from gateway.confirm.model import Decision
 from gateway.jsonapi import ApiError, check_name, read_json_object, required_string
@@ -316,10 +317,14 @@ class WebChatChannel(Channel):
             text = data.get("text")
             if not isinstance(text, str):
                 raise FrameError("message.text must be a string")
-            try:
-                checked = self._check_text(text)
-            except ApiError as exc:
-                await self._send_frame(sock, {"type": "error", "error": exc.message})
+            checked = text.strip()
+            if not checked:
+                return  # nothing to say, nothing to answer
+            limit = self.settings.max_text_length
+            if len(checked) > limit:
+                # Shown to the person in the page: their words, not an API error.
+                error = texts.MESSAGE_TOO_LONG.format(limit=limit)
+                await self._send_frame(sock, {"type": "error", "error": error})
                 return
             await self._accept(room, sock.user, checked)
         elif kind == "decide":
@@ -343,7 +348,12 @@ class WebChatChannel(Channel):
         if current is None or current.session_key != self._session_key(room):
             await self._send_frame(
                 sock,
-                {"type": "decision", "id": cid, "outcome": "not_found", "message": "not found"},
+                {
+                    "type": "decision",
+                    "id": cid,
+                    "outcome": "not_found",
+                    "message": texts.unknown_id(cid),
+                },
             )
             return
         result = await self.confirmations.decide(
