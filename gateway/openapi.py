@@ -19,7 +19,13 @@ def _error(description: str) -> dict[str, Any]:
     return _json(_ref("Error"), description)
 
 
-NAME = {"type": "string", "pattern": r"^[\w.@\-]{1,64}$", "minLength": 1, "maxLength": 64}
+# No "pattern": JSON Schema's \w is ASCII-only, while names may be in any script.
+NAME = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": 64,
+    "description": "1-64 letters (any script), digits, '.', '_', '-' or '@'",
+}
 
 
 def openapi_document() -> dict[str, Any]:
