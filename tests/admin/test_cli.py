@@ -48,7 +48,10 @@ async def test_list_show_approve_and_the_second_decision_fails(
     assert "already approved" in capsys.readouterr().err
 
     assert await run_cli("confirmations", "show", cid, "--url", url, "--json") == 0
-    record = json.loads(capsys.readouterr().out)["confirmation"]
+    out = capsys.readouterr().out
+    # The in-process gateway's log lines share stdout with the CLI: find the CLI's JSON.
+    start = out.index('{\n  "confirmation"')
+    record = json.JSONDecoder().raw_decode(out, start)[0]["confirmation"]
     assert record["status"] == "approved"
     assert record["decided_via"] == "admin"
 
