@@ -52,6 +52,7 @@ def page_errors() -> Iterator[list[str]]:
 async def browser() -> AsyncIterator[Browser]:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (never a downloaded one)")
+    ARTIFACTS.mkdir(exist_ok=True)
     # Busy CI machines (two cores, shared): give the page more than Playwright's 5 s.
     expect.set_options(timeout=TIMEOUT_MS)
     async with async_playwright() as p:
@@ -83,7 +84,6 @@ async def open_room(browser: Browser, url: str, room: str, user: str, errors: li
 async def test_two_people_one_card_approved_in_the_browser(
     daemon: ServeProcess, browser: Browser, page_errors: list[str]
 ) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
     alice = await open_room(browser, daemon.url, "ops", "alice", page_errors)
     bob = await open_room(browser, daemon.url, "ops", "bob", page_errors)
     async with (
@@ -164,6 +164,7 @@ async def test_reject_with_a_reason_and_a_late_joiner_sees_the_outcome(
     late = carol.locator(".card")
     await expect(late).to_have_attribute("data-status", "rejected")
     await expect(late.locator(".outcome")).to_contain_text("rejected by alice")
+    await late.screenshot(path=str(ARTIFACTS / "webchat-card-rejected.png"))
     assert order_exists(daemon.data_dir, 4)
     await alice.context.close()
     await carol.context.close()
