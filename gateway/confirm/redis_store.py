@@ -335,8 +335,11 @@ class RedisConfirmationStore(ConfirmationStore):
 
     @staticmethod
     async def _finished_ids(pubsub: PubSub) -> AsyncIterator[str]:
-        async for message in pubsub.listen():
-            if message["type"] == "message":
+        # get_message with a timeout instead of listen(): a cancelled follower ends at the
+        # next poll even if redis-py swallows the cancellation inside a blocking read.
+        while True:
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+            if message is not None and message["type"] == "message":
                 yield _text(message["data"])
 
     # -- internals -------------------------------------------------------------------------

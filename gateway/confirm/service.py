@@ -91,6 +91,7 @@ class ConfirmationService:
         self._closing = False
         # Pending confirmations adopted from a previous process by recover().
         self._recovered: set[str] = set()
+        self._follower: asyncio.Task[None] | None = None
         bus.set_interceptor(self.intercept)
 
     # ------------------------------------------------------------------ plumbing
@@ -596,8 +597,11 @@ class ConfirmationService:
                 self._arm_timer(c)
                 self._recovered.add(c.id)
                 log.info("confirm.recovered", confirmation_id=c.id)
-        if self.store.shared:
-            self._spawn(self._follow_other_replicas(), name="follow-replicas")
+        if self.store.shared and self._follower is None:
+            self._follower = asyncio.create_task(
+                self._follow_other_replicas(), name="follow-replicas"
+            )
+            self._follower.add_done_callback(self._task_done)
 
     async def shutdown(self) -> None:
         """Cancel every pending confirmation (chats are told) and wake their turns."""
@@ -617,9 +621,11 @@ class ConfirmationService:
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
-        for task in self._tasks:
-            if task.get_name() == "follow-replicas":
-                task.cancel()
+        if self._follower is not None:
+            self._follower.cancel()
+            # Bounded: a Redis client stuck in a read must not hold up shutdown.
+            await asyncio.wait([self._follower], timeout=2.0)
+            self._follower = None
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
