@@ -77,6 +77,8 @@ def detail_lines(c: Confirmation) -> list[str]:
     if d.get("warning"):
         lines.append(f"注意 Note: {d['warning']}")
     lines.append(f"风险 Risk: {RISK_LABELS[c.risk]}")
+    if d.get("policy_rule"):
+        lines.append(f"规则 Rule: {d['policy_rule']}")
     return lines
 
 
