@@ -211,10 +211,14 @@ class ConfirmationService:
         fut: asyncio.Future[Confirmation] = loop.create_future()
         self._waiters[conf.id] = fut
         self._arm_timer(conf)
-        bound = structlog.contextvars.bound_contextvars(confirmation_id=conf.id)
-        bound.__enter__()
         try:
-            log.info("confirm.requested", tool=tool_call.name, risk=risk.value, timeout=timeout)
+            log.info(
+                "confirm.requested",
+                confirmation_id=conf.id,
+                tool=tool_call.name,
+                risk=risk.value,
+                timeout=timeout,
+            )
             if self._closing:
                 await self._finish(
                     conf.id, Status.CANCELLED, by=None, via="system", reason=texts.SHUTDOWN_REASON
@@ -232,7 +236,9 @@ class ConfirmationService:
                     )
                 )
                 await self._emit(ConfirmationEvent("requested", conf))
-            return await asyncio.shield(fut)
+            # Not shielded: a cancelled turn cancels this future, and the handler below
+            # then records the confirmation as cancelled.
+            return await fut
         except asyncio.CancelledError:
             # The turn was cancelled (shutdown, client gone): the call must not stay approvable.
             await asyncio.shield(
@@ -241,8 +247,8 @@ class ConfirmationService:
                 )
             )
             raise
-        except Exception as exc:
-            log.exception("confirm.request_failed")
+        except Exception as exc:  # any failure ends as cancelled, never approved
+            log.exception("confirm.request_failed", confirmation_id=conf.id)
             final, _ = await self._finish(
                 conf.id,
                 Status.CANCELLED,
@@ -253,7 +259,6 @@ class ConfirmationService:
             assert final is not None
             return final
         finally:
-            bound.__exit__(None, None, None)
             timer = self._timers.pop(conf.id, None)
             if timer is not None:
                 timer.cancel()
