@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,8 +11,8 @@ import pytest
 
 from config.settings import Settings
 from gateway.app import Gateway
-from gateway.confirm.model import Confirmation, Status
 from tests.fakes.dingtalk import FakeDingTalk
+from tests.support import wait_pending, wait_status  # noqa: F401 - re-exported
 
 
 @pytest.fixture(autouse=True)
@@ -75,33 +73,6 @@ def order_ids(settings: Settings) -> list[int]:
     db = settings.data_dir / "demo.db"
     with sqlite3.connect(db) as conn:
         return [row[0] for row in conn.execute("SELECT id FROM orders ORDER BY id")]
-
-
-async def wait_pending(gw: Gateway, count: int = 1, *, within: float = 5.0) -> list[Confirmation]:
-    """Poll the real confirmation service until ``count`` confirmations are pending."""
-    assert gw.confirmations is not None
-    deadline = time.monotonic() + within
-    while True:
-        found = await gw.confirmations.list(status=Status.PENDING)
-        if len(found) >= count:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"expected {count} pending confirmation(s), found {found}")
-        await asyncio.sleep(0.02)
-
-
-async def wait_status(
-    gw: Gateway, confirmation_id: str, status: Status, *, within: float = 5.0
-) -> Confirmation:
-    assert gw.confirmations is not None
-    deadline = time.monotonic() + within
-    while True:
-        found = await gw.confirmations.get(confirmation_id)
-        if found is not None and found.status is status:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{confirmation_id} did not become {status}: {found}")
-        await asyncio.sleep(0.02)
 
 
 def webhook_texts(fake: FakeDingTalk) -> list[str]:

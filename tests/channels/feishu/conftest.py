@@ -15,8 +15,8 @@ import pytest
 
 from config.settings import Settings
 from gateway.app import Gateway
-from gateway.confirm.model import Confirmation, Status
 from tests.fakes.feishu import FakeFeishu, RecordedRequest
+from tests.support import wait_pending, wait_status  # noqa: F401 - re-exported
 
 BOT = "ou_bot"
 ALICE = "ou_alice"
@@ -94,33 +94,6 @@ async def wait_until(cond: Any, *, what: str, within: float = 5.0) -> None:
     while not cond():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
-async def wait_pending(gw: Gateway, count: int = 1, *, within: float = 5.0) -> list[Confirmation]:
-    """Poll the real confirmation service until ``count`` confirmations are pending."""
-    assert gw.confirmations is not None
-    deadline = time.monotonic() + within
-    while True:
-        found = await gw.confirmations.list(status=Status.PENDING)
-        if len(found) >= count:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"expected {count} pending confirmation(s), found {found}")
-        await asyncio.sleep(0.02)
-
-
-async def wait_status(
-    gw: Gateway, confirmation_id: str, status: Status, *, within: float = 5.0
-) -> Confirmation:
-    assert gw.confirmations is not None
-    deadline = time.monotonic() + within
-    while True:
-        found = await gw.confirmations.get(confirmation_id)
-        if found is not None and found.status is status:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{confirmation_id} did not become {status}: {found}")
         await asyncio.sleep(0.02)
 
 
