@@ -156,6 +156,15 @@
     hint.hidden = !pending || !((may.approve || {}).allowed || (may.reject || {}).allowed);
     hint.textContent = "也可回复 确认 " + c.id + " / 取消 " + c.id + "（or reply confirm / cancel " + c.id + "）";
     if (!pending) {
+      // The header no longer asks: it says what the card was about.
+      const title = node.querySelector(".card-title");
+      if (title) {
+        title.textContent = "确认请求 ";
+        const en = document.createElement("span");
+        en.className = "en";
+        en.textContent = "Confirmation";
+        title.appendChild(en);
+      }
       countdown.hidden = true;
       outcome.hidden = false;
       outcome.textContent = outcomeText(c);
