@@ -136,7 +136,6 @@ class MessageBus:
         # following message) are intercepted in the order they arrived.
         self._session_locks: dict[str, asyncio.Lock] = {}
         self._lock_users: dict[str, int] = {}
-        self.closed = False
 
     def set_interceptor(self, interceptor: Interceptor) -> None:
         self._interceptor = interceptor

@@ -51,10 +51,6 @@ def check_name(value: object, field: str) -> str:
     return value
 
 
-def is_valid_name(value: str) -> bool:
-    return bool(NAME_PATTERN.fullmatch(value))
-
-
 async def read_json_object(request: web.Request) -> dict[str, Any]:
     """The request body as a JSON object, or ApiError 400/413/415.
 

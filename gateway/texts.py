@@ -44,7 +44,6 @@ TIMEOUT_REASON = "超时未确认 / no decision before the timeout"
 RESTART_REASON = "网关重启时已过期 / expired while the gateway was down"
 ERROR_REASON = "内部错误 / internal error: {error}"
 MESSAGE_TOO_LONG = "消息过长（上限 {limit} 字）/ message too long (limit {limit} characters)"
-BUSY = "上一条还在处理，稍后回复 / still working on your previous message; will answer next"
 
 
 def _fmt_time(ts: float) -> str:

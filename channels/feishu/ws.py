@@ -72,10 +72,6 @@ class _Stopping(Exception):
     """Raised out of a backoff sleep when the channel is stopping."""
 
 
-class _SessionLost(Exception):
-    pass
-
-
 class FeishuWsClient(lark.ws.Client):  # type: ignore[misc]
     """``lark.ws.Client`` with the daemon-hostile parts replaced (see the module docstring)."""
 

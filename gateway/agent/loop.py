@@ -40,7 +40,6 @@ class AgentLoop:
         self._queues: dict[str, asyncio.Queue[InboundMessage]] = {}
         self._workers: dict[str, asyncio.Task[None]] = {}
         self._intake: asyncio.Task[None] | None = None
-        self.turns_done = 0
 
     def turn_for(self, msg: InboundMessage) -> TurnContext:
         async def say(text: str) -> None:
@@ -97,7 +96,6 @@ class AgentLoop:
                     except Exception as exc:
                         log.exception("agent.turn_failed")
                         await self.turn_for(msg).say(f"⚠️ 处理失败 / failed: {type(exc).__name__}")
-                    self.turns_done += 1
         finally:
             self._workers.pop(session_key, None)
             if queue.empty():
@@ -130,10 +128,6 @@ class AgentLoop:
             for task in list(self._workers.values()):
                 task.cancel()
             await asyncio.gather(*self._workers.values(), return_exceptions=True)
-
-    @property
-    def active_sessions(self) -> int:
-        return len(self._workers)
 
 
 def _log_crash(task: asyncio.Task[Any]) -> None:

@@ -36,10 +36,6 @@ class Risk(StrEnum):
     HIGH = "high"
     CRITICAL = "critical"
 
-    @property
-    def rank(self) -> int:
-        return list(Risk).index(self)
-
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:

@@ -215,7 +215,7 @@ class ReplyParser:
                 ReplyIntent.UNCLEAR, conf_id, matched, why="both confirm and cancel words"
             )
         if unknown:
-            reason = self._cancel_reason(tokens, stripped, norm)
+            reason = self._cancel_reason(tokens, stripped)
             if cancels and reason is not None:
                 return ParsedReply(
                     ReplyIntent.CANCEL, conf_id, matched, reason=reason, why="cancel with a reason"
@@ -229,7 +229,7 @@ class ReplyParser:
         intent = ReplyIntent.CONFIRM if confirms else ReplyIntent.CANCEL
         return ParsedReply(intent, conf_id, matched, why="clean decision")
 
-    def _cancel_reason(self, tokens: list[_Token], text: str, original: str) -> str | None:
+    def _cancel_reason(self, tokens: list[_Token], text: str) -> str | None:
         """'取消，太危险了' -> '太危险了'; only when the reply starts with a cancel word."""
         meaningful = [t for t in tokens if t.kind not in ("filler", "id")]
         if not meaningful or meaningful[0].kind != "cancel":

@@ -586,9 +586,6 @@ class ConfirmationService:
     async def set_prompt_ref(self, confirmation_id: str, key: str, value: str) -> None:
         await self.store.set_prompt_ref(confirmation_id, key, value)
 
-    def is_waiting(self, confirmation_id: str) -> bool:
-        return confirmation_id in self._waiters
-
     # ------------------------------------------------------------------ lifecycle
 
     async def recover(self) -> None:

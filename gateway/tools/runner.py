@@ -47,10 +47,6 @@ class ToolOutcome:
     decision: PolicyDecision | None = None
 
     @property
-    def ran(self) -> bool:
-        return self.status in ("ok", "error") and self.decision is not None
-
-    @property
     def feedback(self) -> str | None:
         """A person's free-text message given instead of a decision, for the model."""
         c = self.confirmation
