@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
 
+from config.settings import Settings
 from gateway.app import Gateway
 from gateway.confirm.model import Confirmation, Status
 
@@ -35,3 +37,9 @@ async def wait_status(
         if time.monotonic() > deadline:
             raise AssertionError(f"{confirmation_id} did not become {status}: {found}")
         await asyncio.sleep(0.02)
+
+
+def order_ids(settings: Settings) -> list[int]:
+    """Ids left in the demo database's orders table."""
+    with sqlite3.connect(settings.data_dir / "demo.db") as conn:
+        return [row[0] for row in conn.execute("SELECT id FROM orders ORDER BY id")]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,7 @@ import pytest
 from config.settings import Settings
 from gateway.app import Gateway
 from tests.fakes.dingtalk import FakeDingTalk
-from tests.support import wait_pending, wait_status  # noqa: F401 - re-exported
+from tests.support import order_ids, wait_pending, wait_status  # noqa: F401 - re-exported
 
 
 @pytest.fixture(autouse=True)
@@ -67,12 +66,6 @@ async def gateway(settings: Settings, fake: FakeDingTalk) -> AsyncIterator[Gatew
         if settings.channels.dingtalk.mode == "stream":
             await fake.wait_connected()
         yield gw
-
-
-def order_ids(settings: Settings) -> list[int]:
-    db = settings.data_dir / "demo.db"
-    with sqlite3.connect(db) as conn:
-        return [row[0] for row in conn.execute("SELECT id FROM orders ORDER BY id")]
 
 
 def webhook_texts(fake: FakeDingTalk) -> list[str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -16,7 +15,7 @@ import pytest
 from config.settings import Settings
 from gateway.app import Gateway
 from tests.fakes.feishu import FakeFeishu, RecordedRequest
-from tests.support import wait_pending, wait_status  # noqa: F401 - re-exported
+from tests.support import order_ids, wait_pending, wait_status  # noqa: F401 - re-exported
 
 BOT = "ou_bot"
 ALICE = "ou_alice"
@@ -82,11 +81,6 @@ async def gateway(settings: Settings, fake: FakeFeishu) -> AsyncIterator[Gateway
         if settings.channels.feishu.mode == "ws":
             await fake.wait_connected()
         yield gw
-
-
-def order_ids(settings: Settings) -> list[int]:
-    with sqlite3.connect(settings.data_dir / "demo.db") as conn:
-        return [row[0] for row in conn.execute("SELECT id FROM orders ORDER BY id")]
 
 
 async def wait_until(cond: Any, *, what: str, within: float = 5.0) -> None:
