@@ -188,5 +188,9 @@ class MessageBus:
     async def publish_outbound(self, msg: OutboundMessage) -> None:
         self.outbound.put_nowait(msg)
 
+    def post_outbound(self, msg: OutboundMessage) -> None:
+        """``publish_outbound`` for callers that must not yield (the confirmation service)."""
+        self.outbound.put_nowait(msg)
+
     async def consume_outbound(self) -> OutboundMessage:
         return await self.outbound.get()

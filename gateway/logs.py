@@ -1,7 +1,15 @@
 """structlog setup: readable on a terminal, JSON otherwise; context from contextvars.
 
-Every line logged inside a turn carries ``session`` (bound by the agent loop) and, while
-a confirmation is being asked, ``confirmation_id``.
+Every line logged inside a turn carries ``session`` (bound by the agent loop, or passed
+on the line) and, while a confirmation is being asked, ``confirmation_id``.
+
+Speed (docs/performance.md): a confirmation round trip writes two lines, so a line must be
+cheap. Our own lines take structlog's native path with loggers cached on first use; to
+let ``configure_logging`` (and ``structlog.testing.capture_logs``) still change what
+cached loggers do, they all share ONE processor list, changed in place, and ONE output
+whose stream is swapped; the level is a processor, not a wrapper class. JSON is encoded
+with orjson. Third-party stdlib loggers are rendered the same way through
+``ProcessorFormatter``.
 """
 
 from __future__ import annotations
@@ -9,46 +17,136 @@ from __future__ import annotations
 import logging
 import re
 import sys
+import threading
+import time
 from collections.abc import MutableMapping
 from typing import Any, TextIO
 
+import orjson
 import structlog
 
 _SECRET_KEYS = re.compile(r"(secret|token|password|api_key|authorization|encrypt_key)", re.I)
+# Key -> whether it looks secret. Keys are names from our code, so this stays small; it is
+# bounded anyway in case something logs with keys taken from input.
+_secret_key_memo: dict[str, bool] = {}
+
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "exception": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "fatal": logging.CRITICAL,
+}
+_threshold = logging.INFO
+
+
+def _is_secret_key(key: str) -> bool:
+    secret = _secret_key_memo.get(key)
+    if secret is None:
+        if len(_secret_key_memo) > 1024:
+            _secret_key_memo.clear()
+        secret = _secret_key_memo[key] = key != "event" and bool(_SECRET_KEYS.search(key))
+    return secret
 
 
 def _redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """Belt and braces: a value logged under a secret-looking key is never printed."""
-    for key in list(event):
-        if key != "event" and _SECRET_KEYS.search(key) and event[key]:
+    memo = _secret_key_memo
+    for key in event:
+        secret = memo.get(key)
+        if (secret or (secret is None and _is_secret_key(key))) and event[key]:
             event[key] = "***"
     return event
 
 
+def _drop_below_level(_: Any, method: str, event: MutableMapping[str, Any]) -> Any:
+    if _LEVELS.get(method, logging.INFO) < _threshold:
+        raise structlog.DropEvent
+    return event
+
+
+# (whole second, its ISO text): formatting the date once per second, not once per line.
+_second: tuple[int, str] = (-1, "")
+
+
+def _timestamp(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """``timestamp`` in ISO 8601 UTC with microseconds, like TimeStamper(fmt="iso", utc=True)."""
+    global _second
+    now = time.time()
+    whole = int(now)
+    if whole != _second[0]:
+        _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
+    event["timestamp"] = f"{_second[1]}.{int((now - whole) * 1_000_000):06d}Z"
+    return event
+
+
+def _orjson_dumps(obj: Any, default: Any = None, **_: Any) -> str:
+    return orjson.dumps(obj, default=default, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+class _Output:
+    """The one logger behind every bound logger: writes a rendered line to the stream."""
+
+    def __init__(self) -> None:
+        self.stream: TextIO = sys.stderr
+        self._lock = threading.Lock()  # channel SDK threads log too
+
+    def msg(self, message: str) -> None:
+        with self._lock:
+            self.stream.write(message + "\n")
+            self.stream.flush()
+
+    log = debug = info = warn = warning = error = critical = exception = fatal = failure = err = msg
+
+
+_OUTPUT = _Output()
+# Cached loggers hold this very list: configure_logging changes it in place.
+_PROCESSORS: list[Any] = []
+
+
+def _output_factory(*_: Any) -> _Output:
+    return _OUTPUT
+
+
 def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | None = None) -> None:
-    """Our own lines take structlog's native path (the stdlib path costs ~3x per line, see
-    docs/performance.md); third-party stdlib loggers are rendered the same way."""
+    """Configure our lines and third-party stdlib lines; may be called again at any time."""
+    global _threshold
     stream = stream or sys.stderr
     use_console = fmt == "console" or (fmt == "auto" and stream.isatty())
     renderer: Any = (
         structlog.dev.ConsoleRenderer(colors=stream.isatty())
         if use_console
-        else structlog.processors.JSONRenderer(ensure_ascii=False)
+        else structlog.processors.JSONRenderer(serializer=_orjson_dumps)
     )
     tail: list[Any] = [] if use_console else [structlog.processors.format_exc_info]
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        _timestamp,
         _redact,
     ]
     numeric = logging.getLevelName(level.upper())
+    if not isinstance(numeric, int):
+        raise ValueError(f"unknown log level {level!r}")
+    _threshold = numeric
+    _OUTPUT.stream = stream
+    _PROCESSORS[:] = [
+        _drop_below_level,
+        *shared,
+        structlog.processors.StackInfoRenderer(),
+        *tail,
+        renderer,
+    ]
     structlog.configure(
-        processors=[*shared, structlog.processors.StackInfoRenderer(), *tail, renderer],
-        wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.WriteLoggerFactory(file=stream),
-        # Not cached: tests and `gateway chat` reconfigure after modules have logged.
-        cache_logger_on_first_use=False,
+        processors=_PROCESSORS,
+        # Every level reaches the processors, where _drop_below_level applies the current
+        # threshold: a wrapper class fixed at one level would stay in cached loggers.
+        wrapper_class=structlog.make_filtering_bound_logger(logging.DEBUG),
+        logger_factory=_output_factory,
+        cache_logger_on_first_use=True,
     )
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],

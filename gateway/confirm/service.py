@@ -8,6 +8,7 @@ wakes the waiting turn, tells listeners and posts the update to the chat.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -83,7 +84,13 @@ class ConfirmationService:
         else:
             self._parser = ReplyParser(keywords)
         self._waiters: dict[str, asyncio.Future[Confirmation]] = {}
-        self._timers: dict[str, asyncio.TimerHandle] = {}
+        # Deadlines: id -> loop time of expiry for every armed confirmation, and a heap of
+        # (loop time, id) behind ONE loop timer for the earliest. A per-confirmation
+        # call_later cost 2.5 µs and ~250 B each (docs/performance.md). Entries of
+        # confirmations that ended stay in the heap until they come up or it is compacted.
+        self._deadline_of: dict[str, float] = {}
+        self._deadline_heap: list[tuple[float, str]] = []
+        self._deadline_timer: asyncio.TimerHandle | None = None
         self._unclear: dict[str, int] = {}
         self._listeners: list[Listener] = []
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -129,7 +136,7 @@ class ConfirmationService:
             log.error("confirm.task_failed", task=task.get_name(), exc_info=task.exception())
 
     async def _emit(self, event: ConfirmationEvent) -> None:
-        for listener in list(self._listeners):
+        for listener in tuple(self._listeners):
             try:
                 result = listener(event)
                 if result is not None:
@@ -146,7 +153,7 @@ class ConfirmationService:
         text: str,
         metadata: Mapping[str, Any],
     ) -> None:
-        await self.bus.publish_outbound(
+        self.bus.post_outbound(
             OutboundMessage(
                 channel=channel,
                 chat_id=chat_id,
@@ -192,7 +199,11 @@ class ConfirmationService:
         loop = asyncio.get_running_loop()
         now = self.clock()
         timeout = self.settings.timeout_seconds if timeout is None else timeout
-        all_approvers = tuple(dict.fromkeys((*self.settings.approvers, *approvers)))
+        all_approvers = (
+            tuple(dict.fromkeys((*self.settings.approvers, *approvers)))
+            if approvers
+            else tuple(self.settings.approvers)
+        )
         conf = await self._create(
             session_key=session_key,
             channel=channel,
@@ -201,7 +212,7 @@ class ConfirmationService:
             is_group=is_group,
             tool_call=tool_call,
             summary=summary,
-            details=dict(details or {}),
+            details=dict(details) if details else {},
             risk=risk,
             approvers=all_approvers,
             four_eyes=four_eyes,
@@ -224,7 +235,7 @@ class ConfirmationService:
                     conf.id, Status.CANCELLED, by=None, via="system", reason=texts.SHUTDOWN_REASON
                 )
             else:
-                await self.bus.publish_outbound(
+                self.bus.post_outbound(
                     OutboundMessage(
                         channel=channel,
                         chat_id=chat_id,
@@ -235,7 +246,8 @@ class ConfirmationService:
                         metadata=metadata or {},
                     )
                 )
-                await self._emit(ConfirmationEvent("requested", conf))
+                if self._listeners:
+                    await self._emit(ConfirmationEvent("requested", conf))
             # Not shielded: a cancelled turn cancels this future, and the handler below
             # then records the confirmation as cancelled.
             return await fut
@@ -259,9 +271,7 @@ class ConfirmationService:
             assert final is not None
             return final
         finally:
-            timer = self._timers.pop(conf.id, None)
-            if timer is not None:
-                timer.cancel()
+            self._deadline_of.pop(conf.id, None)
             self._waiters.pop(conf.id, None)
 
     async def _create(self, **fields: Any) -> Confirmation:
@@ -278,18 +288,45 @@ class ConfirmationService:
         raise RuntimeError("could not draw a free confirmation id")
 
     def _arm_timer(self, conf: Confirmation) -> None:
+        """Expire ``conf`` at its deadline unless it ends first (then disarmed)."""
         loop = asyncio.get_running_loop()
-        delay = max(0.0, conf.expires_at - self.clock())
-        self._timers[conf.id] = loop.call_later(delay, self._on_timeout, conf.id)
+        when = loop.time() + max(0.0, conf.expires_at - self.clock())
+        self._deadline_of[conf.id] = when
+        heap = self._deadline_heap
+        heapq.heappush(heap, (when, conf.id))
+        if len(heap) > 2 * len(self._deadline_of) + 64:
+            # Mostly entries of confirmations that ended: rebuild from the armed ones.
+            heap[:] = [(w, cid) for cid, w in self._deadline_of.items()]
+            heapq.heapify(heap)
+        timer = self._deadline_timer
+        if timer is None or heap[0][0] < timer.when():
+            if timer is not None:
+                timer.cancel()
+            self._deadline_timer = loop.call_at(heap[0][0], self._on_deadline)
 
-    def _on_timeout(self, confirmation_id: str) -> None:
-        self._timers.pop(confirmation_id, None)
-        self._spawn(
-            self._finish(
-                confirmation_id, Status.EXPIRED, by=None, via="timeout", reason=texts.TIMEOUT_REASON
-            ),
-            name=f"expire-{confirmation_id}",
-        )
+    def _on_deadline(self) -> None:
+        self._deadline_timer = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        heap = self._deadline_heap
+        armed = self._deadline_of
+        while heap and heap[0][0] <= now:
+            when, confirmation_id = heapq.heappop(heap)
+            if armed.get(confirmation_id) != when:
+                continue  # ended already, or re-armed with another deadline
+            del armed[confirmation_id]
+            self._spawn(
+                self._finish(
+                    confirmation_id,
+                    Status.EXPIRED,
+                    by=None,
+                    via="timeout",
+                    reason=texts.TIMEOUT_REASON,
+                ),
+                name=f"expire-{confirmation_id}",
+            )
+        if heap:
+            self._deadline_timer = loop.call_at(heap[0][0], self._on_deadline)
 
     # ------------------------------------------------------------------ deciding
 
@@ -322,6 +359,22 @@ class ConfirmationService:
         current = await self.store.get(cid)
         if current is None:
             return DecideResult(DecideOutcome.NOT_FOUND, None, texts.unknown_id(cid))
+        return await self._decide(
+            current, decision, actor=actor, via=via, reason=reason, feedback=feedback
+        )
+
+    async def _decide(
+        self,
+        current: Confirmation,
+        decision: Decision,
+        *,
+        actor: str,
+        via: str,
+        reason: str | None,
+        feedback: bool = False,
+    ) -> DecideResult:
+        """Decide ``current`` as read from the store; the compare-and-set settles races."""
+        cid = current.id
         if current.status.is_terminal:
             return DecideResult(
                 DecideOutcome.ALREADY_DECIDED, current, texts.already_decided(current)
@@ -329,7 +382,13 @@ class ConfirmationService:
         if via != "admin":
             allowed, why = self.may_decide(current, actor, decision)
             if not allowed:
-                log.info("confirm.decision_refused", confirmation_id=cid, actor=actor, via=via)
+                log.info(
+                    "confirm.decision_refused",
+                    confirmation_id=cid,
+                    session=current.session_key,
+                    actor=actor,
+                    via=via,
+                )
                 return DecideResult(DecideOutcome.FORBIDDEN, current, why)
         final, changed = await self._finish(
             cid, decision.status, by=actor, via=via, reason=reason, feedback=feedback
@@ -374,20 +433,19 @@ class ConfirmationService:
                 # the waiting turn here must learn the real outcome, not hang.
                 self._wake(final)
             return final, False
-        timer = self._timers.pop(confirmation_id, None)
-        if timer is not None:
-            timer.cancel()
+        self._deadline_of.pop(confirmation_id, None)
         self._unclear.pop(confirmation_id, None)
         log.info(
             "confirm.resolved",
             confirmation_id=confirmation_id,
+            session=final.session_key,
             status=status.value,
             actor=by,
             via=via,
         )
         fut = self._waiters.get(confirmation_id)
         self._wake(final)
-        await self.bus.publish_outbound(
+        self.bus.post_outbound(
             OutboundMessage(
                 channel=final.channel,
                 chat_id=final.chat_id,
@@ -397,7 +455,8 @@ class ConfirmationService:
                 confirmation=final,
             )
         )
-        await self._emit(ConfirmationEvent("resolved", final))
+        if self._listeners:
+            await self._emit(ConfirmationEvent("resolved", final))
         if (
             fut is None
             and status is Status.APPROVED
@@ -413,9 +472,7 @@ class ConfirmationService:
         return final, True
 
     def _wake(self, final: Confirmation) -> None:
-        timer = self._timers.pop(final.id, None)
-        if timer is not None:
-            timer.cancel()
+        self._deadline_of.pop(final.id, None)
         fut = self._waiters.get(final.id)
         if fut is not None and not fut.done():
             fut.set_result(final)
@@ -440,15 +497,18 @@ class ConfirmationService:
         if not pending:
             return await self._on_reply_to_finished(msg)
         parsed = self._parser.parse(msg.text)
-        takers = [c for c in pending if self._may_take_part(c, msg.sender_id)]
-        with structlog.contextvars.bound_contextvars(session=msg.session_key):
-            if parsed.intent in (ReplyIntent.CONFIRM, ReplyIntent.CANCEL):
-                await self._on_decision_reply(msg, parsed, pending, takers)
-                return True
-            if parsed.intent is ReplyIntent.UNCLEAR:
-                await self._on_unclear(msg, parsed, pending, takers)
-                return True
-            return await self._on_other_message(msg, takers)
+        sender = msg.sender_id
+        takers = [c for c in pending if self._may_take_part(c, sender)]
+        # Lines logged from here carry the session on the line itself (no context binding:
+        # it cost two context copies per reply, docs/performance.md).
+        intent = parsed.intent
+        if intent is ReplyIntent.CONFIRM or intent is ReplyIntent.CANCEL:
+            await self._on_decision_reply(msg, parsed, pending, takers)
+            return True
+        if intent is ReplyIntent.UNCLEAR:
+            await self._on_unclear(msg, parsed, pending, takers)
+            return True
+        return await self._on_other_message(msg, takers)
 
     async def _on_reply_to_finished(self, msg: InboundMessage) -> bool:
         """`确认 K7Q2` after K7Q2 ended: say what became of it instead of feeding the agent.
@@ -501,8 +561,8 @@ class ConfirmationService:
             await self._reply_to(msg, target)
             return
         decision = Decision.APPROVE if parsed.intent is ReplyIntent.CONFIRM else Decision.REJECT
-        result = await self.decide(
-            target.id, decision, actor=msg.sender_id, via="text", reason=parsed.reason
+        result = await self._decide(
+            target, decision, actor=msg.sender_id, via="text", reason=parsed.reason
         )
         if result.outcome is not DecideOutcome.DECIDED:
             # A decision is announced by the update message; anything else is told here.
@@ -595,7 +655,7 @@ class ConfirmationService:
                 await self._finish(
                     c.id, Status.EXPIRED, by=None, via="timeout", reason=texts.RESTART_REASON
                 )
-            elif c.id not in self._timers:
+            elif c.id not in self._deadline_of:
                 self._arm_timer(c)
                 self._recovered.add(c.id)
                 log.info("confirm.recovered", confirmation_id=c.id)
@@ -610,7 +670,7 @@ class ConfirmationService:
         self._closing = True
         # Only what this process holds: with a shared store (Redis) other replicas keep
         # theirs, and a crashed process's leftovers are for recover() on the next start.
-        mine = set(self._waiters) | set(self._timers)
+        mine = set(self._waiters) | set(self._deadline_of)
         if self.store.shared:
             # Timers armed by recover() may guard other live replicas' calls: not ours.
             mine -= self._recovered - set(self._waiters)
@@ -620,9 +680,11 @@ class ConfirmationService:
             await self._finish(
                 c.id, Status.CANCELLED, by=None, via="system", reason=texts.SHUTDOWN_REASON
             )
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
+        self._deadline_of.clear()
+        self._deadline_heap.clear()
+        if self._deadline_timer is not None:
+            self._deadline_timer.cancel()
+            self._deadline_timer = None
         if self._follower is not None:
             self._follower.cancel()
             # Bounded: a Redis client stuck in a read must not hold up shutdown.

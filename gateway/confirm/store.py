@@ -9,7 +9,6 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterable
-from dataclasses import replace
 from typing import ClassVar
 
 from gateway.confirm.model import Confirmation, Status
@@ -169,4 +168,4 @@ class MemoryConfirmationStore(ConfirmationStore):
         current = self._items.get(confirmation_id)
         if current is not None:
             refs = {**current.prompt_refs, key: value}
-            self._items[confirmation_id] = replace(current, prompt_refs=refs)
+            self._items[confirmation_id] = current._replace(prompt_refs=refs)

@@ -13,7 +13,7 @@ import os
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -146,7 +146,7 @@ def make(
         created_at=created_at,
         expires_at=created_at + timeout,
     )
-    return replace(c, **changes)  # type: ignore[arg-type]
+    return c._replace(**changes)  # type: ignore[arg-type]
 
 
 def full_record(cid: str = "K7Q2") -> Confirmation:
