@@ -35,7 +35,7 @@ def make_settings(tmp_path: Path, fake: FakeDingTalk, **dingtalk: Any) -> Settin
         "enabled": True,
         "client_id": fake.client_id,
         "client_secret": fake.client_secret,
-        "openapi_endpoint": fake.base_url,
+        "openapi_endpoint": fake.url,
         "allow_from": ["*"],
         # Short, so tests that exercise them stay quick.
         "retry_base_seconds": 0.01,

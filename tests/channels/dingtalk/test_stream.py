@@ -206,7 +206,7 @@ async def test_disconnect_reconnects_and_stop_is_bounded(
         async with asyncio.timeout(settings.channels.dingtalk.stop_timeout_seconds + 10):
             await gw.stop()
     assert not thread.is_alive()
-    assert not fake.connected
+    assert fake.live_connections == 0
     ping_acks = [a for a in fake.acks if a.get("data") == '{"opaque": "p1"}']
     assert len(ping_acks) == 1
 
@@ -229,7 +229,7 @@ async def test_stop_is_bounded_while_the_connection_open_hangs(
             await gw.stop()
     # The SDK's start() sat in a blocking call; stop() cancelled it and the thread ended.
     await fake.wait_until(lambda: not thread.is_alive(), within=2, what="the stream thread")
-    assert fake.connections == 0
+    assert fake.connections_opened == 0
 
 
 async def test_revoked_token_is_fetched_again(gateway: Gateway, fake: FakeDingTalk) -> None:

@@ -4,7 +4,7 @@ from tests.fakes.dingtalk.server import (
     CARD_CALLBACK_TOPIC,
     CHATBOT_TOPIC,
     FakeDingTalk,
-    RecordedRequest,
 )
+from tests.fakes.threaded_server import RecordedRequest
 
 __all__ = ["CARD_CALLBACK_TOPIC", "CHATBOT_TOPIC", "FakeDingTalk", "RecordedRequest"]
