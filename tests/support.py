@@ -3,12 +3,107 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 import time
+from collections.abc import Callable
+from typing import ClassVar
 
+from channels.base import Channel
 from config.settings import Settings
 from gateway.app import Gateway
+from gateway.bus import OutboundKind, OutboundMessage
 from gateway.confirm.model import Confirmation, Status
+
+
+class RecordingChannel(Channel):
+    """A real Channel that records what the gateway sends, in order, for tests of the core.
+
+    Two ways to wait: ``wait_for`` (and ``wait_prompt`` / ``wait_text``) return the first
+    match among everything sent, old or new; ``next`` reads on like a conversation, from
+    just after the message it last returned (``skip_sent`` moves it past all sent so far).
+    """
+
+    name: ClassVar[str] = "rec"
+
+    def __init__(self) -> None:
+        self.sent: list[OutboundMessage] = []
+        self._read = 0  # how far ``next`` has read
+        self._new = asyncio.Event()
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    async def send(self, msg: OutboundMessage) -> None:
+        self.sent.append(msg)
+        self._new.set()
+
+    async def wait_for(
+        self, predicate: Callable[[OutboundMessage], bool], *, within: float = 10.0
+    ) -> OutboundMessage:
+        """The first sent message (old or new) that matches."""
+        return await self._wait(lambda: next((m for m in self.sent if predicate(m)), None), within)
+
+    async def wait_prompt(self, nth: int = 1, *, within: float = 10.0) -> Confirmation:
+        """The ``nth`` confirmation prompt sent to the chat."""
+
+        def is_nth(m: OutboundMessage) -> bool:
+            prompts = [x for x in self.sent if x.kind is OutboundKind.CONFIRMATION]
+            return len(prompts) >= nth and m is prompts[nth - 1]
+
+        msg = await self.wait_for(is_nth, within=within)
+        assert msg.confirmation is not None
+        return msg.confirmation
+
+    async def wait_text(self, fragment: str, *, within: float = 10.0) -> OutboundMessage:
+        return await self.wait_for(
+            lambda m: m.kind is OutboundKind.TEXT and fragment in m.text, within=within
+        )
+
+    async def next(
+        self, kind: OutboundKind | None = None, contains: str | None = None, timeout: float = 10
+    ) -> OutboundMessage:
+        """The next unread message of ``kind`` containing ``contains``; those before it are read."""
+
+        def unread_match() -> OutboundMessage | None:
+            while self._read < len(self.sent):
+                msg = self.sent[self._read]
+                self._read += 1
+                if (kind is None or msg.kind is kind) and (
+                    contains is None or contains in msg.text
+                ):
+                    return msg
+            return None
+
+        return await self._wait(unread_match, timeout)
+
+    def skip_sent(self) -> None:
+        """Let ``next`` read on from the next message sent, past all sent so far."""
+        self._read = len(self.sent)
+
+    def texts(self) -> list[str]:
+        return [m.text for m in self.sent if m.kind is OutboundKind.TEXT]
+
+    def kinds(self) -> list[tuple[str, str | None]]:
+        return [(m.kind.value, m.confirmation.id if m.confirmation else None) for m in self.sent]
+
+    async def _wait(
+        self, find: Callable[[], OutboundMessage | None], within: float
+    ) -> OutboundMessage:
+        deadline = time.monotonic() + within
+        while (found := find()) is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                shown = "\n".join(f"  {m.kind.value}: {m.text[:120]!r}" for m in self.sent)
+                raise AssertionError(f"no matching message; sent so far:\n{shown}")
+            # One loop: no send can land between find() and clear().
+            self._new.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._new.wait(), timeout=left)
+        return found
 
 
 async def wait_pending(gw: Gateway, count: int = 1, *, within: float = 5.0) -> list[Confirmation]:

@@ -6,84 +6,25 @@ message goes bus -> confirmation service -> agent loop -> runner -> manager -> c
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import itertools
 import sqlite3
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
-from channels.base import Channel
 from config.settings import Settings
 from gateway.app import Gateway
-from gateway.bus import InboundMessage, OutboundKind, OutboundMessage, PublishResult
-from gateway.confirm.model import Confirmation
+from gateway.bus import InboundMessage, PublishResult
+from tests import support
 from tests.fakes.openai_server import FakeOpenAI
 
 CHANNEL = "test"
 
 
-class RecordingChannel(Channel):
-    """Collects what the gateway sends, in order."""
-
+class RecordingChannel(support.RecordingChannel):
     name: ClassVar[str] = CHANNEL
-
-    def __init__(self) -> None:
-        self.sent: list[OutboundMessage] = []
-        self._new = asyncio.Event()
-
-    async def start(self) -> None:
-        pass
-
-    async def stop(self) -> None:
-        pass
-
-    async def send(self, msg: OutboundMessage) -> None:
-        self.sent.append(msg)
-        self._new.set()
-
-    async def wait_for(
-        self, predicate: Callable[[OutboundMessage], bool], *, within: float = 10.0
-    ) -> OutboundMessage:
-        """The first sent message (old or new) that matches."""
-        deadline = time.monotonic() + within
-        while True:
-            for m in self.sent:
-                if predicate(m):
-                    return m
-            left = deadline - time.monotonic()
-            if left <= 0:
-                shown = "\n".join(f"  {m.kind.value}: {m.text[:120]!r}" for m in self.sent)
-                raise AssertionError(f"no matching message; sent so far:\n{shown}")
-            self._new.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._new.wait(), timeout=left)
-
-    async def wait_prompt(self, nth: int = 1, *, within: float = 10.0) -> Confirmation:
-        """The ``nth`` confirmation prompt sent to the chat."""
-
-        def is_nth(m: OutboundMessage) -> bool:
-            prompts = [x for x in self.sent if x.kind is OutboundKind.CONFIRMATION]
-            return len(prompts) >= nth and m is prompts[nth - 1]
-
-        msg = await self.wait_for(is_nth, within=within)
-        assert msg.confirmation is not None
-        return msg.confirmation
-
-    async def wait_text(self, fragment: str, *, within: float = 10.0) -> OutboundMessage:
-        return await self.wait_for(
-            lambda m: m.kind is OutboundKind.TEXT and fragment in m.text, within=within
-        )
-
-    def texts(self) -> list[str]:
-        return [m.text for m in self.sent if m.kind is OutboundKind.TEXT]
-
-    def kinds(self) -> list[tuple[str, str | None]]:
-        return [(m.kind.value, m.confirmation.id if m.confirmation else None) for m in self.sent]
 
 
 @pytest.fixture(autouse=True)

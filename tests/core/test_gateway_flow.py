@@ -11,46 +11,16 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
-from channels.base import Channel
 from config.settings import Settings
 from gateway.app import Gateway
-from gateway.bus import InboundMessage, OutboundKind, OutboundMessage
+from gateway.bus import InboundMessage, OutboundKind
 from gateway.confirm.model import Confirmation, Risk, Status, ToolCall
 from gateway.tools.base import tool
-
-
-class RecordingChannel(Channel):
-    name: ClassVar[str] = "rec"
-
-    def __init__(self) -> None:
-        self.sent: asyncio.Queue[OutboundMessage] = asyncio.Queue()
-        self.log: list[OutboundMessage] = []
-
-    async def start(self) -> None:
-        pass
-
-    async def stop(self) -> None:
-        pass
-
-    async def send(self, msg: OutboundMessage) -> None:
-        self.log.append(msg)
-        self.sent.put_nowait(msg)
-
-    async def next(
-        self, kind: OutboundKind | None = None, contains: str | None = None, timeout: float = 10
-    ) -> OutboundMessage:
-        async with asyncio.timeout(timeout):
-            while True:
-                msg = await self.sent.get()
-                if kind is not None and msg.kind is not kind:
-                    continue
-                if contains is not None and contains not in msg.text:
-                    continue
-                return msg
+from tests.support import RecordingChannel
 
 
 class Chat:
@@ -200,7 +170,7 @@ async def test_shutdown_cancels_pending_and_tells_chat(
     )
     await rec.next(OutboundKind.CONFIRMATION)
     await gw.stop()
-    updates = [m for m in rec.log if m.kind is OutboundKind.CONFIRMATION_UPDATE]
+    updates = [m for m in rec.sent if m.kind is OutboundKind.CONFIRMATION_UPDATE]
     assert len(updates) == 1
     assert updates[0].confirmation is not None
     assert updates[0].confirmation.status is Status.CANCELLED
@@ -243,7 +213,7 @@ async def test_plugin_tool_runs_only_after_approval(make_settings: Callable[...,
         assert outcome.status == "expired"
         assert CALLS == []
         # Rejected: never runs.
-        rec.sent = asyncio.Queue()
+        rec.skip_sent()
         task = asyncio.create_task(gw.runner.invoke(call, turn))
         await rec.next(OutboundKind.CONFIRMATION)
         await gw.bus.publish_inbound(
@@ -254,7 +224,7 @@ async def test_plugin_tool_runs_only_after_approval(make_settings: Callable[...,
         assert (await task).status == "rejected"
         assert CALLS == []
         # Approved: runs exactly once.
-        rec.sent = asyncio.Queue()
+        rec.skip_sent()
         task = asyncio.create_task(gw.runner.invoke(call, turn))
         await rec.next(OutboundKind.CONFIRMATION)
         await gw.bus.publish_inbound(
