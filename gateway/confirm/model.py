@@ -59,8 +59,9 @@ class ToolCall:
 
 # Crockford base32 without I, L, O, U: nothing to misread on a phone screen.
 ID_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
-_ID_DIGITS = "0123456789"
-_ID_LETTERS = "ABCDEFGHJKMNPQRSTVWXYZ"
+_ID_DIGITS = frozenset("0123456789")
+_ID_LETTERS = frozenset("ABCDEFGHJKMNPQRSTVWXYZ")
+_ID_BYTE_TO_SYMBOL = bytes(ord(ID_ALPHABET[b & 31]) for b in range(256))
 # Characters people type for the ones Crockford leaves out.
 _CROCKFORD_ALIASES = str.maketrans({"O": "0", "I": "1", "L": "1"})
 
@@ -72,9 +73,10 @@ def new_confirmation_id(length: int = 4) -> str:
     keeps them apart from numbers ("前10条").
     """
     while True:
-        # One urandom read per draw: 32 symbols is exactly 5 bits, so `& 31` is unbiased.
-        candidate = "".join(ID_ALPHABET[b & 31] for b in secrets.token_bytes(length))
-        if any(c in _ID_DIGITS for c in candidate) and any(c in _ID_LETTERS for c in candidate):
+        # One urandom read per draw, mapped byte -> symbol in C: 32 symbols is exactly
+        # 5 bits and 256 is a multiple of 32, so the mapping is unbiased.
+        candidate = secrets.token_bytes(length).translate(_ID_BYTE_TO_SYMBOL).decode("ascii")
+        if not _ID_DIGITS.isdisjoint(candidate) and not _ID_LETTERS.isdisjoint(candidate):
             return candidate
 
 

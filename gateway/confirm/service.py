@@ -11,9 +11,10 @@ import asyncio
 import heapq
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any, Literal
 
 import structlog
@@ -35,6 +36,8 @@ from gateway.confirm.replies import ParsedReply, ReplyIntent, ReplyParser
 from gateway.confirm.store import ConfirmationExistsError, Confirmations, ConfirmationStore
 
 log = structlog.get_logger(__name__)
+
+_NO_METADATA: Mapping[str, Any] = MappingProxyType({})
 
 
 class DecideOutcome(StrEnum):
@@ -174,7 +177,7 @@ class ConfirmationService:
 
     # ------------------------------------------------------------------ asking
 
-    async def request(
+    def request(
         self,
         *,
         session_key: str,
@@ -190,21 +193,21 @@ class ConfirmationService:
         four_eyes: bool = False,
         timeout: float | None = None,
         metadata: Mapping[str, Any] | None = None,
-    ) -> Confirmation:
+    ) -> Coroutine[Any, Any, Confirmation]:
         """Store a pending confirmation, post the prompt, and wait for its terminal record.
 
-        Never returns a pending record. A timeout ends as ``expired``; cancellation of the
-        waiting turn or any error ends as ``cancelled`` — never as ``approved``.
+        ``await service.request(...)``. Never returns a pending record. A timeout ends as
+        ``expired``; cancellation of the waiting turn or any error ends as ``cancelled`` —
+        never as ``approved``.
+
+        Not itself a coroutine function: the arguments become the record here, and the
+        coroutine that waits for the decision holds only that record (its frame is what a
+        pending confirmation costs while a person decides, docs/performance.md).
         """
-        loop = asyncio.get_running_loop()
         now = self.clock()
         timeout = self.settings.timeout_seconds if timeout is None else timeout
-        all_approvers = (
-            tuple(dict.fromkeys((*self.settings.approvers, *approvers)))
-            if approvers
-            else tuple(self.settings.approvers)
-        )
-        conf = await self._create(
+        conf = Confirmation(
+            id=new_confirmation_id(),
             session_key=session_key,
             channel=channel,
             chat_id=chat_id,
@@ -212,40 +215,30 @@ class ConfirmationService:
             is_group=is_group,
             tool_call=tool_call,
             summary=summary,
-            details=dict(details) if details else {},
-            risk=risk,
-            approvers=all_approvers,
-            four_eyes=four_eyes,
             created_at=now,
             expires_at=now + timeout,
+            details=dict(details) if details else {},
+            risk=risk,
+            approvers=(
+                tuple(dict.fromkeys((*self.settings.approvers, *approvers)))
+                if approvers
+                else tuple(self.settings.approvers)
+            ),
+            four_eyes=four_eyes,
         )
-        fut: asyncio.Future[Confirmation] = loop.create_future()
+        return self._ask(conf, metadata)
+
+    async def _ask(self, conf: Confirmation, metadata: Mapping[str, Any] | None) -> Confirmation:
+        # Few locals and a shallow stack on purpose: this frame lives while a person decides.
+        conf = await self._store_new(conf)
+        fut: asyncio.Future[Confirmation] = asyncio.get_running_loop().create_future()
         self._waiters[conf.id] = fut
         self._arm_timer(conf)
         try:
-            log.info(
-                "confirm.requested",
-                confirmation_id=conf.id,
-                tool=tool_call.name,
-                risk=risk.value,
-                timeout=timeout,
-            )
             if self._closing:
-                await self._finish(
-                    conf.id, Status.CANCELLED, by=None, via="system", reason=texts.SHUTDOWN_REASON
-                )
+                await self._end_unasked(conf, texts.SHUTDOWN_REASON)
             else:
-                self.bus.post_outbound(
-                    OutboundMessage(
-                        channel=channel,
-                        chat_id=chat_id,
-                        session_key=session_key,
-                        kind=OutboundKind.CONFIRMATION,
-                        text=texts.prompt(conf, now),
-                        confirmation=conf,
-                        metadata=metadata or {},
-                    )
-                )
+                self._announce(conf, metadata)
                 if self._listeners:
                     await self._emit(ConfirmationEvent("requested", conf))
             # Not shielded: a cancelled turn cancels this future, and the handler below
@@ -253,33 +246,54 @@ class ConfirmationService:
             return await fut
         except asyncio.CancelledError:
             # The turn was cancelled (shutdown, client gone): the call must not stay approvable.
-            await asyncio.shield(
-                self._finish(
-                    conf.id, Status.CANCELLED, by=None, via="system", reason=texts.SHUTDOWN_REASON
-                )
-            )
+            await asyncio.shield(self._end_unasked(conf, texts.SHUTDOWN_REASON))
             raise
         except Exception as exc:  # any failure ends as cancelled, never approved
             log.exception("confirm.request_failed", confirmation_id=conf.id)
-            final, _ = await self._finish(
-                conf.id,
-                Status.CANCELLED,
-                by=None,
-                via="system",
-                reason=texts.ERROR_REASON.format(error=type(exc).__name__),
+            return await self._end_unasked(
+                conf, texts.ERROR_REASON.format(error=type(exc).__name__)
             )
-            assert final is not None
-            return final
         finally:
             self._deadline_of.pop(conf.id, None)
             self._waiters.pop(conf.id, None)
 
-    async def _create(self, **fields: Any) -> Confirmation:
-        length = 4
+    def _announce(self, conf: Confirmation, metadata: Mapping[str, Any] | None) -> None:
+        """Log the request and post its prompt."""
+        log.info(
+            "confirm.requested",
+            confirmation_id=conf.id,
+            tool=conf.tool_call.name,
+            risk=conf.risk.value,
+            timeout=round(conf.expires_at - conf.created_at, 3),
+        )
+        self.bus.post_outbound(
+            OutboundMessage(
+                channel=conf.channel,
+                chat_id=conf.chat_id,
+                session_key=conf.session_key,
+                kind=OutboundKind.CONFIRMATION,
+                text=texts.prompt(conf, conf.created_at),
+                confirmation=conf,
+                metadata=metadata or _NO_METADATA,
+            )
+        )
+
+    async def _end_unasked(self, conf: Confirmation, reason: str) -> Confirmation:
+        """End ``conf`` as cancelled by the system; its terminal record."""
+        final, _ = await self._finish(
+            conf.id, Status.CANCELLED, by=None, via="system", reason=reason
+        )
+        assert final is not None
+        return final
+
+    async def _store_new(self, conf: Confirmation) -> Confirmation:
+        """Store ``conf``, drawing another id while its id is taken."""
+        length = len(conf.id)
         for attempt in range(30):
-            if attempt and attempt % 10 == 0:
-                length += 1  # crowded id space: longer ids
-            conf = Confirmation(id=new_confirmation_id(length), **fields)
+            if attempt:
+                if attempt % 10 == 0:
+                    length += 1  # crowded id space: longer ids
+                conf = conf._replace(id=new_confirmation_id(length))
             try:
                 await self.store.create(conf)
             except ConfirmationExistsError:
