@@ -14,6 +14,8 @@ with orjson. Third-party stdlib loggers are rendered the same way through
 
 from __future__ import annotations
 
+import asyncio
+import atexit
 import logging
 import re
 import sys
@@ -88,21 +90,91 @@ def _orjson_dumps(obj: Any, default: Any = None, **_: Any) -> str:
 
 
 class _Output:
-    """The one logger behind every bound logger: writes a rendered line to the stream."""
+    """The one logger behind every bound logger, and behind stdlib's handler too.
+
+    On an event loop's thread, lines are collected and written together when the loop
+    finishes its current pass (one write system call per pass instead of one per line: a
+    confirmation round trip writes two lines, docs/performance.md). Errors, and lines from
+    threads without a running loop (channel SDK threads, the CLI), are written at once,
+    with whatever was collected before them, so the order of lines is kept.
+    """
 
     def __init__(self) -> None:
         self.stream: TextIO = sys.stderr
-        self._lock = threading.Lock()  # channel SDK threads log too
+        self._lock = threading.Lock()
+        self._pending: list[str] = []
+        self._flush_loop: asyncio.AbstractEventLoop | None = None  # the pass that will write
 
-    def msg(self, message: str) -> None:
+    def _loop_pass_flush(self) -> None:
         with self._lock:
-            self.stream.write(message + "\n")
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        if self._pending:
+            text = "\n".join(self._pending) + "\n"
+            self._pending.clear()
+            self.stream.write(text)
             self.stream.flush()
 
-    log = debug = info = warn = warning = error = critical = exception = fatal = failure = err = msg
+    def msg(self, message: str) -> None:
+        """Write at the end of this loop pass, or now when there is no running loop."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.now(message)
+            return
+        with self._lock:
+            if self._pending and self._flush_loop is not loop:
+                # Collected on a loop that ended before its next pass: out with them now.
+                self._write_pending()
+            first = not self._pending
+            self._pending.append(message)
+            if first:
+                self._flush_loop = loop
+        if first:
+            try:
+                loop.call_soon(self._loop_pass_flush)
+            except RuntimeError:  # the loop is closing: no later pass
+                self.flush()
+
+    def now(self, message: str) -> None:
+        """Write ``message`` (after anything collected) before returning."""
+        with self._lock:
+            self._pending.append(message)
+            self._write_pending()
+
+    def flush(self) -> None:
+        with self._lock:
+            self._write_pending()
+
+    log = debug = info = warn = warning = failure = msg
+    error = critical = exception = fatal = err = now
+
+
+class _OutputHandler(logging.Handler):
+    """stdlib records (third-party loggers) through the same output, so order is kept."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+        except Exception:
+            self.handleError(record)
+            return
+        if record.levelno >= logging.ERROR:
+            _OUTPUT.now(line)
+        else:
+            _OUTPUT.msg(line)
 
 
 _OUTPUT = _Output()
+atexit.register(_OUTPUT.flush)
+
+
+def flush() -> None:
+    """Write out lines still collected for the end of the current loop pass."""
+    _OUTPUT.flush()
+
+
 # Cached loggers hold this very list: configure_logging changes it in place.
 _PROCESSORS: list[Any] = []
 
@@ -132,6 +204,7 @@ def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | N
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}")
     _threshold = numeric
+    _OUTPUT.flush()  # what was logged so far goes to the stream it was logged for
     _OUTPUT.stream = stream
     _PROCESSORS[:] = [
         _drop_below_level,
@@ -152,7 +225,7 @@ def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | N
         foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *tail, renderer],
     )
-    handler = logging.StreamHandler(stream)
+    handler = _OutputHandler()
     handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -46,8 +46,16 @@ ERROR_REASON = "内部错误 / internal error: {error}"
 MESSAGE_TOO_LONG = "消息过长（上限 {limit} 字）/ message too long (limit {limit} characters)"
 
 
+# (whole second, its local "%H:%M:%S"): prompts asked within the same second share it.
+_last_time: tuple[int, str] = (-1, "")
+
+
 def _fmt_time(ts: float) -> str:
-    return time.strftime("%H:%M:%S", time.localtime(ts))
+    global _last_time
+    second = int(ts)
+    if second != _last_time[0]:
+        _last_time = (second, time.strftime("%H:%M:%S", time.localtime(second)))
+    return _last_time[1]
 
 
 def _fmt_left(seconds: float) -> str:

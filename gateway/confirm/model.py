@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import secrets
+import os
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -66,6 +67,38 @@ _ID_BYTE_TO_SYMBOL = bytes(ord(ID_ALPHABET[b & 31]) for b in range(256))
 _CROCKFORD_ALIASES = str.maketrans({"O": "0", "I": "1", "L": "1"})
 
 
+class _RandomPool:
+    """Bytes from ``os.urandom``, read 4 KiB at a time and each handed out once.
+
+    One ``getrandom`` system call per id was 3 % of a confirmation round trip here
+    (docs/performance.md). A child process after ``fork`` starts with an empty pool, so
+    parent and child never hand out the same bytes.
+    """
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._pool = b""
+        self._pos = 0
+        os.register_at_fork(after_in_child=self._forget)
+
+    def _forget(self) -> None:
+        self._pool = b""
+        self._pos = 0
+
+    def take(self, n: int) -> bytes:
+        with self._lock:
+            if self._pos + n > len(self._pool):
+                self._pool = os.urandom(max(n, self._size))
+                self._pos = 0
+            chunk = self._pool[self._pos : self._pos + n]
+            self._pos += n
+            return chunk
+
+
+_random_bytes = _RandomPool().take
+
+
 def new_confirmation_id(length: int = 4) -> str:
     """A short random id with at least one digit and one letter.
 
@@ -73,9 +106,9 @@ def new_confirmation_id(length: int = 4) -> str:
     keeps them apart from numbers ("前10条").
     """
     while True:
-        # One urandom read per draw, mapped byte -> symbol in C: 32 symbols is exactly
-        # 5 bits and 256 is a multiple of 32, so the mapping is unbiased.
-        candidate = secrets.token_bytes(length).translate(_ID_BYTE_TO_SYMBOL).decode("ascii")
+        # Random bytes mapped byte -> symbol in C: 32 symbols is exactly 5 bits and 256 is
+        # a multiple of 32, so the mapping is unbiased.
+        candidate = _random_bytes(length).translate(_ID_BYTE_TO_SYMBOL).decode("ascii")
         if not _ID_DIGITS.isdisjoint(candidate) and not _ID_LETTERS.isdisjoint(candidate):
             return candidate
 
