@@ -38,5 +38,8 @@ async def test_pending_memory_is_measured() -> None:
         assert mem.total_bytes > 0
         assert sum(mem.by_area.values()) == mem.total_bytes
     # The real path keeps a store record per pending confirmation; the baseline has no store.
-    assert real.by_area.get("store entries", 0) > 0
-    assert "store entries" not in baseline.by_area
+    assert real.by_area.get("service: store entries", 0) > 0
+    assert "service: store entries" not in baseline.by_area
+    # Each design's waiting turn (the caller's Task) is told apart from what it holds.
+    assert real.by_area.get("waiting turn (caller): Task", 0) > 0
+    assert baseline.by_area.get("baseline: request() coroutine", 0) > 0
