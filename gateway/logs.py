@@ -100,7 +100,7 @@ class _Output:
     """
 
     def __init__(self) -> None:
-        self.stream: TextIO = sys.stderr
+        self.stream: TextIO | None = None  # None: whatever sys.stderr is when writing
         self._lock = threading.Lock()
         self._pending: list[str] = []
         self._flush_loop: asyncio.AbstractEventLoop | None = None  # the pass that will write
@@ -113,8 +113,9 @@ class _Output:
         if self._pending:
             text = "\n".join(self._pending) + "\n"
             self._pending.clear()
-            self.stream.write(text)
-            self.stream.flush()
+            stream = self.stream or sys.stderr
+            stream.write(text)
+            stream.flush()
 
     def msg(self, message: str) -> None:
         """Write at the end of this loop pass, or now when there is no running loop."""
@@ -184,12 +185,15 @@ def _output_factory(*_: Any) -> _Output:
 
 
 def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | None = None) -> None:
-    """Configure our lines and third-party stdlib lines; may be called again at any time."""
+    """Configure our lines and third-party stdlib lines; may be called again at any time.
+
+    Without ``stream``, lines go to whatever ``sys.stderr`` is at the time of writing.
+    """
     global _threshold
-    stream = stream or sys.stderr
-    use_console = fmt == "console" or (fmt == "auto" and stream.isatty())
+    tty = (stream or sys.stderr).isatty()
+    use_console = fmt == "console" or (fmt == "auto" and tty)
     renderer: Any = (
-        structlog.dev.ConsoleRenderer(colors=stream.isatty())
+        structlog.dev.ConsoleRenderer(colors=tty)
         if use_console
         else structlog.processors.JSONRenderer(serializer=_orjson_dumps)
     )

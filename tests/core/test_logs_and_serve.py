@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -9,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -29,8 +31,9 @@ def json_logs() -> Iterator[io.StringIO]:
     stream = io.StringIO()
     configure_logging("info", "json", stream)
     yield stream
-    logging.getLogger().handlers.clear()
-    structlog.reset_defaults()
+    # Back to the default output (sys.stderr at the time of writing), keeping the one
+    # processor list cached loggers hold, so later tests and capture_logs still work.
+    configure_logging("info", "json")
 
 
 async def test_turn_logs_carry_session_and_confirmation_id(
@@ -72,6 +75,64 @@ def test_secret_looking_fields_are_redacted(json_logs: io.StringIO) -> None:
     line = json.loads(out.splitlines()[-1])
     assert line["user"] == "bob"
     assert line["app_secret"] == line["api_key"] == "***"
+
+
+def _events(stream: io.StringIO) -> list[str]:
+    return [json.loads(line)["event"] for line in stream.getvalue().splitlines()]
+
+
+async def test_lines_of_a_loop_pass_are_written_together_at_its_end(
+    json_logs: io.StringIO,
+) -> None:
+    log = structlog.get_logger("t")
+    log.info("one")
+    log.info("two")
+    assert json_logs.getvalue() == ""  # collected until this pass of the loop ends
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert _events(json_logs) == ["one", "two"]
+
+
+async def test_an_error_is_written_at_once_after_the_lines_before_it(
+    json_logs: io.StringIO,
+) -> None:
+    log = structlog.get_logger("t")
+    log.info("before")
+    logging.getLogger("some.library").warning("third-party line")
+    log.error("boom")
+    # No await in between: the error and everything before it are out, in order.
+    assert _events(json_logs) == ["before", "third-party line", "boom"]
+
+
+def test_lines_from_a_thread_without_a_loop_are_written_at_once(json_logs: io.StringIO) -> None:
+    def work() -> None:
+        structlog.get_logger("sdk").info("from a thread")
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    assert _events(json_logs) == ["from a thread"]
+
+
+def test_lines_collected_when_a_loop_ends_are_not_lost(json_logs: io.StringIO) -> None:
+    async def last_words() -> None:
+        structlog.get_logger("t").info("last line of the loop")
+
+    asyncio.run(last_words())
+    assert _events(json_logs) == ["last line of the loop"]
+
+
+def test_reconfiguring_reaches_loggers_already_in_use() -> None:
+    log = structlog.get_logger("cached")
+    first, second = io.StringIO(), io.StringIO()
+    configure_logging("info", "json", first)
+    log.info("to the first stream")
+    configure_logging("warning", "json", second)
+    log.info("dropped below warning")
+    log.warning("to the second stream")
+    configure_logging("info", "json")
+    assert _events(first) == ["to the first stream"]
+    assert _events(second) == ["to the second stream"]
 
 
 def test_serve_prints_url_and_stops_on_sigterm(tmp_path: Path) -> None:

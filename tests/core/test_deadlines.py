@@ -1,0 +1,85 @@
+"""One loop timer serves every pending confirmation's deadline (gateway/confirm/service.py).
+
+What a person would notice if that went wrong: a short-timeout confirmation asked after a
+long one expiring late (the single timer still armed for the later deadline), or a pending
+confirmation never expiring because the heap is full of calls that ended long ago.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from gateway.bus import OutboundKind
+from gateway.confirm.model import Status
+from tests.core.harness import Harness
+
+
+async def test_shorter_deadline_asked_later_expires_first_and_on_time() -> None:
+    h = Harness(timeout=30.0)
+    long_task, long_conf = await h.ask(chat="c1", timeout=30.0)
+    started = time.monotonic()
+    short_task, short_conf = await h.ask(chat="c2", timeout=0.2)
+    final = await asyncio.wait_for(short_task, 5.0)
+    waited = time.monotonic() - started
+    assert final.status is Status.EXPIRED
+    assert final.decided_via == "timeout"
+    assert waited < 3.0, f"expired after {waited:.2f}s for a 0.2s timeout"
+    # The long one is untouched and still decidable.
+    assert not long_task.done()
+    assert (await h.service.get(long_conf.id)).status is Status.PENDING  # type: ignore[union-attr]
+    await h.reply("确认", chat="c1")
+    assert (await long_task).status is Status.APPROVED
+
+
+async def test_deadlines_fire_in_order_whatever_order_they_were_asked() -> None:
+    h = Harness(timeout=30.0)
+    asked = []
+    for i, timeout in enumerate((0.6, 0.2, 0.4)):
+        task, conf = await h.ask(chat=f"c{i}", timeout=timeout)
+        asked.append((timeout, task))
+    order: list[float] = []
+
+    async def track(timeout: float, task: asyncio.Task[object]) -> None:
+        await task
+        order.append(timeout)
+
+    await asyncio.wait_for(asyncio.gather(*(track(t, task) for t, task in asked)), 5.0)
+    assert order == [0.2, 0.4, 0.6]
+    assert all(task.result().status is Status.EXPIRED for _, task in asked)
+
+
+async def test_decided_calls_never_expire_and_do_not_hold_up_a_later_deadline() -> None:
+    h = Harness(timeout=0.3)
+    # Many calls decided quickly: their deadline entries go stale in the heap.
+    for i in range(300):
+        task, _ = await h.ask(chat=f"d{i}")
+        await h.reply("确认", chat=f"d{i}")
+        assert (await task).status is Status.APPROVED
+    h.drain()
+    task, conf = await h.ask(chat="late", timeout=0.2)
+    final = await asyncio.wait_for(task, 5.0)
+    assert final.status is Status.EXPIRED
+    await asyncio.sleep(0.5)  # past every stale deadline
+    # No decided call was touched by its old deadline: each still says approved.
+    approved = await h.service.list(status=Status.APPROVED, limit=1000)
+    assert len(approved) == 300
+    expired = [m for m in h.drain() if m.kind is OutboundKind.CONFIRMATION_UPDATE]
+    assert [m.confirmation.id for m in expired if m.confirmation] == [conf.id]
+    # Stale entries do not pile up without bound.
+    assert len(h.service._deadline_heap) <= 2 * len(h.service._deadline_of) + 64 + 1
+
+
+async def test_recover_rearms_deadlines_of_stored_pending_calls() -> None:
+    h = Harness(timeout=0.3)
+    task, conf = await h.ask(chat="c1")
+    # A new service over the same store (a restart): it must expire the stored call.
+    h2 = Harness(timeout=0.3, store=h.store)
+    await h2.service.recover()
+    deadline = time.monotonic() + 5.0
+    while (await h.store.get(conf.id)).status is Status.PENDING:  # type: ignore[union-attr]
+        assert time.monotonic() < deadline, "recovered call never expired"
+        await asyncio.sleep(0.02)
+    assert (await h.store.get(conf.id)).status is Status.EXPIRED  # type: ignore[union-attr]
+    await h.service.shutdown()
+    await asyncio.gather(task, return_exceptions=True)
