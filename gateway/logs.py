@@ -114,8 +114,13 @@ class _Output:
             text = "\n".join(self._pending) + "\n"
             self._pending.clear()
             stream = self.stream or sys.stderr
-            stream.write(text)
-            stream.flush()
+            try:
+                stream.write(text)
+                stream.flush()
+            except (OSError, ValueError):
+                # A closed or broken stream must not take the caller (or the event loop's
+                # pass) down with it; the lines are lost, as with a failing StreamHandler.
+                pass
 
     def msg(self, message: str) -> None:
         """Write at the end of this loop pass, or now when there is no running loop."""

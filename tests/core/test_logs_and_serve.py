@@ -122,6 +122,24 @@ def test_lines_collected_when_a_loop_ends_are_not_lost(json_logs: io.StringIO) -
     assert _events(json_logs) == ["last line of the loop"]
 
 
+def test_a_broken_log_stream_never_breaks_the_caller() -> None:
+    broken = io.StringIO()
+    configure_logging("info", "json", broken)
+    broken.close()
+    log = structlog.get_logger("t")
+
+    async def turn() -> str:
+        log.info("lost")
+        await asyncio.sleep(0)
+        log.error("lost too")
+        return "carried on"
+
+    try:
+        assert asyncio.run(turn()) == "carried on"
+    finally:
+        configure_logging("info", "json")
+
+
 def test_reconfiguring_reaches_loggers_already_in_use() -> None:
     log = structlog.get_logger("cached")
     first, second = io.StringIO(), io.StringIO()
