@@ -186,7 +186,7 @@ class MessageBus:
         return await self.inbound.get()
 
     async def publish_outbound(self, msg: OutboundMessage) -> None:
-        self.outbound.put_nowait(msg)
+        self.post_outbound(msg)
 
     def post_outbound(self, msg: OutboundMessage) -> None:
         """``publish_outbound`` for callers that must not yield (the confirmation service)."""

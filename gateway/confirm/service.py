@@ -236,6 +236,7 @@ class ConfirmationService:
         self._arm_timer(conf)
         try:
             if self._closing:
+                self._log_requested(conf)
                 await self._end_unasked(conf, texts.SHUTDOWN_REASON)
             else:
                 self._announce(conf, metadata)
@@ -257,8 +258,7 @@ class ConfirmationService:
             self._deadline_of.pop(conf.id, None)
             self._waiters.pop(conf.id, None)
 
-    def _announce(self, conf: Confirmation, metadata: Mapping[str, Any] | None) -> None:
-        """Log the request and post its prompt."""
+    def _log_requested(self, conf: Confirmation) -> None:
         log.info(
             "confirm.requested",
             confirmation_id=conf.id,
@@ -266,6 +266,10 @@ class ConfirmationService:
             risk=conf.risk.value,
             timeout=round(conf.expires_at - conf.created_at, 3),
         )
+
+    def _announce(self, conf: Confirmation, metadata: Mapping[str, Any] | None) -> None:
+        """Log the request and post its prompt."""
+        self._log_requested(conf)
         self.bus.post_outbound(
             OutboundMessage(
                 channel=conf.channel,
