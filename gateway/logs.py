@@ -176,11 +176,6 @@ _OUTPUT = _Output()
 atexit.register(_OUTPUT.flush)
 
 
-def flush() -> None:
-    """Write out lines still collected for the end of the current loop pass."""
-    _OUTPUT.flush()
-
-
 # Cached loggers hold this very list: configure_logging changes it in place.
 _PROCESSORS: list[Any] = []
 

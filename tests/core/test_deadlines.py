@@ -11,7 +11,8 @@ import asyncio
 import time
 
 from gateway.bus import OutboundKind
-from gateway.confirm.model import Status
+from gateway.confirm.model import Confirmation, Status, ToolCall
+from gateway.confirm.store import MemoryConfirmationStore
 from tests.core.harness import Harness
 
 
@@ -71,15 +72,30 @@ async def test_decided_calls_never_expire_and_do_not_hold_up_a_later_deadline() 
 
 
 async def test_recover_rearms_deadlines_of_stored_pending_calls() -> None:
-    h = Harness(timeout=0.3)
-    task, conf = await h.ask(chat="c1")
-    # A new service over the same store (a restart): it must expire the stored call.
-    h2 = Harness(timeout=0.3, store=h.store)
-    await h2.service.recover()
+    # What a crashed process left behind: a pending record with no service holding it.
+    store = MemoryConfirmationStore()
+    now = time.time()
+    left = Confirmation(
+        id="K7Q2",
+        session_key="test:c1",
+        channel="test",
+        chat_id="c1",
+        requester="alice",
+        is_group=False,
+        tool_call=ToolCall("sql_modify", {"sql": "DELETE FROM t"}, "call1"),
+        summary="DELETE t",
+        created_at=now,
+        expires_at=now + 0.3,
+    )
+    await store.create(left)
+    h = Harness(timeout=30.0, store=store)  # the restarted process
+    await h.service.recover()
     deadline = time.monotonic() + 5.0
-    while (await h.store.get(conf.id)).status is Status.PENDING:  # type: ignore[union-attr]
+    while (await store.get(left.id)).status is Status.PENDING:  # type: ignore[union-attr]
         assert time.monotonic() < deadline, "recovered call never expired"
         await asyncio.sleep(0.02)
-    assert (await h.store.get(conf.id)).status is Status.EXPIRED  # type: ignore[union-attr]
+    final = await store.get(left.id)
+    assert final is not None
+    assert final.status is Status.EXPIRED
+    assert final.decided_via == "timeout"
     await h.service.shutdown()
-    await asyncio.gather(task, return_exceptions=True)
