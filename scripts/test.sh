@@ -1,7 +1,31 @@
 #!/usr/bin/env bash
-# Install the project with its dev extras into .venv and run the whole test suite.
+# Install everything the tests need on a fresh machine, then run the whole test suite:
+# Debian's chromium (the browser tests drive it; never a downloaded browser) and a CJK font
+# (so the screenshots show Chinese labels, not boxes), then the project with its dev extras
+# in .venv. Arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+need_debian=()
+command -v chromium >/dev/null 2>&1 || need_debian+=(chromium)
+dpkg -s fonts-wqy-microhei >/dev/null 2>&1 || need_debian+=(fonts-wqy-microhei)
+if [ "${#need_debian[@]}" -gt 0 ]; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing Debian packages: ${need_debian[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq "${need_debian[@]}" >/dev/null
+  elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    echo "installing Debian packages with sudo: ${need_debian[*]}" >&2
+    sudo DEBIAN_FRONTEND=noninteractive apt-get update -qq
+    sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_debian[@]}" >/dev/null
+  else
+    echo "missing Debian packages: ${need_debian[*]}" >&2
+    echo "install them first: sudo apt-get install ${need_debian[*]}" >&2
+    exit 2
+  fi
+fi
+
 python3 -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
