@@ -1,0 +1,134 @@
+"""Plumbing every long-lived part shares: background tasks, one-at-a-time per key, backoff.
+
+Each mechanism is written here once; channels, the confirmation service and the agent loop
+use these instead of their own copies.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Coroutine
+from contextlib import asynccontextmanager
+from typing import Any
+
+import structlog
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception,
+    stop_after_attempt,
+    stop_never,
+    wait_exponential,
+    wait_random,
+)
+from tenacity.wait import wait_base
+
+log = structlog.get_logger(__name__)
+
+
+class BackgroundTasks:
+    """Tasks that run on their own: kept until done, crashes logged, drained on stop.
+
+    A task nobody awaits loses its exception silently (and may be garbage-collected while
+    it runs); here each one is held in a set and its failure is logged with its name.
+    """
+
+    def __init__(self, owner: str) -> None:
+        self._owner = owner
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], *, name: str) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error(
+                "task.crashed", owner=self._owner, task=task.get_name(), exc_info=task.exception()
+            )
+
+    async def drain(self, timeout: float | None = None) -> bool:
+        """Wait for the running tasks (and those they spawn); True when all ended in time."""
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while self._tasks:
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            if left == 0:
+                return False
+            await asyncio.wait(set(self._tasks), timeout=left)
+        return True
+
+    async def cancel(self) -> None:
+        """Cancel every task and wait until each has ended."""
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def stop(self, timeout: float) -> None:
+        """Let tasks finish for up to ``timeout`` seconds, then cancel the rest."""
+        if not await self.drain(timeout):
+            await self.cancel()
+
+
+class KeyedSerial:
+    """One holder at a time per key (a chat, a session); other keys run freely.
+
+    Locks exist only while someone holds or waits for them, so a daemon that has seen a
+    million chats does not keep a million locks.
+    """
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+    @asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._locks.get(key, (None, 0))
+        if lock is None:
+            lock = asyncio.Lock()
+        self._locks[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._locks[key]
+            if users > 1:
+                self._locks[key] = (lock, users - 1)
+            else:
+                del self._locks[key]
+
+
+def backoff(*, initial: float, maximum: float) -> wait_base:
+    """Exponential backoff from ``initial`` up to ``maximum`` seconds, plus up to ``initial``
+    of random jitter (so many clients that failed together do not retry together)."""
+    return wait_exponential(multiplier=initial, max=maximum) + wait_random(0, initial)
+
+
+def retrying(
+    *,
+    attempts: int | None,
+    initial: float,
+    maximum: float,
+    retry_on: Callable[[BaseException], bool],
+    before_sleep: Callable[[Any], Any] | None = None,
+) -> AsyncRetrying:
+    """The one retry policy: ``attempts`` tries (None: until it works), backoff between them.
+
+    Raises the last error when the attempts run out (``reraise``), so callers see what
+    failed rather than tenacity's wrapper.
+    """
+    return AsyncRetrying(
+        stop=stop_after_attempt(attempts) if attempts else stop_never,
+        wait=backoff(initial=initial, maximum=maximum),
+        retry=retry_if_exception(retry_on),
+        reraise=True,
+        before_sleep=before_sleep,
+    )

@@ -1,0 +1,107 @@
+"""BackgroundTasks, KeyedSerial and the one retry policy."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import structlog
+
+from gateway.runtime import BackgroundTasks, KeyedSerial, retrying
+
+
+async def test_a_crashed_task_is_logged_with_its_name() -> None:
+    tasks = BackgroundTasks("test")
+
+    async def boom() -> None:
+        raise ValueError("bad")
+
+    with structlog.testing.capture_logs() as logs:
+        task = tasks.spawn(boom(), name="boom-1")
+        await asyncio.gather(task, return_exceptions=True)
+        await asyncio.sleep(0)
+    crashed = [e for e in logs if e["event"] == "task.crashed"]
+    assert crashed and crashed[0]["task"] == "boom-1"
+    assert len(tasks) == 0
+
+
+async def test_stop_lets_quick_tasks_finish_and_cancels_slow_ones() -> None:
+    tasks = BackgroundTasks("test")
+    finished = asyncio.Event()
+    never = asyncio.Event()
+
+    async def quick() -> None:
+        await asyncio.sleep(0)
+        finished.set()
+
+    slow = tasks.spawn(never.wait(), name="slow")
+    tasks.spawn(quick(), name="quick")
+    await tasks.stop(timeout=0.05)
+    assert finished.is_set()
+    assert slow.cancelled()
+    assert len(tasks) == 0
+
+
+async def test_keyed_serial_runs_one_at_a_time_per_key_and_forgets_idle_keys() -> None:
+    serial = KeyedSerial()
+    order: list[str] = []
+    a_inside = asyncio.Event()
+    release_a = asyncio.Event()
+
+    async def first() -> None:
+        async with serial.hold("room"):
+            order.append("a-in")
+            a_inside.set()
+            await release_a.wait()
+            order.append("a-out")
+
+    async def second() -> None:
+        async with serial.hold("room"):
+            order.append("b-in")
+
+    async def other_key() -> None:
+        async with serial.hold("elsewhere"):
+            order.append("c")
+
+    ta = asyncio.create_task(first())
+    await a_inside.wait()
+    tb = asyncio.create_task(second())
+    await other_key()  # another key is not held up by "room"
+    assert order == ["a-in", "c"]
+    release_a.set()
+    await asyncio.gather(ta, tb)
+    assert order == ["a-in", "c", "a-out", "b-in"]
+    assert len(serial) == 0
+
+
+async def test_retrying_retries_what_it_is_told_and_reraises_the_last_error() -> None:
+    calls = 0
+
+    async def flaky() -> str:
+        nonlocal calls
+        calls += 1
+        if calls < 3:
+            raise ConnectionError("down")
+        return "up"
+
+    async for attempt in retrying(
+        attempts=5, initial=0.001, maximum=0.002, retry_on=lambda e: isinstance(e, OSError)
+    ):
+        with attempt:
+            result = await flaky()
+    assert result == "up" and calls == 3
+
+    tries = 0
+
+    async def not_retried() -> None:
+        nonlocal tries
+        async for attempt in retrying(
+            attempts=5, initial=0.001, maximum=0.002, retry_on=lambda e: isinstance(e, OSError)
+        ):
+            with attempt:
+                tries += 1
+                raise KeyError("not retried")
+
+    with pytest.raises(KeyError):
+        await not_retried()
+    assert tries == 1
