@@ -29,6 +29,7 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Callable, Coroutine
@@ -45,7 +46,8 @@ from config.settings import ConfirmationSettings  # noqa: E402
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage  # noqa: E402
 from gateway.confirm.model import Confirmation, Risk, Status, ToolCall  # noqa: E402
 from gateway.confirm.service import ConfirmationService  # noqa: E402
-from gateway.confirm.store import MemoryConfirmationStore  # noqa: E402
+from gateway.confirm.sqlite_store import SqliteConfirmationStore  # noqa: E402
+from gateway.confirm.store import ConfirmationStore, MemoryConfirmationStore  # noqa: E402
 
 KEYWORDS_FILE = ROOT / "config" / "keywords.toml"
 # Long enough that nothing expires during a run; the timer is still armed per request.
@@ -105,11 +107,13 @@ def _quantile(values: list[float], q: float) -> float:
 # ---------------------------------------------------------------------------- real path
 
 
-def build_real(keywords_file: Path = KEYWORDS_FILE) -> tuple[MessageBus, ConfirmationService]:
-    """The production pieces, wired as gateway.app wires them (memory store)."""
+def build_real(
+    keywords_file: Path = KEYWORDS_FILE, store: ConfirmationStore | None = None
+) -> tuple[MessageBus, ConfirmationService]:
+    """The production pieces, wired as gateway.app wires them (memory store by default)."""
     bus = MessageBus()
     service = ConfirmationService(
-        store=MemoryConfirmationStore(),
+        store=store or MemoryConfirmationStore(),
         bus=bus,
         settings=ConfirmationSettings(store="memory", timeout_seconds=TIMEOUT_SECONDS),
         keywords=KeywordStore(keywords_file),
@@ -133,10 +137,35 @@ def _real_request(
     )
 
 
+async def open_store(kind: str, directory: Path) -> ConfirmationStore:
+    """A fresh store of ``kind`` ("memory" or "sqlite", a new file in ``directory``)."""
+    if kind == "sqlite":
+        path = directory / f"bench-{os.getpid()}-{time.monotonic_ns()}.db"
+        return await SqliteConfirmationStore.open(path)
+    return MemoryConfirmationStore()
+
+
 async def run_real(
-    sessions: int, trips_per_session: int, *, keywords_file: Path = KEYWORDS_FILE
+    sessions: int,
+    trips_per_session: int,
+    *,
+    keywords_file: Path = KEYWORDS_FILE,
+    store: str = "memory",
+    directory: Path | None = None,
 ) -> RunResult:
-    bus, service = build_real(keywords_file)
+    with tempfile.TemporaryDirectory() as tmp:
+        return await _run_real(
+            sessions,
+            trips_per_session,
+            keywords_file=keywords_file,
+            store=await open_store(store, directory or Path(tmp)),
+        )
+
+
+async def _run_real(
+    sessions: int, trips_per_session: int, *, keywords_file: Path, store: ConfirmationStore
+) -> RunResult:
+    bus, service = build_real(keywords_file, store)
     sent: dict[str, float] = {}  # confirmation id -> when the reply was published
     result = RunResult("real", sessions, sessions * trips_per_session, 0, 0.0)
 
@@ -168,6 +197,7 @@ async def run_real(
 
     result.seconds, result.cpu_seconds = await _timed(responder, session, sessions)
     await service.shutdown()
+    await store.close()
     return result
 
 
@@ -407,6 +437,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="interleaved runs of each design")
     parser.add_argument("--pending", type=int, default=10_000, help="pending for the memory run")
     parser.add_argument(
+        "--store",
+        choices=("memory", "sqlite"),
+        default="memory",
+        help="the real design's store (sqlite: a new file in a temporary directory)",
+    )
+    parser.add_argument(
         "--logging",
         choices=("json", "off"),
         default="json",
@@ -423,7 +459,8 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"python {platform.python_version()} on {platform.machine()}, "
         f"{os.cpu_count()} cpus; sessions={args.sessions} trips/session={args.trips} "
-        f"rounds={args.rounds} logging={'json -> os.devnull' if args.logging == 'json' else 'off'}"
+        f"rounds={args.rounds} store={args.store} "
+        f"logging={'json -> os.devnull' if args.logging == 'json' else 'off'}"
     )
     runs: dict[str, list[RunResult]] = {"baseline": [], "real": []}
     for r in range(args.rounds):
@@ -434,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
             if design == "baseline":
                 res = asyncio.run(run_baseline(args.sessions, args.trips))
             else:
-                res = asyncio.run(run_real(args.sessions, args.trips))
+                res = asyncio.run(run_real(args.sessions, args.trips, store=args.store))
             if res.approved != res.trips:
                 print(f"ERROR: {design}: {res.approved}/{res.trips} approved", file=sys.stderr)
                 return 1
