@@ -353,6 +353,34 @@ async def test_openapi_describes_every_api_route(
     assert refs <= set(doc["components"]["schemas"])
 
 
+async def test_answers_match_their_openapi_models(
+    admin: aiohttp.ClientSession, anonymous: aiohttp.ClientSession
+) -> None:
+    """The documented answers are the real ones (models forbid unknown fields): no drift."""
+    from gateway.http import openapi
+
+    async def check(model: type[Any], method: str, path: str, **kwargs: Any) -> None:
+        async with admin.request(method, path, **kwargs) as resp:
+            model.model_validate(await resp.json())
+
+    cid = await ask(admin, "doc", "alice", DELETE_3)
+    await check(openapi.ConfirmationList, "GET", "/api/confirmations")
+    await check(openapi.OneConfirmation, "GET", f"/api/confirmations/{cid}")
+    await check(openapi.ChatHistory, "GET", "/api/chat/doc/messages", params={"user": "alice"})
+    decision = f"/api/confirmations/{cid}/decision"
+    await check(openapi.DecisionResult, "POST", decision, json={"decision": "approve"})
+    await check(openapi.DecisionResult, "POST", decision, json={"decision": "reject"})
+    await check(openapi.Keywords, "GET", "/api/keywords")
+    await check(openapi.Health, "GET", "/healthz")
+    await check(openapi.Readiness, "GET", "/readyz")
+    await check(openapi.Error, "GET", "/api/confirmations/ZZ99")
+    await check(openapi.Error, "GET", "/api/confirmations", params={"limit": "0"})
+    body = {"user": "alice", "text": "hi"}
+    await check(openapi.Accepted, "POST", "/api/chat/doc/messages", json=body)
+    async with anonymous.get("/api/events") as resp:
+        openapi.Error.model_validate(await resp.json())
+
+
 def _refs(node: Any) -> list[str]:
     if isinstance(node, dict):
         found = [node["$ref"]] if "$ref" in node else []

@@ -7,6 +7,7 @@ recording channel (a real Channel subclass; the seam under test is the core, not
 from __future__ import annotations
 
 import asyncio
+import socket
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
@@ -287,3 +288,41 @@ async def test_pending_confirmation_survives_a_crash(
         assert update.confirmation is not None and update.confirmation.status is Status.APPROVED
         await rec.next(contains="DELETE: 1 rows")
     assert rows(settings, "id = 2") == 0
+
+
+async def test_a_failed_build_closes_what_it_opened(
+    make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    from config.settings import ConfigError
+    from gateway.confirm.sqlite_store import SqliteConfirmationStore
+
+    store = await SqliteConfirmationStore.open(tmp_path / "given.db")
+    settings = make_settings(tools={"plugins": ["tests.plugins.not_there"]})
+    with pytest.raises(ConfigError, match=r"tests\.plugins\.not_there"):
+        await build(settings, serve_http=False, store=store)
+    # The store it was handed (and would have owned) is closed again.
+    with pytest.raises(ValueError, match="no active connection"):
+        await store.get("AB12")
+
+
+async def test_a_failed_start_stops_what_it_started(
+    make_settings: Callable[..., Settings],
+) -> None:
+    from config.settings import ConfigError
+    from gateway.confirm.sqlite_store import SqliteConfirmationStore
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        settings = make_settings(
+            server={"port": port}, confirmation={"store": "sqlite"}, channels={"webchat": {}}
+        )
+        gw = await build(settings)
+        with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{port}"):
+            await gw.start()
+    assert not gw.ready
+    assert gw.stopped.is_set()
+    assert isinstance(gw.store, SqliteConfirmationStore)
+    with pytest.raises(ValueError, match="no active connection"):
+        await gw.store.get("AB12")
