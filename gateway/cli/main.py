@@ -28,8 +28,8 @@ EXIT_CONFIG = 2
 Handler = Callable[[argparse.Namespace], int]
 
 
-def _settings(args: argparse.Namespace, **overrides: Any) -> Settings:
-    return load_settings(args.config, **overrides)
+def _settings(args: argparse.Namespace) -> Settings:
+    return load_settings(args.config)
 
 
 # ---------------------------------------------------------------------- serve / chat
