@@ -94,6 +94,8 @@ class Gateway:
 
     async def start(self) -> None:
         """Start every part, in order; on failure, stop what was started and re-raise."""
+        if self._stopping:
+            raise RuntimeError("this Gateway was stopped: build() a new one to start again")
         try:
             if self.settings.keywords.watch:
                 await self.keywords.start_watching()
