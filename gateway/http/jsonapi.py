@@ -212,7 +212,9 @@ def describe(error: ErrorDetails) -> str:
     loc = error["loc"]
     where = str(loc[0]) if loc else "body"
     where += "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc[1:])
-    ctx = {k: str(v).replace("'", "") for k, v in (error.get("ctx") or {}).items()}
+    ctx = {k: str(v) for k, v in (error.get("ctx") or {}).items()}
+    if "expected" in ctx:  # "'approve' or 'reject'" reads better without the quotes
+        ctx["expected"] = ctx["expected"].replace("'", "")
     phrase = PHRASES.get(error["type"])
     if phrase is None:
         return f"{where}: {error['msg']}"
