@@ -1,12 +1,18 @@
-"""The composition root: builds every part from Settings, starts and stops them in order."""
+"""The composition root: ``build(settings)`` makes every part, ``Gateway`` runs them.
+
+Build, then start: ``build`` returns a complete ``Gateway`` (nothing set "later"); a
+failure while building closes what was already opened. ``start()`` / ``stop()`` (or
+``async with``) only run it.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TextIO
 
 import structlog
@@ -23,7 +29,8 @@ from gateway.bus import MessageBus, OutboundMessage
 from gateway.confirm.model import Confirmation
 from gateway.confirm.service import ConfirmationService
 from gateway.confirm.store import ConfirmationStore, MemoryConfirmationStore
-from gateway.http import HttpServer
+from gateway.http.admin import AdminApi
+from gateway.http.server import HttpServer
 from gateway.metrics import Metrics
 from gateway.tools.base import PluginError, ToolRegistry
 from gateway.tools.policy import Policy
@@ -36,7 +43,215 @@ log = structlog.get_logger(__name__)
 PLATFORM_CHANNELS = {"feishu": "channels.feishu", "dingtalk": "channels.dingtalk"}
 
 
-async def build_store(settings: Settings) -> ConfirmationStore:
+class Gateway:
+    """One gateway process, fully built. Use as ``async with await build(settings) as gw:``."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        bus: MessageBus,
+        metrics: Metrics,
+        store: ConfirmationStore,
+        keywords: KeywordStore,
+        confirmations: ConfirmationService,
+        sql_db: SqlDatabase,
+        registry: ToolRegistry,
+        runner: ToolRunner,
+        agent: Agent,
+        loop: AgentLoop,
+        channels: ChannelManager,
+        http: HttpServer | None,
+        stopped: asyncio.Event,
+    ) -> None:
+        self.settings = settings
+        self.bus = bus
+        self.metrics = metrics
+        self.store = store
+        self.keywords = keywords
+        self.confirmations = confirmations
+        self.sql_db = sql_db
+        self.registry = registry
+        self.runner = runner
+        self.agent = agent
+        self.loop = loop
+        self.channels = channels
+        self.http = http  # None when built with serve_http=False (the terminal chat)
+        self.stopped = stopped
+        self._started = False
+        self._stopping = False
+
+    @property
+    def ready(self) -> bool:
+        return self._started and self.channels.ready
+
+    async def __aenter__(self) -> Gateway:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Start every part, in order; on failure, stop what was started and re-raise."""
+        if self._stopping:
+            raise RuntimeError("this Gateway was stopped: build() a new one to start again")
+        try:
+            if self.settings.keywords.watch:
+                await self.keywords.start_watching()
+            await self.confirmations.recover()
+            await self.channels.start()
+            await self.loop.start()
+            if self.http is not None:
+                await self.http.start()
+        except BaseException:
+            await self.stop()
+            raise
+        self._started = True
+        log.info(
+            "gateway.started",
+            channels=list(self.channels.channels),
+            agent=type(self.agent).__name__,
+        )
+
+    def request_stop(self) -> None:
+        self.stopped.set()
+
+    async def stop(self) -> None:
+        """Intake stops; pending confirmations are cancelled (chats told); outbound drains.
+
+        Idempotent: a failed start() already stopped what it had started.
+        """
+        if self._stopping:
+            return
+        self._stopping = True
+        await self.loop.stop_intake()
+        await self.confirmations.shutdown()
+        await self.loop.stop(timeout=5.0)
+        await _close_agent(self.agent)
+        await self.channels.stop(drain_timeout=5.0)
+        if self.http is not None:
+            await self.http.stop()
+        await self.keywords.stop_watching()
+        await self.store.close()
+        await self.sql_db.close()
+        self._started = False
+        self.stopped.set()
+
+
+async def build(
+    settings: Settings,
+    *,
+    console: bool = False,
+    console_streams: tuple[TextIO, TextIO] | None = None,
+    serve_http: bool = True,
+    store: ConfirmationStore | None = None,
+    clock: Callable[[], float] = time.time,
+) -> Gateway:
+    """Every part of one gateway, wired; raises ConfigError saying what to fix.
+
+    ``store`` replaces the configured one (tests); the Gateway closes it on stop.
+    """
+    problems = check_channel_settings(settings)
+    if problems:
+        raise ConfigError("\n".join(problems))
+    for warning in channel_warnings(settings):
+        log.warning("config.warning", detail=warning)
+    http = None
+    if serve_http:
+        token = settings.admin.token
+        http = HttpServer(
+            host=settings.server.host,
+            port=settings.server.port,
+            admin_token=token.get_secret_value() if token else None,
+        )
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    async with contextlib.AsyncExitStack() as opened:
+        if store is None:
+            store = await open_store(settings)
+        opened.push_async_callback(store.close)
+        sql_db = SqlDatabase(
+            settings.sql_url,
+            max_rows=settings.tools.sql.max_rows,
+            timeout_seconds=settings.tools.sql.statement_timeout_seconds,
+        )
+        opened.push_async_callback(sql_db.close)
+        if settings.uses_demo_database:
+            await sql_db.ensure_demo()
+        registry = ToolRegistry([SqlQueryTool(sql_db), SqlModifyTool(sql_db)])
+        try:
+            registry.load_plugins(settings.tools.plugins)
+        except PluginError as exc:
+            raise ConfigError(str(exc)) from exc
+
+        bus = MessageBus()
+        metrics = Metrics()
+        keywords = KeywordStore(settings.keywords.file)
+        confirmations = ConfirmationService(
+            store=store, bus=bus, settings=settings.confirmation, keywords=keywords, clock=clock
+        )
+        confirmations.subscribe(metrics.on_confirmation)
+        bus.add_inbound_listener(metrics.on_inbound)
+        runner = ToolRunner(
+            registry=registry, policy=Policy(settings.policy), confirmations=confirmations
+        )
+        confirmations.set_orphan_handler(orphan_runner(runner, bus))
+        agent = _build_agent(settings, runner, registry, confirmations, bus, sql_db)
+        opened.push_async_callback(_close_agent, agent)
+        loop = AgentLoop(
+            bus=bus,
+            agent=agent,
+            approvers_by_channel={
+                "feishu": tuple(settings.channels.feishu.approvers),
+                "dingtalk": tuple(settings.channels.dingtalk.approvers),
+                "webchat": tuple(settings.channels.webchat.approvers),
+            },
+        )
+
+        stopped = asyncio.Event()
+        channels = ChannelManager(bus=bus)
+        channels.on_send_failure(metrics.on_send_failure)
+        if http is not None:
+            AdminApi(
+                confirmations=confirmations,
+                store=store,
+                keywords=keywords,
+                metrics=metrics,
+                settings=settings.admin,
+                ready=lambda: channels.ready,
+                channel_status=channels.status,
+            ).register(http.app)
+        context = ChannelContext(
+            settings=settings,
+            bus=bus,
+            confirmations=confirmations,
+            http=http.app if http else None,
+            metrics=metrics,
+        )
+        for channel in _build_channels(settings, context, console, console_streams, stopped):
+            channels.add(channel)
+
+        gateway = Gateway(
+            settings=settings,
+            bus=bus,
+            metrics=metrics,
+            store=store,
+            keywords=keywords,
+            confirmations=confirmations,
+            sql_db=sql_db,
+            registry=registry,
+            runner=runner,
+            agent=agent,
+            loop=loop,
+            channels=channels,
+            http=http,
+            stopped=stopped,
+        )
+        opened.pop_all()
+    return gateway
+
+
+async def open_store(settings: Settings) -> ConfirmationStore:
     kind = settings.confirmation.store
     if kind == "memory":
         return MemoryConfirmationStore()
@@ -54,186 +269,69 @@ async def build_store(settings: Settings) -> ConfirmationStore:
     )
 
 
-class Gateway:
-    """One gateway process. Use as ``async with Gateway(settings) as gw:``."""
+def _build_agent(
+    settings: Settings,
+    runner: ToolRunner,
+    registry: ToolRegistry,
+    confirmations: ConfirmationService,
+    bus: MessageBus,
+    sql_db: SqlDatabase,
+) -> Agent:
+    if settings.llm.configured:
+        from gateway.agent.model_agent import build_model_agent
 
-    def __init__(
-        self,
-        settings: Settings,
-        *,
-        console: bool = False,
-        console_streams: tuple[TextIO, TextIO] | None = None,
-        serve_http: bool = True,
-        store: ConfirmationStore | None = None,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.settings = settings
-        self.clock = clock
-        self._want_console = console
-        self._console_streams = console_streams
-        self._serve_http = serve_http
-        self._given_store = store
-        self.stopped = asyncio.Event()
-        self._started = False
-        self._stopping = False
-        self.metrics = Metrics()
-        self.bus = MessageBus()
-        self.channels = ChannelManager(bus=self.bus)
-        self.http: HttpServer | None = None
-        self.sql_db: SqlDatabase | None = None
-        self.store: ConfirmationStore | None = None
-        self.keywords: KeywordStore | None = None
-        self.confirmations: ConfirmationService | None = None
-        self.registry = ToolRegistry()
-        self.runner: ToolRunner | None = None
-        self.agent: Agent | None = None
-        self.loop: AgentLoop | None = None
-
-    @property
-    def ready(self) -> bool:
-        return self._started and self.channels.ready
-
-    async def __aenter__(self) -> Gateway:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
-
-    # ------------------------------------------------------------------ build
-
-    def _build_channels(self, confirmations: ConfirmationService) -> None:
-        s = self.settings
-        if self._want_console:
-            streams = self._console_streams
-            self.channels.add(
-                ConsoleChannel(
-                    bus=self.bus,
-                    user=s.channels.console.user,
-                    stdin=streams[0] if streams else None,
-                    stdout=streams[1] if streams else None,
-                    on_eof=self.request_stop,
-                )
-            )
-        context = ChannelContext(
-            settings=s,
-            bus=self.bus,
+        return build_model_agent(
+            settings=settings,
+            runner=runner,
+            registry=registry,
             confirmations=confirmations,
-            http=self.http.app if self.http else None,
-            metrics=self.metrics,
+            bus=bus,
         )
-        if self.http is not None and s.channels.webchat.enabled:
-            from channels.webchat import create_channel as create_webchat
+    return CommandAgent(runner=runner, confirmations=confirmations, sql_dialect=sql_db.dialect)
 
-            self.channels.add(create_webchat(context))
-        for name, module_name in PLATFORM_CHANNELS.items():
-            if getattr(s.channels, name).enabled:
-                module = importlib.import_module(module_name)
-                channel: Channel = module.create_channel(context)
-                self.channels.add(channel)
 
-    def _build_agent(self, runner: ToolRunner, confirmations: ConfirmationService) -> Agent:
-        if self.settings.llm.configured:
-            from gateway.agent.model_agent import build_model_agent
-
-            return build_model_agent(
-                settings=self.settings,
-                runner=runner,
-                registry=self.registry,
-                confirmations=confirmations,
-                bus=self.bus,
+def _build_channels(
+    settings: Settings,
+    context: ChannelContext,
+    console: bool,
+    console_streams: tuple[TextIO, TextIO] | None,
+    stopped: asyncio.Event,
+) -> list[Channel]:
+    built: list[Channel] = []
+    if console:
+        built.append(
+            ConsoleChannel(
+                bus=context.bus,
+                user=settings.channels.console.user,
+                stdin=console_streams[0] if console_streams else None,
+                stdout=console_streams[1] if console_streams else None,
+                on_eof=stopped.set,
             )
-        dialect = self.sql_db.dialect if self.sql_db else "sqlite"
-        return CommandAgent(runner=runner, confirmations=confirmations, sql_dialect=dialect)
-
-    # ------------------------------------------------------------------ lifecycle
-
-    async def start(self) -> None:
-        """Build and start everything; on failure, stop what was started and re-raise."""
-        s = self.settings
-        problems = check_channel_settings(s)
-        if problems:
-            raise ConfigError("\n".join(problems))
-        for warning in channel_warnings(s):
-            log.warning("config.warning", detail=warning)
-        try:
-            await self._start()
-        except BaseException:
-            await self.stop()
-            raise
-        self._started = True
-
-    async def _start(self) -> None:
-        s = self.settings
-        s.data_dir.mkdir(parents=True, exist_ok=True)
-        self.keywords = KeywordStore(s.keywords.file)
-        self.store = self._given_store or await build_store(s)
-        self.confirmations = ConfirmationService(
-            store=self.store,
-            bus=self.bus,
-            settings=s.confirmation,
-            keywords=self.keywords,
-            clock=self.clock,
         )
-        self.confirmations.subscribe(self.metrics.on_confirmation)
-        self.bus.add_inbound_listener(self.metrics.on_inbound)
-        self.channels.on_send_failure(self.metrics.on_send_failure)
+    if context.http is not None and settings.channels.webchat.enabled:
+        from channels.webchat import create_channel as create_webchat
 
-        self.sql_db = SqlDatabase(
-            s.sql_url,
-            max_rows=s.tools.sql.max_rows,
-            timeout_seconds=s.tools.sql.statement_timeout_seconds,
-        )
-        if s.uses_demo_database:
-            await self.sql_db.ensure_demo()
-        self.registry.register(SqlQueryTool(self.sql_db))
-        self.registry.register(SqlModifyTool(self.sql_db))
-        try:
-            self.registry.load_plugins(s.tools.plugins)
-        except PluginError as exc:
-            raise ConfigError(str(exc)) from exc
-        self.runner = ToolRunner(
-            registry=self.registry, policy=Policy(s.policy), confirmations=self.confirmations
-        )
-        self.confirmations.set_orphan_handler(self._run_orphan)
-        self.agent = self._build_agent(self.runner, self.confirmations)
-        self.loop = AgentLoop(
-            bus=self.bus,
-            agent=self.agent,
-            approvers_by_channel={
-                "feishu": tuple(s.channels.feishu.approvers),
-                "dingtalk": tuple(s.channels.dingtalk.approvers),
-                "webchat": tuple(s.channels.webchat.approvers),
-            },
-        )
+        built.append(create_webchat(context))
+    for name, module_name in PLATFORM_CHANNELS.items():
+        if getattr(settings.channels, name).enabled:
+            module = importlib.import_module(module_name)
+            built.append(module.create_channel(context))
+    return built
 
-        if self._serve_http:
-            token = s.admin.token.get_secret_value() if s.admin.token else None
-            self.http = HttpServer(host=s.server.host, port=s.server.port, admin_token=token)
-            self.http.check_exposure()
-            from gateway.admin import setup_admin
 
-            setup_admin(self.http.app, self)
-        self._build_channels(self.confirmations)
+async def _close_agent(agent: Agent) -> None:
+    # The model agent holds an HTTP client (connection pool) that must be closed.
+    aclose: Callable[[], Awaitable[None]] | None = getattr(agent, "aclose", None)
+    if aclose is not None:
+        await aclose()
 
-        if s.keywords.watch:
-            await self.keywords.start_watching()
-        await self.confirmations.recover()
-        await self.channels.start()
-        await self.loop.start()
-        if self.http is not None:
-            await self.http.start()
-        log.info(
-            "gateway.started",
-            channels=list(self.channels.channels),
-            agent=type(self.agent).__name__,
-        )
 
-    async def _run_orphan(self, confirmation: Confirmation) -> None:
-        assert self.runner is not None
+def orphan_runner(runner: ToolRunner, bus: MessageBus) -> Callable[[Confirmation], Awaitable[None]]:
+    """Run an approved call whose waiting turn is gone, and tell its chat how it went."""
 
+    async def run(confirmation: Confirmation) -> None:
         async def say(text: str) -> None:
-            await self.bus.publish_outbound(
+            await bus.publish_outbound(
                 OutboundMessage(
                     channel=confirmation.channel,
                     chat_id=confirmation.chat_id,
@@ -242,44 +340,13 @@ class Gateway:
                 )
             )
 
-        outcome = await self.runner.run_orphan(confirmation, say)
+        outcome = await runner.run_orphan(confirmation, say)
         if outcome.status == "ok":
             await say(texts.tool_result(confirmation.tool_call.name, outcome.output))
         elif outcome.status == "error":
             await say(texts.tool_failed(confirmation.tool_call.name, outcome.output))
 
-    def request_stop(self) -> None:
-        self.stopped.set()
-
-    async def stop(self) -> None:
-        """Intake stops; pending confirmations are cancelled (chats told); outbound drains.
-
-        Idempotent: a failed start() already stopped what it had started.
-        """
-        if self._stopping:
-            return
-        self._stopping = True
-        if self.loop is not None:
-            await self.loop.stop_intake()
-        if self.confirmations is not None:
-            await self.confirmations.shutdown()
-        if self.loop is not None:
-            await self.loop.stop(timeout=5.0)
-        # The model agent holds an HTTP client (connection pool) that must be closed.
-        aclose = getattr(self.agent, "aclose", None)
-        if aclose is not None:
-            await aclose()
-        await self.channels.stop(drain_timeout=5.0)
-        if self.http is not None:
-            await self.http.stop()
-        if self.keywords is not None:
-            await self.keywords.stop_watching()
-        if self.store is not None:
-            await self.store.close()
-        if self.sql_db is not None:
-            await self.sql_db.close()
-        self._started = False
-        self.stopped.set()
+    return run
 
 
 async def run_until_stopped(

@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from gateway.app import Gateway
-from gateway.cli import main
+from gateway.cli.main import main
 from tests.admin.conftest import TOKEN
 from tests.admin.test_api import DELETE_3, ask
 from tests.webchat.support import base_url

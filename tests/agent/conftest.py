@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import pytest
 
 from config.settings import Settings
-from gateway.app import Gateway
+from gateway.app import Gateway, build
 from gateway.bus import InboundMessage, PublishResult
 from tests import support
 from tests.fakes.openai_server import FakeOpenAI
@@ -75,7 +75,7 @@ async def start_gateway(tmp_path: Path, fake_llm: FakeOpenAI) -> AsyncIterator[G
 
     async def start(**sections: Any) -> tuple[Gateway, RecordingChannel]:
         settings = make_settings(tmp_path, fake_llm, **sections)
-        gw = Gateway(settings, serve_http=False)
+        gw = await build(settings, serve_http=False)
         chat = RecordingChannel()
         gw.channels.add(chat)
         await gw.start()

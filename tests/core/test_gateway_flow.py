@@ -7,6 +7,7 @@ recording channel (a real Channel subclass; the seam under test is the core, not
 from __future__ import annotations
 
 import asyncio
+import socket
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Callable
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from config.settings import Settings
-from gateway.app import Gateway
+from gateway.app import Gateway, build
 from gateway.bus import InboundMessage, OutboundKind
 from gateway.confirm.model import Confirmation, Risk, Status, ToolCall
 from gateway.tools.base import tool
@@ -48,7 +49,7 @@ class Chat:
 @pytest.fixture
 async def chat(make_settings: Callable[..., Settings]) -> AsyncIterator[Chat]:
     settings = make_settings(confirmation={"store": "memory", "timeout_seconds": 30})
-    gw = Gateway(settings, serve_http=False)
+    gw = await build(settings, serve_http=False)
     rec = RecordingChannel()
     gw.channels.add(rec)
     async with gw:
@@ -77,8 +78,11 @@ async def test_sql_delete_waits_for_confirm_then_runs(chat: Chat) -> None:
         "Time left",
     ):
         assert shown in prompt.text
-    # Held: the row is still there while nobody has decided.
-    await asyncio.sleep(0.1)
+    # Held: while nobody has decided, another chat still sees the row (a barrier: the
+    # agent has answered a later message, no timing involved).
+    await chat.say("/sql SELECT customer FROM orders WHERE id = 3", chat="other")
+    answer = await chat.channel.next(contains="Carol")
+    assert answer.chat_id == "other"
     assert rows(chat.gw.settings, "id = 3") == 1
     await chat.say("确认")
     await chat.channel.next(contains="DELETE: 1 rows")
@@ -91,7 +95,10 @@ async def test_sql_delete_cancel_keeps_row(chat: Chat) -> None:
     await chat.say("取消")
     update = await chat.channel.next(OutboundKind.CONFIRMATION_UPDATE)
     assert update.confirmation is not None and update.confirmation.status is Status.REJECTED
-    await asyncio.sleep(0.1)
+    # One turn at a time per session: once the next command in this chat is answered,
+    # the rejected turn is over, and it ran nothing.
+    await chat.say("/sql SELECT customer FROM orders WHERE id = 4")
+    await chat.channel.next(contains="Dave")
     assert rows(chat.gw.settings, "id = 4") == 1
 
 
@@ -109,7 +116,7 @@ async def test_unparseable_sql_is_refused_without_asking(chat: Chat) -> None:
     msg = await chat.channel.next()
     assert msg.kind is OutboundKind.TEXT
     assert "parse" in msg.text
-    assert await chat.gw.confirmations.list(status=Status.PENDING) == []  # type: ignore[union-attr]
+    assert await chat.gw.confirmations.list(status=Status.PENDING) == []
 
 
 async def test_select_runs_without_confirmation(chat: Chat) -> None:
@@ -155,7 +162,7 @@ async def test_group_member_cannot_approve(chat: Chat) -> None:
 async def test_shutdown_cancels_pending_and_tells_chat(
     make_settings: Callable[..., Settings],
 ) -> None:
-    gw = Gateway(make_settings(), serve_http=False)
+    gw = await build(make_settings(), serve_http=False)
     rec = RecordingChannel()
     gw.channels.add(rec)
     await gw.start()
@@ -199,11 +206,10 @@ async def test_plugin_tool_runs_only_after_approval(make_settings: Callable[...,
         tools={"plugins": ["gw_test_plugin"]},
         confirmation={"store": "memory", "timeout_seconds": 1.0},
     )
-    gw = Gateway(settings, serve_http=False)
+    gw = await build(settings, serve_http=False)
     rec = RecordingChannel()
     gw.channels.add(rec)
     async with gw:
-        assert gw.runner is not None and gw.loop is not None
         turn = gw.loop.turn_for(
             InboundMessage(channel="rec", chat_id="c1", sender_id="alice", text="")
         )
@@ -247,13 +253,10 @@ async def test_pending_confirmation_survives_a_crash(
     settings = make_settings(confirmation={"store": "sqlite", "timeout_seconds": 30})
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     # What a crashed gateway leaves behind: the demo DB and a pending confirmation.
-    first = Gateway(settings, serve_http=False)
-    # Build without the clean stop (which would cancel what is pending).
-    await first._start()
-    assert first.sql_db is not None
-    await first.sql_db.close()
-    await first.store.close()  # type: ignore[union-attr]
-    await first.keywords.stop_watching()  # type: ignore[union-attr]
+    # Building makes the demo DB; this gateway never held anything, so stopping it
+    # cancels nothing.
+    first = await build(settings, serve_http=False)
+    await first.stop()
     store = await SqliteConfirmationStore.open(Path(settings.data_dir) / "confirmations.db")
     now = time.time()
     await store.create(
@@ -272,7 +275,7 @@ async def test_pending_confirmation_survives_a_crash(
     )
     await store.close()
 
-    second = Gateway(settings, serve_http=False)
+    second = await build(settings, serve_http=False)
     rec = RecordingChannel()
     second.channels.add(rec)
     async with second:
@@ -285,3 +288,41 @@ async def test_pending_confirmation_survives_a_crash(
         assert update.confirmation is not None and update.confirmation.status is Status.APPROVED
         await rec.next(contains="DELETE: 1 rows")
     assert rows(settings, "id = 2") == 0
+
+
+async def test_a_failed_build_closes_what_it_opened(
+    make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    from config.settings import ConfigError
+    from gateway.confirm.sqlite_store import SqliteConfirmationStore
+
+    store = await SqliteConfirmationStore.open(tmp_path / "given.db")
+    settings = make_settings(tools={"plugins": ["tests.plugins.not_there"]})
+    with pytest.raises(ConfigError, match=r"tests\.plugins\.not_there"):
+        await build(settings, serve_http=False, store=store)
+    # The store it was handed (and would have owned) is closed again.
+    with pytest.raises(ValueError, match="no active connection"):
+        await store.get("AB12")
+
+
+async def test_a_failed_start_stops_what_it_started(
+    make_settings: Callable[..., Settings],
+) -> None:
+    from config.settings import ConfigError
+    from gateway.confirm.sqlite_store import SqliteConfirmationStore
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        settings = make_settings(
+            server={"port": port}, confirmation={"store": "sqlite"}, channels={"webchat": {}}
+        )
+        gw = await build(settings)
+        with pytest.raises(ConfigError, match=f"cannot listen on 127.0.0.1:{port}"):
+            await gw.start()
+    assert not gw.ready
+    assert gw.stopped.is_set()
+    assert isinstance(gw.store, SqliteConfirmationStore)
+    with pytest.raises(ValueError, match="no active connection"):
+        await gw.store.get("AB12")

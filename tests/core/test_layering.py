@@ -14,7 +14,7 @@ SDKS = ("lark_oapi", "dingtalk_stream")
 def test_core_and_default_serve_import_no_platform_sdk() -> None:
     code = (
         "import sys, pkgutil, importlib, gateway, config\n"
-        "import gateway.app, gateway.cli, gateway.admin, gateway.bus\n"
+        "import gateway.app, gateway.cli.main, gateway.http.admin, gateway.bus\n"
         "for m in pkgutil.walk_packages(gateway.__path__, 'gateway.'):\n"
         "    if m.name != 'gateway.__main__': importlib.import_module(m.name)\n"
         "import channels.webchat, channels.console, channels.manager\n"

@@ -18,7 +18,7 @@ import pytest
 import structlog
 
 from config.settings import Settings
-from gateway.app import Gateway
+from gateway.app import build
 from gateway.bus import InboundMessage, OutboundKind
 from gateway.logs import configure_logging
 from tests.core.test_gateway_flow import RecordingChannel
@@ -39,7 +39,7 @@ def json_logs() -> Iterator[io.StringIO]:
 async def test_turn_logs_carry_session_and_confirmation_id(
     make_settings: Callable[..., Settings], json_logs: io.StringIO
 ) -> None:
-    gw = Gateway(make_settings(), serve_http=False)
+    gw = await build(make_settings(), serve_http=False)
     rec = RecordingChannel()
     gw.channels.add(rec)
     async with gw:

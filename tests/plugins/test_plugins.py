@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from config.settings import ConfigError, Settings
-from gateway.app import Gateway
+from gateway.app import build
 from gateway.bus import OutboundKind
 from tests.agent.conftest import GatewayFactory, say
 from tests.fakes.openai_server import FakeOpenAI, text, tool_calls
@@ -106,8 +106,6 @@ async def test_a_bad_plugin_stops_start_up_naming_the_module(
         channels={"webchat": {"enabled": False}},
         tools={"plugins": [SAMPLE, module]},
     )
-    gw = Gateway(settings, serve_http=False)
     with pytest.raises(ConfigError, match=message) as info:
-        await gw.start()
+        await build(settings, serve_http=False)
     assert module in str(info.value)
-    assert not gw.ready

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from config.settings import DEFAULT_KEYWORDS_FILE, Settings
-from gateway.app import Gateway
+from gateway.app import Gateway, build
 
 REPO = Path(__file__).resolve().parents[2]
 GATEWAY_BIN = Path(sys.executable).parent / "gateway"
@@ -52,7 +52,7 @@ def make_settings(tmp_path: Path, **overrides: Any) -> Settings:
 
 @asynccontextmanager
 async def running_gateway(settings: Settings) -> AsyncIterator[Gateway]:
-    gateway = Gateway(settings)
+    gateway = await build(settings)
     async with gateway:
         yield gateway
 

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 from aiohttp import WSCloseCode
 
-from gateway.app import Gateway
+from gateway.app import Gateway, build
 from gateway.confirm.model import Status
 from tests.webchat.support import eventually, is_kind, next_frame, order_exists
 
@@ -189,7 +189,7 @@ async def test_stop_closes_open_tabs_with_going_away(tmp_path: object) -> None:
     from tests.webchat.support import base_url, make_settings
 
     settings = make_settings(Path(str(tmp_path)))
-    gw = Gateway(settings)
+    gw = await build(settings)
     await gw.start()
     try:
         async with (

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from config.settings import Settings
-from gateway.app import Gateway
+from gateway.app import Gateway, build
 from tests.fakes.dingtalk import FakeDingTalk
 from tests.support import order_ids, wait_pending, wait_status  # noqa: F401 - re-exported
 
@@ -62,7 +62,7 @@ def settings(tmp_path: Path, fake: FakeDingTalk) -> Settings:
 
 @pytest.fixture
 async def gateway(settings: Settings, fake: FakeDingTalk) -> AsyncIterator[Gateway]:
-    async with Gateway(settings) as gw:
+    async with await build(settings) as gw:
         if settings.channels.dingtalk.mode == "stream":
             await fake.wait_connected()
         yield gw

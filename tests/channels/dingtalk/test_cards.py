@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from config.settings import Settings
-from gateway.app import Gateway
+from gateway.app import Gateway, build
 from gateway.confirm.model import Status
 from tests.channels.dingtalk.conftest import (
     make_settings,
@@ -24,7 +24,7 @@ async def test_timeout_while_card_open_updates_card_to_expired(
     tmp_path: Path, fake: FakeDingTalk
 ) -> None:
     settings = make_settings(tmp_path, fake, confirmation_timeout=0.5)
-    async with Gateway(settings) as gw:
+    async with await build(settings) as gw:
         await fake.wait_connected()
         fake.send_chatbot_message(text="/sql DELETE FROM orders WHERE id = 6")
         [conf] = await wait_pending(gw)
@@ -115,7 +115,7 @@ async def test_card_delivery_failure_falls_back_to_text_prompt(
 
 async def test_configured_template_id_is_used(tmp_path: Path, fake: FakeDingTalk) -> None:
     settings = make_settings(tmp_path, fake, card_template_id="my-approval.schema")
-    async with Gateway(settings) as gw:
+    async with await build(settings) as gw:
         await fake.wait_connected()
         fake.send_chatbot_message(text="/sql DELETE FROM orders WHERE id = 1")
         [conf] = await wait_pending(gw)

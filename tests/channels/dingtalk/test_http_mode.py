@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from channels.dingtalk.inbound import robot_signature
-from gateway.app import Gateway
+from gateway.app import Gateway, build
 from tests.channels.dingtalk.conftest import make_settings, wait_pending, webhook_texts
 from tests.fakes.dingtalk import FakeDingTalk
 
@@ -19,7 +19,7 @@ from tests.fakes.dingtalk import FakeDingTalk
 @pytest.fixture
 async def http_gateway(tmp_path: Path, fake: FakeDingTalk) -> AsyncIterator[Gateway]:
     settings = make_settings(tmp_path, fake, mode="http", signature_window_seconds=300)
-    async with Gateway(settings) as gw:
+    async with await build(settings) as gw:
         yield gw
 
 

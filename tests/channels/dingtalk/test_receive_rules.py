@@ -7,7 +7,7 @@ from pathlib import Path
 import aiohttp
 
 from config.settings import Settings
-from gateway.app import Gateway
+from gateway.app import Gateway, build
 from tests.channels.dingtalk.conftest import make_settings, webhook_texts
 from tests.fakes.dingtalk import FakeDingTalk
 
@@ -17,7 +17,7 @@ async def test_allow_from_refuses_others_and_tells_them_once(
 ) -> None:
     settings = make_settings(tmp_path, fake, allow_from=["alice"])
     group = {"conversation_type": "2", "conversation_id": "cg-a", "session": "ga"}
-    async with Gateway(settings) as gw:
+    async with await build(settings) as gw:
         await fake.wait_connected()
         fake.send_chatbot_message(text="/help", sender_staff_id="bob", **group)
         fake.send_chatbot_message(text="/help", sender_staff_id="bob", **group)
@@ -53,7 +53,7 @@ async def test_dead_letter_route_needs_the_admin_token(tmp_path: Path, fake: Fak
     settings = Settings.model_validate(
         {**settings.model_dump(), "admin": {"token": "s3cret-admin-token"}}
     )
-    async with Gateway(settings) as gw, aiohttp.ClientSession() as http:
+    async with await build(settings) as gw, aiohttp.ClientSession() as http:
         assert gw.http is not None
         url = f"{gw.http.url}/api/channels/dingtalk/failed"
         async with http.get(url) as resp:

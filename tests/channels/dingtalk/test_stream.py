@@ -9,7 +9,7 @@ from pathlib import Path
 import aiohttp
 
 from config.settings import Settings
-from gateway.app import Gateway
+from gateway.app import Gateway, build
 from gateway.confirm.model import Status
 from tests.channels.dingtalk.conftest import (
     make_settings,
@@ -183,7 +183,7 @@ async def test_send_retries_on_429_and_5xx_then_dead_letters(
 async def test_disconnect_reconnects_and_stop_is_bounded(
     settings: Settings, fake: FakeDingTalk
 ) -> None:
-    gw = Gateway(settings)
+    gw = await build(settings)
     await gw.start()
     try:
         await fake.wait_connected(1)
@@ -217,7 +217,7 @@ async def test_stop_is_bounded_while_the_connection_open_hangs(
     settings = make_settings(tmp_path, fake, stop_timeout_seconds=1.0, request_timeout_seconds=3.0)
     open_path = "/v1.0/gateway/connections/open"
     fake.inject("POST", open_path, 200, times=10, delay=30)
-    gw = Gateway(settings)
+    gw = await build(settings)
     await gw.start()
     try:
         await fake.wait_until(lambda: fake.arrived(open_path), what="the hanging open call")

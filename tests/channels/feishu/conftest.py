@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from config.settings import Settings
-from gateway.app import Gateway
+from gateway.app import Gateway, build
 from tests.fakes.feishu import FakeFeishu, RecordedRequest
 from tests.support import order_ids, wait_pending, wait_status  # noqa: F401 - re-exported
 
@@ -77,7 +77,7 @@ def settings(tmp_path: Path, fake: FakeFeishu) -> Settings:
 
 @pytest.fixture
 async def gateway(settings: Settings, fake: FakeFeishu) -> AsyncIterator[Gateway]:
-    async with Gateway(settings) as gw:
+    async with await build(settings) as gw:
         if settings.channels.feishu.mode == "ws":
             await fake.wait_connected()
         yield gw

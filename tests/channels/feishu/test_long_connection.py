@@ -6,7 +6,7 @@ import asyncio
 
 from config.settings import Settings
 from gateway import texts
-from gateway.app import Gateway
+from gateway.app import Gateway, build
 from gateway.confirm.model import Status
 from tests.channels.feishu.conftest import (
     ALICE,
@@ -207,7 +207,7 @@ async def test_timeout_patches_open_card_to_expired(tmp_path, fake: FakeFeishu) 
     from tests.channels.feishu.conftest import make_settings
 
     settings = make_settings(tmp_path, fake, confirmation={"timeout_seconds": 0.5})
-    async with Gateway(settings) as gw:
+    async with await build(settings) as gw:
         await fake.wait_connected()
         fake.send_frame(
             message_event(chat_id=P2P, sender=ALICE, text="/sql DELETE FROM orders WHERE id = 6")
@@ -224,7 +224,7 @@ async def test_timeout_patches_open_card_to_expired(tmp_path, fake: FakeFeishu) 
 
 
 async def test_stop_ends_the_connection_thread(settings: Settings, fake: FakeFeishu) -> None:
-    gw = Gateway(settings)
+    gw = await build(settings)
     await gw.start()
     await fake.wait_connected()
     channel = gw.channels.channels["feishu"]
@@ -287,7 +287,7 @@ async def test_senders_outside_allow_from_are_refused(tmp_path, fake: FakeFeishu
     from tests.channels.feishu.conftest import make_settings
 
     settings = make_settings(tmp_path, fake, allow_from=[ALICE])
-    async with Gateway(settings) as gw:
+    async with await build(settings) as gw:
         await fake.wait_connected()
         fake.send_frame(message_event(chat_id=P2P, sender=MALLORY, text="/help"))
         fake.send_frame(message_event(chat_id=P2P, sender=ALICE, text="/pending"))

@@ -8,7 +8,7 @@ from pathlib import Path
 import aiohttp
 
 from config.settings import Settings
-from gateway.app import Gateway
+from gateway.app import Gateway, build
 from tests.channels.feishu.conftest import ALICE, make_settings, sent_texts, wait_until
 from tests.fakes.feishu import (
     INVALID_TOKEN_CODE,
@@ -116,7 +116,7 @@ async def test_dead_letters_need_the_admin_token_when_one_is_set(
     tmp_path: Path, fake: FakeFeishu
 ) -> None:
     settings = make_settings(tmp_path, fake, admin_token="s3cret-admin")
-    async with Gateway(settings) as gw, aiohttp.ClientSession() as session:
+    async with await build(settings) as gw, aiohttp.ClientSession() as session:
         assert gw.http is not None
         url = gw.http.url + "/api/channels/feishu/failed"
         async with session.get(url) as resp:

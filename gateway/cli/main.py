@@ -1,4 +1,5 @@
-"""``gateway serve | chat | keywords | check-config | ...``"""
+"""The ``gateway`` command: ``serve | chat | keywords | check-config``, plus
+``confirmations`` (gateway.cli.admin) and ``policy`` (gateway.cli.policy)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from config.settings import (
     load_settings,
     masked_dump,
 )
+from gateway.cli import admin, policy
 from gateway.logs import configure_logging
 
 EXIT_CONFIG = 2
@@ -26,18 +28,17 @@ EXIT_CONFIG = 2
 Handler = Callable[[argparse.Namespace], int]
 
 
-def _settings(args: argparse.Namespace, **overrides: Any) -> Settings:
-    return load_settings(args.config, **overrides)
+def _settings(args: argparse.Namespace) -> Settings:
+    return load_settings(args.config)
 
 
 # ---------------------------------------------------------------------- serve / chat
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from gateway.app import Gateway, run_until_stopped
+    from gateway.app import Gateway, build, run_until_stopped
 
-    overrides: dict[str, Any] = {}
-    settings = _settings(args, **overrides)
+    settings = _settings(args)
     if args.host or args.port is not None:
         server = settings.server.model_copy(
             update={k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
@@ -49,12 +50,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         url = gw.http.url if gw.http else "(no HTTP server)"
         print(f"gateway is running: open {url}  (Ctrl-C to stop)", flush=True)
 
-    asyncio.run(run_until_stopped(Gateway(settings), on_started=started))
+    async def serve() -> None:
+        await run_until_stopped(await build(settings), on_started=started)
+
+    asyncio.run(serve())
     return 0
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from gateway.app import Gateway, run_until_stopped
+    from gateway.app import build, run_until_stopped
 
     settings = _settings(args)
     channels = settings.channels.model_copy(deep=True)
@@ -70,7 +74,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
     configure_logging(
         "warning" if settings.log.level == "info" else settings.log.level, settings.log.format
     )
-    asyncio.run(run_until_stopped(Gateway(settings, console=True, serve_http=False)))
+
+    async def chat() -> None:
+        await run_until_stopped(await build(settings, console=True, serve_http=False))
+
+    asyncio.run(chat())
     return 0
 
 
@@ -138,7 +146,7 @@ def cmd_keywords(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- parser
 
 
-def build_parser(extras: Sequence[Callable[[Any], None]] = ()) -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gateway",
         description="Chat gateway that holds an agent's risky tool calls until a person approves.",
@@ -180,29 +188,13 @@ def build_parser(extras: Sequence[Callable[[Any], None]] = ()) -> argparse.Argum
     t.add_argument("text")
     p.set_defaults(handler=cmd_keywords)
 
-    for register in extras:
-        register(sub)
+    admin.register(sub)
+    policy.register(sub)
     return parser
 
 
-def extra_commands() -> list[Callable[[Any], None]]:
-    """Subcommands contributed by other modules (confirmations, policy)."""
-    import importlib
-
-    found: list[Callable[[Any], None]] = []
-    for module_name in ("gateway.cli_admin", "gateway.cli_policy"):
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue
-        found.append(module.register)
-    return found
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser(extra_commands())
+    parser = build_parser()
     args = parser.parse_args(argv)
     handler: Handler = args.handler
     try:

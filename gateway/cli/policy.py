@@ -10,9 +10,6 @@ from typing import Any
 
 from config.settings import ConfigError, Settings, load_settings
 from gateway.logs import configure_logging
-from gateway.tools.base import PluginError, ToolArgumentsError, ToolRegistry
-from gateway.tools.policy import Policy, four_eyes_problem
-from gateway.tools.sql import SqlDatabase, SqlModifyTool, SqlQueryTool
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
@@ -47,6 +44,11 @@ def cmd_policy_test(args: argparse.Namespace) -> int:
 
 
 async def _test(settings: Settings, name: str, call_args: dict[str, Any], *, as_json: bool) -> int:
+    # Imported here, not at the top: SQLAlchemy and sqlglot would slow every `gateway --help`.
+    from gateway.tools.base import PluginError, ToolArgumentsError, ToolRegistry
+    from gateway.tools.policy import Policy, four_eyes_problem
+    from gateway.tools.sql import SqlDatabase, SqlModifyTool, SqlQueryTool
+
     db = SqlDatabase(
         settings.sql_url,
         max_rows=settings.tools.sql.max_rows,

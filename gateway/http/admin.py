@@ -1,0 +1,253 @@
+"""Admin HTTP API: confirmations, server-sent events, keywords, health, metrics, OpenAPI.
+
+Which routes need the bearer token is decided by ``gateway.http.server.require_admin``
+(everything here except /healthz, /readyz and /api/openapi.json). Given the parts it
+needs, not the Gateway: the composition root builds this before it builds the Gateway.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from config.keywords import KeywordsError, KeywordSet, KeywordStore
+from config.settings import AdminSettings
+from gateway.confirm.model import Decision
+from gateway.confirm.service import ConfirmationEvent, ConfirmationService, DecideOutcome
+from gateway.confirm.store import ConfirmationStore
+from gateway.http.jsonapi import (
+    ApiError,
+    ConfirmationQuery,
+    DecisionBody,
+    KeywordsBody,
+    read_body,
+    read_query,
+)
+from gateway.http.openapi import openapi_document
+from gateway.metrics import Metrics
+
+log = structlog.get_logger(__name__)
+
+MAX_ID_LENGTH = 32
+# Seen after a decision: HTTP status for each outcome of ConfirmationService.decide.
+DECISION_STATUS = {
+    DecideOutcome.DECIDED: 200,
+    DecideOutcome.ALREADY_DECIDED: 409,
+    DecideOutcome.EXPIRED: 409,
+    DecideOutcome.NOT_FOUND: 404,
+    DecideOutcome.FORBIDDEN: 403,
+}
+
+
+def event_payload(event: ConfirmationEvent) -> dict[str, Any]:
+    """What an SSE subscriber gets: the headline fields, and the whole record."""
+    c = event.confirmation
+    return {
+        "id": c.id,
+        "status": c.status.value,
+        "actor": c.decided_by,
+        "via": c.decided_via,
+        "reason": c.reason,
+        "session_key": c.session_key,
+        "tool": c.tool_call.name,
+        "confirmation": c.to_dict(),
+    }
+
+
+class AdminApi:
+    """The admin routes, given the parts they read and drive."""
+
+    def __init__(
+        self,
+        *,
+        confirmations: ConfirmationService,
+        store: ConfirmationStore,
+        keywords: KeywordStore,
+        metrics: Metrics,
+        settings: AdminSettings,
+        ready: Callable[[], bool],
+        channel_status: Callable[[], list[dict[str, Any]]],
+    ) -> None:
+        self.confirmations = confirmations
+        self.store = store
+        self.keywords = keywords
+        self.metrics = metrics
+        self.settings = settings
+        self.ready = ready
+        self.channel_status = channel_status
+        self._streams: set[asyncio.Queue[ConfirmationEvent | None]] = set()
+
+    def register(self, app: web.Application) -> None:
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        app.router.add_get("/metrics", self.get_metrics)
+        app.router.add_get("/api/openapi.json", self.openapi)
+        app.router.add_get("/api/confirmations", self.list_confirmations)
+        app.router.add_get("/api/confirmations/{id}", self.get_confirmation)
+        app.router.add_post("/api/confirmations/{id}/decision", self.decide)
+        app.router.add_get("/api/events", self.events)
+        app.router.add_get("/api/keywords", self.get_keywords)
+        app.router.add_put("/api/keywords", self.put_keywords)
+        app.on_shutdown.append(self._close_streams)
+
+    # ------------------------------------------------------------------ health
+
+    async def healthz(self, _: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(self, _: web.Request) -> web.Response:
+        ready = self.ready()
+        return web.json_response(
+            {"ready": ready, "channels": self.channel_status()}, status=200 if ready else 503
+        )
+
+    async def get_metrics(self, _: web.Request) -> web.Response:
+        try:
+            pending = await self.store.list_all_pending()
+        except Exception as exc:
+            # A store outage (Redis down) must not hide every other metric: keep the
+            # last pending count and serve the rest.
+            log.warning("admin.metrics_pending_failed", error=f"{type(exc).__name__}: {exc}")
+        else:
+            self.metrics.set_pending(len(pending))
+        return web.Response(
+            body=self.metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4"}
+        )
+
+    async def openapi(self, _: web.Request) -> web.Response:
+        return web.json_response(openapi_document())
+
+    # ------------------------------------------------------------------ confirmations
+
+    async def list_confirmations(self, request: web.Request) -> web.Response:
+        query = read_query(request, ConfirmationQuery)
+        found = await self.confirmations.list(
+            status=query.status, session_key=query.session or None, limit=query.limit
+        )
+        return web.json_response({"confirmations": [c.to_dict() for c in found]})
+
+    async def get_confirmation(self, request: web.Request) -> web.Response:
+        cid = request.match_info["id"]
+        found = await self.confirmations.get(cid) if len(cid) <= MAX_ID_LENGTH else None
+        if found is None:
+            raise ApiError(404, f"no confirmation {cid[:MAX_ID_LENGTH]}", field="id")
+        return web.json_response({"confirmation": found.to_dict()})
+
+    async def decide(self, request: web.Request) -> web.Response:
+        cid = request.match_info["id"]
+        body = await read_body(request, DecisionBody)
+        actor = (body.actor or "").strip() or "admin"
+        reason = (body.reason or "").strip() or None
+        if len(cid) > MAX_ID_LENGTH:
+            raise ApiError(404, f"no confirmation {cid[:MAX_ID_LENGTH]}", field="id")
+        # The bearer token authenticates the operator, so via="admin" skips the
+        # requester/approver check that chat decisions go through.
+        result = await self.confirmations.decide(
+            cid, Decision(body.decision), actor=actor, via="admin", reason=reason
+        )
+        status = DECISION_STATUS[result.outcome]
+        answer: dict[str, Any] = {
+            "outcome": result.outcome.value,
+            "message": result.message,
+            "confirmation": result.confirmation.to_dict() if result.confirmation else None,
+        }
+        if status != 200:
+            answer["error"] = result.message
+        log.info("admin.decision", confirmation_id=cid, outcome=result.outcome.value, actor=actor)
+        return web.json_response(answer, status=status)
+
+    # ------------------------------------------------------------------ events
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        queue: asyncio.Queue[ConfirmationEvent | None] = asyncio.Queue(
+            maxsize=self.settings.sse_queue_size
+        )
+
+        def listener(event: ConfirmationEvent) -> None:
+            try:
+                queue.put_nowait(event)
+            except asyncio.QueueFull:
+                # A reader this far behind is gone or stuck: end its stream, it reconnects.
+                log.warning("admin.sse_overflow")
+                _end_stream(queue)
+
+        unsubscribe = self.confirmations.subscribe(listener)
+        self._streams.add(queue)
+        self.metrics.sse_subscribers.inc()
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream; charset=utf-8",
+                "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no",  # nginx would buffer the stream otherwise
+            }
+        )
+        try:
+            await response.prepare(request)
+            await response.write(b": connected\n\n")
+            await self._stream(response, queue)
+        except (ConnectionResetError, asyncio.CancelledError):
+            # The subscriber went away, or the server is stopping: nothing to tell anyone.
+            pass
+        finally:
+            unsubscribe()
+            self._streams.discard(queue)
+            self.metrics.sse_subscribers.dec()
+        return response
+
+    async def _stream(
+        self, response: web.StreamResponse, queue: asyncio.Queue[ConfirmationEvent | None]
+    ) -> None:
+        count = 0
+        while True:
+            try:
+                event = await asyncio.wait_for(queue.get(), self.settings.sse_heartbeat_seconds)
+            except TimeoutError:
+                await response.write(b": keep-alive\n\n")
+                continue
+            if event is None:
+                return
+            count += 1
+            data = json.dumps(event_payload(event), ensure_ascii=False)
+            chunk = f"id: {count}\nevent: confirmation.{event.kind}\ndata: {data}\n\n"
+            await response.write(chunk.encode())
+
+    async def _close_streams(self, _: web.Application) -> None:
+        for queue in list(self._streams):
+            _end_stream(queue)
+
+    # ------------------------------------------------------------------ keywords
+
+    async def get_keywords(self, _: web.Request) -> web.Response:
+        store = self.keywords
+        return web.json_response(
+            {**store.words.to_dict(), "file": str(store.path), "last_error": store.last_error}
+        )
+
+    async def put_keywords(self, request: web.Request) -> web.Response:
+        body = await read_body(request, KeywordsBody)
+        try:
+            words = KeywordSet.build(body.confirm, body.cancel)
+        except KeywordsError as exc:
+            raise ApiError(422, str(exc)) from exc
+        try:
+            self.keywords.replace(words)
+        except OSError as exc:
+            path = self.keywords.path
+            log.error("admin.keywords_write_failed", path=str(path), error=str(exc))
+            return web.json_response({"error": f"cannot write {path}: {exc.strerror}"}, status=500)
+        log.info("admin.keywords_replaced", confirm=len(words.confirm), cancel=len(words.cancel))
+        return web.json_response({**words.to_dict(), "file": str(self.keywords.path)})
+
+
+def _end_stream(queue: asyncio.Queue[ConfirmationEvent | None]) -> None:
+    """Make the stream's loop end: drop what is queued and put the end marker."""
+    with contextlib.suppress(asyncio.QueueEmpty):
+        while True:
+            queue.get_nowait()
+    queue.put_nowait(None)

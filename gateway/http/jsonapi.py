@@ -1,0 +1,247 @@
+"""Request bodies and queries of the JSON APIs as pydantic models, and errors that name the field.
+
+A client mistake is a 4xx with ``{"error": "...", "field": "..."}``, never a 5xx, and is
+logged at info level at most: it is the client's problem, not an operator's. The same
+models describe the API in ``/api/openapi.json`` (gateway.http.openapi).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, TypeVar
+
+import structlog
+from aiohttp import web
+from aiohttp.typedefs import Handler
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
+
+from gateway.confirm.model import Status
+
+log = structlog.get_logger(__name__)
+
+Model = TypeVar("Model", bound=BaseModel)
+
+# Room and user names: letters (any script), digits, and a few separators. No spaces,
+# colons or slashes, so they are safe in session keys, URLs and logs.
+NAME_PATTERN = re.compile(r"^[\w.@\-]{1,64}$")
+NAME_RULE = "1-64 letters, digits, '.', '_', '-' or '@'"
+
+
+class ApiError(Exception):
+    """A client error to answer as JSON."""
+
+    def __init__(self, status: int, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.field = field
+
+
+def error_response(status: int, message: str, *, field: str | None = None) -> web.Response:
+    body: dict[str, Any] = {"error": message}
+    if field is not None:
+        body["field"] = field
+    return web.json_response(body, status=status)
+
+
+def check_name(value: object, field: str) -> str:
+    """A room or user name, or ApiError 400 saying what is allowed."""
+    if not isinstance(value, str):
+        raise ApiError(400, f"{field} must be a string ({NAME_RULE})", field=field)
+    if not NAME_PATTERN.fullmatch(value):
+        raise ApiError(400, f"{field} is invalid: use {NAME_RULE}", field=field)
+    return value
+
+
+# ---------------------------------------------------------------------- models
+
+
+class JsonBody(BaseModel):
+    """A request body: JSON types as sent (no "5" for 5), unknown fields ignored."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+
+class QueryParams(BaseModel):
+    """Query parameters: strings from the URL, converted (``limit=5`` is 5)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+MAX_WORDS = 500
+Word = Annotated[str, Field(max_length=64)]
+WordList = Annotated[list[Word], Field(max_length=MAX_WORDS)]
+
+
+class DecisionBody(JsonBody):
+    """Approve or reject a pending confirmation as the operator (via=admin)."""
+
+    decision: Literal["approve", "reject"]
+    actor: str | None = Field(
+        default=None, max_length=128, description="recorded as the decider; default admin"
+    )
+    reason: str | None = Field(default=None, max_length=1000)
+
+
+class KeywordsBody(JsonBody):
+    """Both word lists, replaced together."""
+
+    confirm: WordList
+    cancel: WordList
+
+
+class ChatMessageBody(JsonBody):
+    """Say something in a web chat room."""
+
+    user: str = Field(min_length=1, max_length=64, description=f"the sender: {NAME_RULE}")
+    text: str = Field(description="what they say; at most webchat.max_text_length characters")
+
+    @field_validator("user")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        # Not a JSON Schema "pattern": its \w is ASCII-only, while names are in any script.
+        if not NAME_PATTERN.fullmatch(value):
+            raise ValueError(f"use {NAME_RULE}")
+        return value
+
+
+class ConfirmationQuery(QueryParams):
+    status: Status | None = None
+    session: str | None = Field(
+        default=None, max_length=256, description="a session key, e.g. webchat:lobby"
+    )
+    limit: int = Field(default=200, ge=1, le=1000)
+
+
+class ChatHistoryQuery(QueryParams):
+    after: int = Field(default=0, ge=0, description="only messages with seq greater than this")
+    wait: float = Field(default=0, ge=0, description="seconds to wait for a message (capped)")
+    user: str | None = Field(
+        default=None, max_length=64, description="add can_decide for this user to confirmations"
+    )
+
+
+# ---------------------------------------------------------------------- reading
+
+
+async def read_json_object(request: web.Request) -> dict[str, Any]:
+    """The request body as a JSON object, or ApiError 400/413/415.
+
+    Only ``application/json`` is read: a browser sends that cross-origin only after a CORS
+    preflight, which this server never grants, so another site's page cannot post here.
+    """
+    ctype = request.content_type
+    if ctype != "application/json" and not ctype.endswith("+json"):
+        raise ApiError(415, f"Content-Type must be application/json (got {ctype or 'none'})")
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise ApiError(413, "request body too large") from exc
+    if not raw:
+        raise ApiError(400, "request body is empty: send a JSON object")
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ApiError(400, f"request body is not valid JSON: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ApiError(400, "request body must be a JSON object")
+    return data
+
+
+def required_string(data: Mapping[str, Any], field: str, *, max_length: int) -> str:
+    """A string field of a hand-read body (the web chat's), or ApiError 400 naming it."""
+    value = data.get(field)
+    if field not in data:
+        raise ApiError(400, f"{field} is required", field=field)
+    if not isinstance(value, str):
+        raise ApiError(400, f"{field} must be a string", field=field)
+    if len(value) > max_length:
+        raise ApiError(
+            400, f"{field} is too long ({len(value)} > {max_length} characters)", field=field
+        )
+    return value
+
+
+async def read_body(request: web.Request, model: type[Model]) -> Model:
+    """The request body as ``model``, or ApiError 4xx naming the first bad field."""
+    return validate(model, await read_json_object(request))
+
+
+def read_query(request: web.Request, model: type[Model]) -> Model:
+    """The query string as ``model``; an empty value (``?status=``) counts as absent."""
+    return validate(model, {k: v for k, v in request.query.items() if v != ""})
+
+
+def validate(model: type[Model], data: Mapping[str, Any]) -> Model:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors(include_url=False, include_input=False)[0]
+        field = str(error["loc"][0]) if error["loc"] else None
+        raise ApiError(400, describe(error), field=field) from exc
+
+
+# What a person reads for pydantic's error types: "<field> <phrase>".
+PHRASES = {
+    "missing": "is required",
+    "string_type": "must be a string",
+    "list_type": "must be a list",
+    "int_type": "must be a whole number",
+    "int_parsing": "must be a whole number",
+    "int_from_float": "must be a whole number",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "finite_number": "must be a finite number",
+    "bool_type": "must be true or false",
+    "literal_error": "must be {expected}",
+    "enum": "must be {expected}",
+    "string_too_short": "is too short (at least {min_length} characters)",
+    "string_too_long": "is too long (at most {max_length} characters)",
+    "too_long": "has too many items (at most {max_length})",
+    "greater_than_equal": "must be at least {ge}",
+    "less_than_equal": "must be at most {le}",
+    "value_error": "is invalid: {error}",
+}
+
+
+def describe(error: ErrorDetails) -> str:
+    """``confirm[1] must be a string``, ``decision must be approve or reject``, ..."""
+    loc = error["loc"]
+    where = str(loc[0]) if loc else "body"
+    where += "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc[1:])
+    ctx = {k: str(v) for k, v in (error.get("ctx") or {}).items()}
+    if "expected" in ctx:  # "'approve' or 'reject'" reads better without the quotes
+        ctx["expected"] = ctx["expected"].replace("'", "")
+    phrase = PHRASES.get(error["type"])
+    if phrase is None:
+        return f"{where}: {error['msg']}"
+    return f"{where} {phrase.format(**ctx)}"
+
+
+# ---------------------------------------------------------------------- middleware
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Under /api/: ApiError and aiohttp's own 4xx (unknown route, wrong method, body too
+    large) become JSON errors, so scripts always get something they can parse."""
+    try:
+        return await handler(request)
+    except ApiError as exc:
+        log.info("http.client_error", path=request.path, status=exc.status, error=exc.message)
+        return error_response(exc.status, exc.message, field=exc.field)
+    except web.HTTPException as exc:
+        if not request.path.startswith("/api/") or exc.status < 400:
+            raise
+        message = exc.reason
+        if exc.status == 404:
+            message = f"no such endpoint: {request.method} {request.path}"
+        elif exc.status == 405:
+            message = f"method {request.method} not allowed on {request.path}"
+        log.info("http.client_error", path=request.path, status=exc.status, error=message)
+        allow = exc.headers.get("Allow")
+        headers = {"Allow": allow} if allow else {}
+        return web.json_response({"error": message}, status=exc.status, headers=headers)

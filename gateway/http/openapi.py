@@ -1,0 +1,339 @@
+"""The OpenAPI 3.1 document served at /api/openapi.json, generated from pydantic models.
+
+Request bodies and queries are the models the handlers validate with (gateway.http.jsonapi);
+the answers are described by the models below; which routes need the bearer token comes
+from the middleware's own rule (``needs_admin``). What is left by hand is a table of
+routes: method, path, summary and the answers each can give.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
+
+from gateway.confirm.model import Risk, Status
+from gateway.http.jsonapi import (
+    NAME_RULE,
+    ChatHistoryQuery,
+    ChatMessageBody,
+    ConfirmationQuery,
+    DecisionBody,
+    KeywordsBody,
+)
+from gateway.http.server import needs_admin
+
+# ---------------------------------------------------------------------- answers
+
+
+class Answer(BaseModel):
+    # Exact: tests/admin check that real answers validate against these models.
+    model_config = ConfigDict(extra="forbid")
+
+
+class Error(Answer):
+    error: str
+    field: str | None = None
+
+
+class ToolCallView(Answer):
+    name: str
+    args: dict[str, Any]
+    call_id: str
+
+
+class Confirmation(Answer):
+    """A held tool call and what became of it."""
+
+    id: str = Field(examples=["K7Q2"])
+    session_key: str = Field(examples=["webchat:lobby"])
+    channel: str
+    chat_id: str
+    requester: str
+    is_group: bool
+    tool_call: ToolCallView
+    summary: str
+    details: dict[str, Any] = Field(
+        description="tool-specific; SQL: statement, kind, tables, rows_affected"
+    )
+    risk: Risk
+    approvers: list[str]
+    four_eyes: bool
+    created_at: float = Field(description="Unix time, seconds")
+    expires_at: float
+    status: Status
+    decided_by: str | None
+    decided_at: float | None
+    decided_via: str | None = Field(examples=["web"])
+    reason: str | None
+    feedback: bool
+    prompt_refs: dict[str, str]
+
+
+class ConfirmationList(Answer):
+    confirmations: list[Confirmation]
+
+
+class OneConfirmation(Answer):
+    confirmation: Confirmation
+
+
+class DecisionResult(Answer):
+    outcome: Literal["decided", "already_decided", "not_found", "forbidden", "expired"]
+    message: str
+    confirmation: Confirmation | None
+    error: str | None = None
+
+
+class Keywords(Answer):
+    confirm: list[str]
+    cancel: list[str]
+    file: str
+    last_error: str | None = None
+
+
+class Health(Answer):
+    status: str
+
+
+class Readiness(Answer):
+    ready: bool
+    channels: list[dict[str, Any]] = Field(description="each channel's name, ready and details")
+
+
+class DeadLetters(Answer):
+    channel: str | None = None
+    failed: list[dict[str, Any]]
+
+
+class Accepted(Answer):
+    message_id: str
+
+
+class ChatMessage(Answer):
+    seq: int
+    kind: Literal["text", "confirmation", "confirmation_update"]
+    text: str
+    confirmation: Confirmation | None = None
+    at: float
+    user: str | None = Field(description="who wrote it; null for the gateway")
+    message_id: str | None = None
+    can_decide: dict[str, Any] | None = Field(
+        default=None, description="only with ?user= and a confirmation: may that user decide"
+    )
+
+
+class ChatHistory(Answer):
+    messages: list[ChatMessage]
+    last_seq: int
+
+
+# ---------------------------------------------------------------------- routes
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    description: str
+    model: type[BaseModel] | None = None
+    media: str = "application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    method: str
+    path: str
+    summary: str
+    replies: Mapping[int, Reply]
+    body: type[BaseModel] | None = None
+    query: type[BaseModel] | None = None
+    path_params: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    description: str | None = None
+
+
+# Where each (model, mode) is in components.schemas: {"$ref": ...}.
+Refs = Mapping[tuple[Any, JsonSchemaMode], Any]
+ID = {"id": {"type": "string"}}
+SESSION = {
+    "session": {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": 64,
+        "description": f"room name ({NAME_RULE}); the session key is webchat:<session>",
+    }
+}
+BAD = Reply("bad request: the error names the field", Error)
+TEXT = "text/plain"
+
+ROUTES = (
+    Route("get", "/healthz", "process is alive", {200: Reply("alive", Health)}),
+    Route(
+        "get",
+        "/readyz",
+        "all channels started",
+        {200: Reply("ready", Readiness), 503: Reply("not ready; channels say why", Readiness)},
+    ),
+    Route(
+        "get", "/metrics", "Prometheus metrics", {200: Reply("text exposition format", media=TEXT)}
+    ),
+    Route(
+        "get",
+        "/api/confirmations",
+        "list confirmations, newest first",
+        {200: Reply("the confirmations", ConfirmationList), 400: BAD},
+        query=ConfirmationQuery,
+    ),
+    Route(
+        "get",
+        "/api/confirmations/{id}",
+        "one confirmation",
+        {200: Reply("the record", OneConfirmation), 404: Reply("unknown id", Error)},
+        path_params=ID,
+    ),
+    Route(
+        "post",
+        "/api/confirmations/{id}/decision",
+        "approve or reject as the operator (via=admin)",
+        {
+            200: Reply("decided; the final record", DecisionResult),
+            400: BAD,
+            404: Reply("unknown id", DecisionResult),
+            409: Reply("already decided or expired; the record", DecisionResult),
+        },
+        body=DecisionBody,
+        path_params=ID,
+    ),
+    Route(
+        "get",
+        "/api/events",
+        "server-sent events: confirmation.requested, confirmation.resolved",
+        {200: Reply("an event stream", media="text/event-stream")},
+        description=(
+            "Each event's data is JSON: id, status, actor, via, reason, session_key, tool "
+            "and the whole confirmation."
+        ),
+    ),
+    Route(
+        "get", "/api/keywords", "the confirm/cancel words in force", {200: Reply("words", Keywords)}
+    ),
+    Route(
+        "put",
+        "/api/keywords",
+        "replace both lists: validated, written to the file, applied now",
+        {
+            200: Reply("the new words", Keywords),
+            400: BAD,
+            422: Reply("invalid word lists (empty, or a word in both)", Error),
+        },
+        body=KeywordsBody,
+    ),
+    *(
+        Route(
+            "get",
+            f"/api/channels/{name}/failed",
+            f"{name} messages that could not be delivered (when the channel is enabled)",
+            {200: Reply("the dead letters, oldest first", DeadLetters)},
+        )
+        for name in ("feishu", "dingtalk")
+    ),
+    Route(
+        "post",
+        "/api/chat/{session}/messages",
+        "say something in a web chat room",
+        {
+            202: Reply("accepted", Accepted),
+            400: BAD,
+            413: Reply("text longer than webchat.max_text_length", Error),
+        },
+        body=ChatMessageBody,
+        path_params=SESSION,
+    ),
+    Route(
+        "get",
+        "/api/chat/{session}/messages",
+        "read a room's history; long poll with wait",
+        {200: Reply("messages after `after`", ChatHistory), 400: BAD},
+        query=ChatHistoryQuery,
+        path_params=SESSION,
+    ),
+)
+
+
+# ---------------------------------------------------------------------- the document
+
+
+def openapi_document() -> dict[str, Any]:
+    """Built per call: small, and no module-level mutable state to share between apps."""
+    wanted: dict[tuple[type[BaseModel], JsonSchemaMode], None] = {(Error, "serialization"): None}
+    for route in ROUTES:
+        for model in (route.body, route.query):
+            if model is not None:
+                wanted[(model, "validation")] = None
+        for reply in route.replies.values():
+            if reply.model is not None:
+                wanted[(reply.model, "serialization")] = None
+    refs, definitions = models_json_schema(
+        list(wanted), ref_template="#/components/schemas/{model}"
+    )
+    schemas = definitions.get("$defs", {})
+    paths: dict[str, dict[str, Any]] = {}
+    for route in ROUTES:
+        paths.setdefault(route.path, {})[route.method] = _operation(route, refs, schemas)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "chat-gateway",
+            "version": "1",
+            "description": (
+                "Admin and web chat API of the chat gateway. Admin routes need "
+                "`Authorization: Bearer <token>` when [admin] token is set. Errors are "
+                '`{"error": "...", "field": "..."}`.'
+            ),
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": schemas,
+        },
+        "paths": paths,
+    }
+
+
+def _operation(
+    route: Route,
+    refs: Refs,
+    schemas: Mapping[str, Any],
+) -> dict[str, Any]:
+    replies = dict(route.replies)
+    op: dict[str, Any] = {"summary": route.summary}
+    if route.description:
+        op["description"] = route.description
+    if needs_admin(route.path):
+        op["security"] = [{"bearer": []}]
+        replies[401] = Reply("missing or wrong bearer token", Error)
+    params = [
+        {"name": name, "in": "path", "required": True, "schema": schema}
+        for name, schema in route.path_params.items()
+    ]
+    if route.query is not None:
+        query = schemas[route.query.__name__]
+        required = set(query.get("required", ()))
+        params += [
+            {"name": name, "in": "query", "required": name in required, "schema": schema}
+            for name, schema in query["properties"].items()
+        ]
+    if params:
+        op["parameters"] = params
+    if route.body is not None:
+        schema = refs[(route.body, "validation")]
+        op["requestBody"] = {"required": True, "content": {"application/json": {"schema": schema}}}
+    op["responses"] = {
+        str(status): _reply(reply, refs) for status, reply in sorted(replies.items())
+    }
+    return op
+
+
+def _reply(reply: Reply, refs: Refs) -> Any:
+    schema = {"type": "string"} if reply.model is None else refs[(reply.model, "serialization")]
+    return {"description": reply.description, "content": {reply.media: {"schema": schema}}}

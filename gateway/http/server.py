@@ -1,0 +1,159 @@
+"""The one aiohttp server: web chat, admin API and platform webhooks register routes on it.
+
+Admin protection is decided here, once, by path, and safe by default: every route under
+``/api/`` needs the bearer token except the web chat's ``/api/chat/...`` and
+``/api/openapi.json``; ``/metrics`` and ``/admin`` need it too. ``/healthz``, ``/readyz``,
+the web chat page, its WebSocket, static files and platform webhooks are public (webhooks
+verify their own signatures). A route that registers itself under ``/api/`` later (a
+channel's dead letters, say) is protected without doing anything.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+from urllib.parse import urlsplit
+
+import structlog
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+
+from config.settings import ConfigError
+from gateway.http.jsonapi import error_response, json_errors
+
+log = structlog.get_logger(__name__)
+
+PUBLIC_API_PREFIXES = ("/api/chat/", "/api/openapi.json")
+UNAUTHORIZED = "missing or wrong bearer token: send Authorization: Bearer <admin token>"
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", ""):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def needs_admin(path: str) -> bool:
+    """Whether a route (its pattern, e.g. ``/api/confirmations/{id}``) is admin-only."""
+    if path.startswith("/api/"):
+        return not path.startswith(PUBLIC_API_PREFIXES)
+    return path == "/metrics" or path == "/admin" or path.startswith("/admin/")
+
+
+def bearer_matches(header: str, token: bytes) -> bool:
+    """``Authorization: Bearer <token>``, compared in constant time.
+
+    On bytes: ``hmac.compare_digest`` raises on non-ASCII ``str``, which made a header
+    with a non-ASCII token a 500. ``surrogatepass`` encodes whatever aiohttp decoded.
+    """
+    scheme, _, given = header.partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(given.strip().encode("utf-8", "surrogatepass"), token)
+
+
+def require_admin(token: str | None) -> Middleware:
+    """The one bearer check. No token configured (loopback only) means nothing to check."""
+    expected = token.encode("utf-8", "surrogatepass") if token else None
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if (
+            expected is not None
+            and needs_admin(_route_path(request))
+            and not bearer_matches(request.headers.get("Authorization", ""), expected)
+        ):
+            log.info("admin.unauthorized", path=request.path[:200])
+            return web.json_response(
+                {"error": UNAUTHORIZED},
+                status=401,
+                headers={"WWW-Authenticate": 'Bearer realm="gateway"'},
+            )
+        return await handler(request)
+
+    return middleware
+
+
+def _route_path(request: web.Request) -> str:
+    """The pattern of the route that will answer, else the path (unknown routes: 404/405).
+
+    Deciding on the matched route, not the raw path, means no spelling of a URL
+    (``%2F``, ``..``) can reach an admin handler through a public prefix.
+    """
+    resource = request.match_info.route.resource
+    return resource.canonical if resource is not None else request.path
+
+
+@web.middleware
+async def same_origin(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Refuse browser requests from other sites that change something or open a socket.
+
+    WebSockets and form-like POSTs are not covered by CORS: without this, any page a
+    user visits could drive a gateway on their machine (cross-site WebSocket hijacking).
+    Requests without an Origin header (curl, scripts, the CLI) are not browsers: allowed.
+    """
+    origin = request.headers.get("Origin")
+    changes = request.method not in ("GET", "HEAD", "OPTIONS") or request.path == "/ws"
+    if origin and changes and urlsplit(origin).netloc.lower() != request.host.lower():
+        log.info("http.cross_origin_refused", path=request.path, origin=origin[:200])
+        return error_response(403, "cross-origin request refused: open the gateway's own page")
+    return await handler(request)
+
+
+class HttpServer:
+    """Owns the aiohttp Application, its middlewares and its listening socket.
+
+    Refuses to exist bound beyond loopback without an admin token: the admin API would
+    be open to the network.
+    """
+
+    def __init__(
+        self, *, host: str, port: int, admin_token: str | None, client_max_size: int = 1 << 20
+    ) -> None:
+        self.host = host
+        self.port = port
+        # An empty token is no token: it must not make 'Bearer ' (nothing) a password.
+        self.admin_token = admin_token or None
+        if not is_loopback(host) and self.admin_token is None:
+            raise ConfigError(
+                f"server.host is {host!r}, which is reachable from other machines, and "
+                "admin.token is not set: set GATEWAY_ADMIN__TOKEN (or [admin] token) to a long "
+                "random string, or bind 127.0.0.1"
+            )
+        self.app = web.Application(
+            client_max_size=client_max_size,
+            middlewares=[same_origin, require_admin(self.admin_token), json_errors],
+        )
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        try:
+            await site.start()
+        except OSError as exc:
+            await self.stop()
+            raise ConfigError(
+                f"cannot listen on {self.host}:{self.port}: {exc.strerror}; "
+                "set GATEWAY_SERVER__PORT (or [server] port) to a free port"
+            ) from exc
+        addresses = self._runner.addresses
+        if addresses:
+            self.port = addresses[0][1]
+        log.info("http.listening", url=self.url)
+
+    @property
+    def url(self) -> str:
+        host = self.host if ":" not in self.host else f"[{self.host}]"
+        if self.host in ("0.0.0.0", "::"):
+            host = "127.0.0.1"
+        return f"http://{host}:{self.port}"
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
