@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import sys
 import tomllib
 import urllib.request
@@ -14,8 +12,8 @@ import pytest
 
 from config.settings import ConfigError
 from gateway.extras import require
+from tests.deploy.kit import ROOT, clean_env, running_gateway
 
-ROOT = Path(__file__).resolve().parents[2]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 # What each extra brings that the code imports, by top-level module name.
 EXTRA_MODULES = {
@@ -87,34 +85,11 @@ sys.exit(main(["serve", "--host", "127.0.0.1", "--port", "0"]))
 
 def test_default_serve_runs_without_any_extra(tmp_path: Path) -> None:
     blocked = sorted({m for modules in EXTRA_MODULES.values() for m in modules})
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
-    env |= {"GATEWAY_DATA_DIR": str(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SERVE_WITHOUT_EXTRAS, ",".join(blocked)],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()  # "gateway is running: open http://..." once started
-        found = re.search(r"http://\S+", line)
-        if found is None:
-            proc.kill()
-            _, err = proc.communicate(timeout=30)
-            pytest.fail(f"gateway serve did not start without extras:\n{line}{err}")
-        url = found.group(0)
-        with urllib.request.urlopen(f"{url}/healthz", timeout=10) as response:
-            assert response.status == 200
-        with urllib.request.urlopen(f"{url}/readyz", timeout=10) as response:
-            assert response.status == 200
-        with urllib.request.urlopen(f"{url}/", timeout=10) as response:
-            assert response.status == 200  # the web chat page
-    finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
+    argv = [sys.executable, "-c", SERVE_WITHOUT_EXTRAS, ",".join(blocked)]
+    env = clean_env(GATEWAY_DATA_DIR=str(tmp_path / "data"))
+    with running_gateway(argv, cwd=tmp_path, env=env) as url:
+        for path in ("/healthz", "/readyz", "/"):  # "/" is the web chat page
+            with urllib.request.urlopen(url + path, timeout=10) as response:
+                assert response.status == 200, path
     assert (tmp_path / "data" / "confirmations.db").is_file()
     assert (tmp_path / "data" / "demo.db").is_file()
