@@ -78,7 +78,7 @@ class NotInstalled(importlib.abc.MetaPathFinder):
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return None
 sys.meta_path.insert(0, NotInstalled())
-from gateway.cli import main
+from gateway.cli.main import main
 sys.exit(main(["serve", "--host", "127.0.0.1", "--port", "0"]))
 """
 
