@@ -126,6 +126,9 @@ class SdkThread:
         except TimeoutError:
             log.warning("sdk_thread.stop_timeout", thread=self.name, seconds=timeout)
             return False
+        if self._thread is not None:
+            # Its loop is closed; the thread is on its last lines. Joined off the loop.
+            await asyncio.to_thread(self._thread.join, timeout)
         return True
 
     def hand_over(self, fn: Callable[..., None], *args: Any) -> bool:

@@ -1,58 +1,21 @@
-"""Reliable sends: per-chat pacing, retry with backoff, idempotency keys, a dead-letter list."""
+"""Reliable sends: per-chat pacing, retry with backoff, idempotency keys, dead letters."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
-from typing import Any
 
 import structlog
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_exponential,
-    wait_random,
-)
-from tenacity.wait import wait_base
 
 from channels.feishu.api import ApiResult, FeishuApi, TokenError
+from channels.platform import DeadLetters
+from gateway.runtime import retrying
 
 log = structlog.get_logger(__name__)
 
 # Feishu allows 5 messages per second to one user or group (shared by all bots in it).
 CHAT_INTERVAL_SECONDS = 0.22
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FailedSend:
-    """A message that could not be delivered after every retry (``/api/channels/feishu/failed``)."""
-
-    at: float
-    chat_id: str
-    op: str  # "create" | "reply" | "patch"
-    kind: str  # the outbound kind: text | confirmation | confirmation_update
-    status: int
-    code: int
-    error: str
-    attempts: int
-    text: str
-    confirmation_id: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def backoff(base: float, cap: float) -> wait_base:
-    """Exponential backoff from ``base`` up to ``cap`` seconds, plus up to ``base`` of jitter."""
-    # wait_exponential + wait_random take the same arguments in tenacity 8 and 9
-    # (9 renamed wait_exponential_jitter's ``initial`` and warns on the old name).
-    return wait_exponential(multiplier=base, max=cap) + wait_random(0, base)
 
 
 class _Retry(Exception):
@@ -87,22 +50,17 @@ class Outbox:
         self,
         *,
         api: FeishuApi,
-        max_attempts: int = 5,
-        backoff_initial: float = 0.5,
-        backoff_max: float = 8.0,
-        dead_letters: int = 200,
+        dead_letters: DeadLetters,
+        max_attempts: int,
+        backoff_initial: float,
+        backoff_max: float,
     ) -> None:
         self.api = api
         self.pacer = ChatPacer()
+        self.dead_letters = dead_letters
         self._max_attempts = max_attempts
-        self._backoff = backoff(backoff_initial, backoff_max)
-        self.failed: deque[FailedSend] = deque(maxlen=dead_letters)
-
-    def _wait(self, state: RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome is not None else None
-        if isinstance(exc, _Retry) and exc.result.invalid_token:
-            return 0.0  # the token was dropped; a fresh one is fetched at once
-        return float(self._backoff(state))
+        self._backoff_initial = backoff_initial
+        self._backoff_max = backoff_max
 
     async def _attempts(
         self, chat_id: str, call: Callable[[], Awaitable[ApiResult]]
@@ -110,11 +68,11 @@ class Outbox:
         attempts = 0
         result = ApiResult(0, -1, "not sent")
         try:
-            async for attempt in AsyncRetrying(
-                stop=stop_after_attempt(self._max_attempts),
-                wait=self._wait,
-                retry=retry_if_exception_type(_Retry),
-                reraise=True,
+            async for attempt in retrying(
+                attempts=self._max_attempts,
+                initial=self._backoff_initial,
+                maximum=self._backoff_max,
+                retry_on=lambda exc: isinstance(exc, _Retry),
             ):
                 with attempt:
                     attempts += 1
@@ -123,7 +81,7 @@ class Outbox:
                         result = await call()
                     except TokenError as exc:
                         result = exc.result
-                    if not result.ok and (result.retryable or result.status == 0):
+                    if not result.ok and result.retryable:
                         log.warning(
                             "feishu.send_retry",
                             chat_id=chat_id,
@@ -148,29 +106,16 @@ class Outbox:
         attempts: int,
         confirmation_id: str | None,
     ) -> None:
-        entry = FailedSend(
-            at=time.time(),
+        self.dead_letters.add(
             chat_id=chat_id,
-            op=op,
             kind=kind,
-            status=result.status,
-            code=result.code,
-            error=result.msg,
-            attempts=attempts,
-            text=text[:500],
-            confirmation_id=confirmation_id,
-        )
-        self.failed.append(entry)
-        log.error(
-            "feishu.send_failed",
-            chat_id=chat_id,
-            op=op,
-            kind=kind,
-            status=result.status,
-            code=result.code,
+            text=text,
             error=result.msg,
             attempts=attempts,
             confirmation_id=confirmation_id,
+            op=op,
+            status=result.status,
+            code=result.code,
         )
 
     async def send(
