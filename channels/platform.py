@@ -4,6 +4,8 @@
 * ``SdkThread``: the SDK's client on an event loop of its own, in a daemon thread.
 * ``DeadLetters``: the sends that failed after every retry, served at
   ``/api/channels/<name>/failed`` (protected like every ``/api/`` path by the server).
+* ``until_it_works``: connect (or restart) on the gateway's one backoff policy, logging
+  each failure.
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from typing import Any, TypeVar
 
 import structlog
 from aiohttp import web
+from tenacity import RetryCallState
+
+from gateway.runtime import retrying
 
 log = structlog.get_logger(__name__)
 
@@ -75,6 +80,36 @@ class CachedToken:
             self.invalidate(token)
             result = await call(await self.get())
         return result
+
+
+async def until_it_works(
+    work: Callable[[], Awaitable[Any]], *, event: str, initial: float, maximum: float
+) -> None:
+    """Run ``work()`` until it returns (or the caller is cancelled), retrying any error.
+
+    Each failure is logged as ``event`` with the wait before the next try; the waits come
+    from the gateway's one backoff policy, so many clients that failed together do not
+    retry in step.
+    """
+
+    def failed(state: RetryCallState) -> None:
+        exc = state.outcome.exception() if state.outcome else None
+        log.warning(
+            event,
+            attempt=state.attempt_number,
+            retry_in=round(state.upcoming_sleep, 2),
+            error=f"{type(exc).__name__}: {exc}",
+        )
+
+    async for attempt in retrying(
+        attempts=None,
+        initial=initial,
+        maximum=maximum,
+        retry_on=lambda exc: isinstance(exc, Exception),
+        before_sleep=failed,
+    ):
+        with attempt:
+            await work()
 
 
 class SdkThread:

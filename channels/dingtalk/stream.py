@@ -35,8 +35,8 @@ from dingtalk_stream import utils as _sdk_utils
 from tenacity import AsyncRetrying, RetryCallState
 from tenacity.wait import wait_base
 
-from channels.platform import SdkThread
-from gateway.runtime import backoff, retrying
+from channels.platform import SdkThread, until_it_works
+from gateway.runtime import backoff
 
 log = structlog.get_logger(__name__)
 
@@ -170,25 +170,14 @@ class StreamRunner:
         client = self._build_client()
         self._client = client
 
-        def crashed(state: RetryCallState) -> None:
-            exc = state.outcome.exception() if state.outcome else None
-            log.error(
-                "dingtalk.stream_client_crashed",
-                error=f"{type(exc).__name__}: {exc}",
-                retry_in=round(state.upcoming_sleep, 2),
-            )
-
         # start() reconnects by itself and returns only when stopped; an SDK bug that
         # ends it must not end stream mode for good.
-        async for attempt in retrying(
-            attempts=None,
+        await until_it_works(
+            client.start,
+            event="dingtalk.stream_client_crashed",
             initial=self._reconnect_base,
             maximum=self._reconnect_max,
-            retry_on=lambda exc: isinstance(exc, Exception),
-            before_sleep=crashed,
-        ):
-            with attempt:
-                await client.start()
+        )
 
     def hand_over(self, data: dict[str, Any]) -> None:
         """Called on the SDK loop: pass a chatbot message to the gateway loop."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import structlog
 
@@ -16,6 +17,16 @@ log = structlog.get_logger(__name__)
 
 # Feishu allows 5 messages per second to one user or group (shared by all bots in it).
 CHAT_INTERVAL_SECONDS = 0.22
+
+
+@dataclass(frozen=True, slots=True)
+class _About:
+    """What a dead letter says about the message (the API call itself knows only its chat)."""
+
+    chat_id: str
+    kind: str
+    text: str
+    confirmation_id: str | None
 
 
 class _Retry(Exception):
@@ -95,24 +106,14 @@ class Outbox:
             result = exc.result
         return result, attempts
 
-    def _dead_letter(
-        self,
-        *,
-        op: str,
-        chat_id: str,
-        kind: str,
-        text: str,
-        result: ApiResult,
-        attempts: int,
-        confirmation_id: str | None,
-    ) -> None:
+    def _dead_letter(self, op: str, about: _About, result: ApiResult, attempts: int) -> None:
         self.dead_letters.add(
-            chat_id=chat_id,
-            kind=kind,
-            text=text,
+            chat_id=about.chat_id,
+            kind=about.kind,
+            text=about.text,
             error=result.msg,
             attempts=attempts,
-            confirmation_id=confirmation_id,
+            confirmation_id=about.confirmation_id,
             op=op,
             status=result.status,
             code=result.code,
@@ -132,7 +133,6 @@ class Outbox:
     ) -> ApiResult:
         """Create (or reply with) one message; one uuid for all attempts, so no duplicates."""
         idem = str(uuid.uuid4())
-        op = "reply" if reply_to else "create"
 
         async def call() -> ApiResult:
             if reply_to:
@@ -158,15 +158,8 @@ class Outbox:
                 dead_letter=dead_letter,
             )
         if not result.ok and dead_letter:
-            self._dead_letter(
-                op=op,
-                chat_id=chat_id,
-                kind=kind,
-                text=text,
-                result=result,
-                attempts=attempts,
-                confirmation_id=confirmation_id,
-            )
+            about = _About(chat_id, kind, text, confirmation_id)
+            self._dead_letter("reply" if reply_to else "create", about, result, attempts)
         return result
 
     async def patch(
@@ -185,12 +178,6 @@ class Outbox:
         result, attempts = await self._attempts(chat_id, call)
         if not result.ok:
             self._dead_letter(
-                op="patch",
-                chat_id=chat_id,
-                kind=kind,
-                text=text,
-                result=result,
-                attempts=attempts,
-                confirmation_id=confirmation_id,
+                "patch", _About(chat_id, kind, text, confirmation_id), result, attempts
             )
         return result

@@ -48,7 +48,6 @@ from lark_oapi.ws import client as ws_client
 from lark_oapi.ws.const import GEN_ENDPOINT_URI, INTERNAL_ERROR, OK, SYSTEM_BUSY
 from lark_oapi.ws.exception import ClientException, ServerException
 from lark_oapi.ws.model import EndpointResp
-from tenacity import RetryCallState
 from websockets.exceptions import ConnectionClosedOK, InvalidHandshake
 
 from channels.feishu.api import resolve_domain
@@ -58,8 +57,8 @@ from channels.feishu.inbound import (
     card_action_from_sdk,
     message_from_sdk,
 )
-from channels.platform import SdkThread
-from gateway.runtime import BackgroundTasks, retrying
+from channels.platform import SdkThread, until_it_works
+from gateway.runtime import BackgroundTasks
 
 log = structlog.get_logger(__name__)
 
@@ -248,28 +247,6 @@ class LongConnection:
 
     # ---- on the SDK thread --------------------------------------------------------------
 
-    async def _connect_with_backoff(self) -> None:
-        def before_sleep(state: RetryCallState) -> None:
-            exc = state.outcome.exception() if state.outcome else None
-            log.warning(
-                "feishu.ws_connect_failed",
-                attempt=state.attempt_number,
-                retry_in=round(state.upcoming_sleep, 2),
-                error=f"{type(exc).__name__}: {exc}",
-            )
-
-        # Wrong credentials (ClientException) are retried too: an admin may fix the app
-        # in Feishu's console while the gateway keeps running.
-        async for attempt in retrying(
-            attempts=None,
-            initial=self._backoff_initial,
-            maximum=self._backoff_max,
-            retry_on=lambda exc: isinstance(exc, Exception),
-            before_sleep=before_sleep,
-        ):
-            with attempt:
-                await self.client._connect()
-
     async def _ping_loop(self) -> None:
         while True:
             await asyncio.sleep(self.client.ping_interval)
@@ -284,8 +261,14 @@ class LongConnection:
         try:
             while True:
                 # A fresh policy per connection: the backoff starts small again after a
-                # good one.
-                await self._connect_with_backoff()
+                # good one. Wrong credentials (ClientException) are retried too: an admin
+                # may fix the app in Feishu's console while the gateway keeps running.
+                await until_it_works(
+                    self.client._connect,
+                    event="feishu.ws_connect_failed",
+                    initial=self._backoff_initial,
+                    maximum=self._backoff_max,
+                )
                 self.connections += 1
                 self._connected.set()
                 log.info("feishu.ws_connected", connections=self.connections)

@@ -93,10 +93,10 @@ async def test_sdk_thread_runs_on_its_own_loop_and_stops_by_cancel() -> None:
     async def main() -> None:
         seen["loop"] = asyncio.get_running_loop()
         seen["thread"] = threading.current_thread().name
-        sdk.hand_over(handed.put_nowait, "hello")
         answer = await asyncio.wrap_future(sdk.run_on_gateway(_on_gateway()))
         seen["answer"] = answer
         try:
+            sdk.hand_over(handed.put_nowait, "hello")
             await asyncio.Event().wait()  # until stop() cancels it
         finally:
             ended.set()
