@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from config.settings import Settings
 from gateway import texts
 from gateway.app import Gateway
@@ -300,3 +302,16 @@ async def test_senders_outside_allow_from_are_refused(tmp_path, fake: FakeFeishu
         assert len(said) == 3
         assert not any("/sql" in t for t in said)
         assert gw.confirmations is not None
+
+
+async def test_a_burst_of_old_messages_after_a_reconnect_is_skipped(
+    gateway: Gateway, fake: FakeFeishu
+) -> None:
+    an_hour_ago = int((time.time() - 3600) * 1000)
+    fake.send_frame(
+        message_event(chat_id=P2P, sender=ALICE, text="/help", create_time_ms=an_hour_ago)
+    )
+    fake.send_frame(message_event(chat_id=P2P, sender=ALICE, text="/pending"))
+    # One chat's answers go out in order: an answer to the old /help would come first.
+    await wait_until(lambda: any("没有待确认" in t for t in sent_texts(fake)), what="/pending")
+    assert len(sent_texts(fake)) == 1
