@@ -195,8 +195,8 @@ class FeishuChannel(Channel):
 
     def _accept_from_thread(self, msg: FeishuMessage) -> None:
         """Called on the long-connection thread: hand over to the gateway's loop."""
-        assert self._ws is not None
-        if not self._ws.thread.hand_over(self._accept, msg):
+        ws = self._ws
+        if ws is None or not ws.thread.hand_over(self._accept, msg):
             log.warning("feishu.message_after_shutdown", message_id=msg.message_id)
 
     def _accept(self, msg: FeishuMessage) -> None:
@@ -224,14 +224,17 @@ class FeishuChannel(Channel):
 
     def _card_from_thread(self, action: CardAction) -> dict[str, Any]:
         """Called on the long-connection thread; blocks it at most the callback budget."""
-        assert self._ws is not None
+        unavailable = render.callback_response(toast=texts.FEISHU_CARD_UNAVAILABLE, kind="error")
+        ws = self._ws
+        if ws is None:  # stopping
+            return unavailable
         try:
-            future = self._ws.thread.run_on_gateway(self.handle_card_action(action))
+            future = ws.thread.run_on_gateway(self.handle_card_action(action))
             return future.result(timeout=CARD_BUDGET_SECONDS + 0.3)
         except TimeoutError:
             return render.callback_response(toast=texts.FEISHU_CARD_WORKING, kind="info")
         except RuntimeError:  # the gateway's loop is closed
-            return render.callback_response(toast=texts.FEISHU_CARD_UNAVAILABLE, kind="error")
+            return unavailable
 
     async def handle_card_action(self, action: CardAction) -> dict[str, Any]:
         """A button click: decide, answer with a toast and the card as it now is."""
