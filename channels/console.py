@@ -11,7 +11,9 @@ from typing import ClassVar, TextIO
 import structlog
 
 from channels.base import Channel
+from gateway import texts
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage
+from gateway.runtime import BackgroundTasks
 
 log = structlog.get_logger(__name__)
 
@@ -35,7 +37,7 @@ class ConsoleChannel(Channel):
         self.stdin = stdin or sys.stdin
         self.stdout = stdout or sys.stdout
         self.on_eof = on_eof
-        self._task: asyncio.Task[None] | None = None
+        self._tasks = BackgroundTasks("console")
         self._ids = itertools.count(1)
         self._lines: asyncio.Queue[str | None] = asyncio.Queue()
         self._reader_fd: int | None = None
@@ -52,8 +54,8 @@ class ConsoleChannel(Channel):
         # the process alive after shutdown.
         loop.add_reader(fd, self._on_readable, fd)
         self._reader_fd = fd
-        self._task = asyncio.create_task(self._run(), name="console-input")
-        self._print("gateway chat — /help 帮助 · Ctrl-D 退出 exit")
+        self._tasks.spawn(self._run(), name="console-input")
+        self._print(texts.CONSOLE_BANNER)
 
     def _on_readable(self, fd: int) -> None:
         import os
@@ -104,7 +106,4 @@ class ConsoleChannel(Channel):
         if self._reader_fd is not None:
             asyncio.get_running_loop().remove_reader(self._reader_fd)
             self._reader_fd = None
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        await self._tasks.cancel()

@@ -7,16 +7,10 @@ from collections.abc import Callable
 from typing import Any
 
 import structlog
-from tenacity import (
-    AsyncRetrying,
-    RetryError,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential_jitter,
-)
 
 from channels.base import Channel, ChannelSendError
 from gateway.bus import MessageBus, OutboundMessage
+from gateway.runtime import BackgroundTasks, KeyedSerial, retrying
 
 log = structlog.get_logger(__name__)
 
@@ -30,7 +24,12 @@ def _retryable(exc: BaseException) -> bool:
 
 
 class ChannelManager:
-    """Owns the enabled channels and the outbound dispatcher."""
+    """Owns the enabled channels and the outbound dispatcher.
+
+    Each outbound message is sent by a task of its own; messages to one chat go out one at
+    a time, in the order they were queued (``KeyedSerial`` per channel and chat), while
+    other chats go on in parallel.
+    """
 
     def __init__(
         self,
@@ -42,15 +41,14 @@ class ChannelManager:
     ) -> None:
         self.bus = bus
         self.channels: dict[str, Channel] = {}
-        self._dispatcher: asyncio.Task[None] | None = None
-        self._inflight: set[asyncio.Task[None]] = set()
         self._max_attempts = max_attempts
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
         self._failure_listeners: list[SendFailureListener] = []
         self._started: list[Channel] = []
-        # Messages to one chat go out in order: one sender task per chat.
-        self._chat_queues: dict[tuple[str, str], asyncio.Queue[OutboundMessage]] = {}
+        self._dispatcher = BackgroundTasks("channels.dispatch")
+        self._sends = BackgroundTasks("channels.send")
+        self._per_chat = KeyedSerial()
 
     def add(self, channel: Channel) -> None:
         if channel.name in self.channels:
@@ -75,30 +73,20 @@ class ChannelManager:
                 raise
             self._started.append(channel)
             log.info("channel.started", channel=channel.name)
-        self._dispatcher = asyncio.create_task(self._dispatch(), name="outbound-dispatch")
+        self._dispatcher.spawn(self._dispatch(), name="outbound-dispatch")
 
     async def _dispatch(self) -> None:
         while True:
-            msg = await self.bus.consume_outbound()
-            key = (msg.channel, msg.chat_id)
-            queue = self._chat_queues.get(key)
-            if queue is None:
-                queue = self._chat_queues[key] = asyncio.Queue()
-                queue.put_nowait(msg)
-                task = asyncio.create_task(self._drain_chat(key, queue), name=f"send-{key}")
-                self._inflight.add(task)
-                task.add_done_callback(self._inflight.discard)
-            else:
-                queue.put_nowait(msg)
+            self._deliver(await self.bus.consume_outbound())
 
-    async def _drain_chat(
-        self, key: tuple[str, str], queue: asyncio.Queue[OutboundMessage]
-    ) -> None:
-        try:
-            while not queue.empty():
-                await self._send_one(queue.get_nowait())
-        finally:
-            self._chat_queues.pop(key, None)
+    def _deliver(self, msg: OutboundMessage) -> None:
+        # No await between taking a message off the queue and queueing for its chat's
+        # turn: that is what keeps one chat's messages in order.
+        self._sends.spawn(self._send_in_turn(msg), name=f"send-{msg.channel}-{msg.chat_id}")
+
+    async def _send_in_turn(self, msg: OutboundMessage) -> None:
+        async with self._per_chat.hold(f"{msg.channel}\x00{msg.chat_id}"):
+            await self._send_one(msg)
 
     async def _send_one(self, msg: OutboundMessage) -> None:
         channel = self.channels.get(msg.channel)
@@ -106,37 +94,25 @@ class ChannelManager:
             log.warning("outbound.no_channel", channel=msg.channel, chat_id=msg.chat_id)
             self._failed(msg.channel, msg, LookupError(f"no channel {msg.channel}"))
             return
+        attempts = 0
         try:
-            async for attempt in AsyncRetrying(
-                stop=stop_after_attempt(self._max_attempts),
-                wait=wait_exponential_jitter(
-                    multiplier=self._backoff_initial,
-                    max=self._backoff_max,
-                    jitter=self._backoff_initial,
-                ),
-                retry=retry_if_exception(_retryable),
-                reraise=False,
+            async for attempt in retrying(
+                attempts=self._max_attempts,
+                initial=self._backoff_initial,
+                maximum=self._backoff_max,
+                retry_on=_retryable,
             ):
                 with attempt:
+                    attempts += 1
                     await channel.send(msg)
-        except RetryError as exc:
-            cause = exc.last_attempt.exception() or exc
-            log.error(
-                "outbound.send_failed",
-                channel=msg.channel,
-                chat_id=msg.chat_id,
-                kind=msg.kind.value,
-                error=str(cause),
-                attempts=self._max_attempts,
-            )
-            self._failed(msg.channel, msg, cause)
-        except Exception as exc:
+        except Exception as exc:  # a failed send is reported, never the dispatcher's end
             log.error(
                 "outbound.send_failed",
                 channel=msg.channel,
                 chat_id=msg.chat_id,
                 kind=msg.kind.value,
                 error=f"{type(exc).__name__}: {exc}",
+                attempts=attempts,
             )
             self._failed(msg.channel, msg, exc)
 
@@ -144,32 +120,31 @@ class ChannelManager:
         for listener in self._failure_listeners:
             listener(channel, msg, exc)
 
-    async def drain(self, timeout: float = 5.0) -> None:
-        """Send what is queued (shutdown): bounded by ``timeout``."""
+    async def drain(self, timeout: float = 5.0) -> bool:
+        """Send what is queued (shutdown), for at most ``timeout``; True when all went out."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while loop.time() < deadline:
-            if self.bus.outbound.empty() and not self._inflight:
-                return
-            await asyncio.sleep(0.02)
-        log.warning("outbound.drain_timeout", left=self.bus.outbound.qsize())
+        while True:
+            while not self.bus.outbound.empty():
+                self._deliver(self.bus.outbound.get_nowait())
+            if not await self._sends.drain(max(0.0, deadline - loop.time())):
+                log.warning("outbound.drain_timeout", left=len(self._sends))
+                return False
+            if self.bus.outbound.empty():
+                return True
 
     async def stop(self, drain_timeout: float = 5.0) -> None:
-        if self._dispatcher is not None:
+        if len(self._dispatcher):
             await self.drain(drain_timeout)
-            self._dispatcher.cancel()
-            await asyncio.gather(self._dispatcher, return_exceptions=True)
-            self._dispatcher = None
-        for task in list(self._inflight):
-            task.cancel()
-        await asyncio.gather(*self._inflight, return_exceptions=True)
+            await self._dispatcher.cancel()
+        await self._sends.cancel()
         await self._stop_channels()
 
     async def _stop_channels(self) -> None:
         for channel in reversed(self._started):
             try:
                 await channel.stop()
-            except Exception:
+            except Exception:  # one channel's failed stop must not keep the others running
                 log.exception("channel.stop_failed", channel=channel.name)
         self._started.clear()
 

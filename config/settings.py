@@ -244,7 +244,21 @@ class WebChatSettings(_Section):
     max_sockets_per_session: int = Field(default=50, ge=1)
 
 
-class FeishuSettings(_Section):
+class PlatformReceiveSettings(_Section):
+    """Who and what a platform bot answers (the same rules for Feishu and DingTalk)."""
+
+    # Sender ids the bot answers: empty means nobody, "*" everyone.
+    allow_from: list[str] = Field(default_factory=list)
+    # In groups: only messages that @-mention the bot ("mention"), or all ("open").
+    group_policy: Literal["mention", "open"] = "mention"
+    approvers: list[str] = Field(default_factory=list)
+    # Messages older than this are skipped, e.g. a burst after an outage; 0 turns it off.
+    max_message_age_seconds: float = Field(default=600.0, ge=0)
+    # Sends that failed after every retry, kept for /api/channels/<name>/failed.
+    dead_letter_size: int = Field(default=200, ge=1)
+
+
+class FeishuSettings(PlatformReceiveSettings):
     """Feishu / Lark bot. Secrets belong in the environment."""
 
     enabled: bool = False
@@ -254,10 +268,6 @@ class FeishuSettings(_Section):
     encrypt_key: SecretStr | None = None
     verification_token: SecretStr | None = None
     domain: str = "feishu"
-    allow_from: list[str] = Field(default_factory=list)
-    group_policy: Literal["mention", "open"] = "mention"
-    approvers: list[str] = Field(default_factory=list)
-    max_message_age_seconds: float = 600.0
     replay_window_seconds: float = 300.0
     webhook_path: str = "/webhook/feishu/event"
     card_webhook_path: str = "/webhook/feishu/card"
@@ -272,7 +282,7 @@ class FeishuSettings(_Section):
     stop_timeout_seconds: float = Field(default=5.0, gt=0)
 
 
-class DingTalkSettings(_Section):
+class DingTalkSettings(PlatformReceiveSettings):
     """DingTalk robot. Secrets belong in the environment."""
 
     enabled: bool = False
@@ -282,9 +292,6 @@ class DingTalkSettings(_Section):
     robot_code: str | None = None
     card_template_id: str | None = None
     openapi_endpoint: str = "https://api.dingtalk.com"
-    allow_from: list[str] = Field(default_factory=list)
-    group_policy: Literal["mention", "open"] = "mention"
-    approvers: list[str] = Field(default_factory=list)
     signature_window_seconds: float = 300.0
     webhook_path: str = "/webhook/dingtalk"
     # OpenAPI calls: per-request timeout, attempts and backoff on 429 / 5xx.
@@ -296,10 +303,6 @@ class DingTalkSettings(_Section):
     reconnect_base_seconds: float = Field(default=1.0, gt=0)
     reconnect_max_seconds: float = Field(default=60.0, gt=0)
     stop_timeout_seconds: float = Field(default=5.0, gt=0)
-    dead_letter_size: int = Field(default=200, ge=1)
-    # Messages older than this (by createAt) are skipped, e.g. a burst after an outage;
-    # 0 turns the check off.
-    max_message_age_seconds: float = Field(default=600.0, ge=0)
 
 
 class ChannelsSettings(_Section):

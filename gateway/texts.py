@@ -46,16 +46,8 @@ ERROR_REASON = "内部错误 / internal error: {error}"
 MESSAGE_TOO_LONG = "消息过长（上限 {limit} 字）/ message too long (limit {limit} characters)"
 
 
-# (whole second, its local "%H:%M:%S"): prompts asked within the same second share it.
-_last_time: tuple[int, str] = (-1, "")
-
-
 def _fmt_time(ts: float) -> str:
-    global _last_time
-    second = int(ts)
-    if second != _last_time[0]:
-        _last_time = (second, time.strftime("%H:%M:%S", time.localtime(second)))
-    return _last_time[1]
+    return time.strftime("%H:%M:%S", time.localtime(ts))
 
 
 def _fmt_left(seconds: float) -> str:
@@ -63,11 +55,14 @@ def _fmt_left(seconds: float) -> str:
     return f"{s // 60}:{s % 60:02d}"
 
 
-def detail_lines(c: Confirmation) -> list[str]:
-    """What will happen, field by field (used by text prompts and cards)."""
+def detail_lines(c: Confirmation, *, statement: bool = True) -> list[str]:
+    """What will happen, field by field (used by text prompts and cards).
+
+    ``statement=False`` leaves the SQL statement out, for a card that shows it in a code block.
+    """
     d = c.details
     lines = [f"工具 Tool: {c.tool_call.name}"]
-    if d.get("statement"):
+    if statement and d.get("statement"):
         lines.append(f"语句 Statement: {d['statement']}")
     extra = []
     if d.get("kind"):
@@ -94,13 +89,27 @@ def reply_hint(c: Confirmation) -> str:
     return f"或回复 确认 {c.id} / 取消 {c.id} (or reply confirm {c.id} / cancel {c.id})"
 
 
-def prompt(c: Confirmation, now: float) -> str:
-    """A confirmation prompt as text."""
-    lines = [f"⚠️ 需要确认 Confirmation required [{c.id}]", c.summary, *detail_lines(c)]
-    lines.append(
+def confirmation_title(c: Confirmation) -> str:
+    """The first line of a prompt, the title of a card and of a notification."""
+    return f"⚠️ 需要确认 Confirmation required [{c.id}]"
+
+
+def time_left(c: Confirmation, now: float) -> str:
+    return (
         f"剩余 Time left: {_fmt_left(c.seconds_left(now))}"
         f"（{_fmt_time(c.expires_at)} 过期 expires）"
     )
+
+
+def expires_at(c: Confirmation) -> str:
+    """The expiry as a clock time, for a card that is not redrawn every second."""
+    return f"过期时间 Expires: {_fmt_time(c.expires_at)}"
+
+
+def prompt(c: Confirmation, now: float) -> str:
+    """A confirmation prompt as text."""
+    lines = [confirmation_title(c), c.summary, *detail_lines(c)]
+    lines.append(time_left(c, now))
     if c.four_eyes:
         lines.append(FOUR_EYES)
     elif c.is_group:
@@ -192,17 +201,15 @@ def notify_ran(name: str, what: str) -> str:
     return f"ℹ️ 已执行 ran {name}: {what}"
 
 
-# DingTalk channel
-DINGTALK_NOT_ALLOWED = "您没有使用此机器人的权限 / you are not allowed to use this bot"
+# ---- Platform channels (Feishu, DingTalk) and the terminal chat ----
+
+NOT_ALLOWED = "您没有使用此机器人的权限 / you are not allowed to use this bot"
+APPROVE_BUTTON = "确认 Approve"
+REJECT_BUTTON = "取消 Reject"
+CONSOLE_BANNER = "gateway chat — /help 帮助 · Ctrl-D 退出 exit"
 DINGTALK_UNSUPPORTED_MESSAGE = (
     "暂只支持文字消息 / only text messages are supported; please type your request"
 )
-
-
-# ---- Feishu channel (cards and notices) ----
-
-FEISHU_APPROVE_BUTTON = "确认 Approve"
-FEISHU_REJECT_BUTTON = "取消 Reject"
 FEISHU_UNSUPPORTED_MESSAGE = (
     "暂只支持文字和富文本消息 / only text and rich-text messages are supported"
 )
@@ -211,15 +218,9 @@ FEISHU_CARD_WORKING = "处理中，请稍候查看卡片 / still working; the ca
 FEISHU_CARD_UNAVAILABLE = "网关暂不可用，请回复文字 确认/取消 / gateway unavailable; reply in text"
 
 
-def feishu_card_title(c: Confirmation) -> str:
-    return f"⚠️ 需要确认 Confirmation required [{c.id}]"
-
-
-def feishu_card_expiry(c: Confirmation, now: float) -> str:
-    return (
-        f"剩余 Time left: {_fmt_left(c.seconds_left(now))}"
-        f"（{_fmt_time(c.expires_at)} 过期 expires）"
-    )
+def to_person(name: str, text: str) -> str:
+    """A line in a group chat meant for one person (whose card click was refused)."""
+    return f"{name}: {text}"
 
 
 # ---- Model agent (OpenAI-compatible model) ----

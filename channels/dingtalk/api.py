@@ -7,20 +7,16 @@ always generates its own ``outTrackId``; so every send is made here instead.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import structlog
-from tenacity import (
-    AsyncRetrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential_jitter,
-)
+
+from channels.platform import CachedToken
+from gateway.runtime import retrying
 
 log = structlog.get_logger(__name__)
 
@@ -32,7 +28,7 @@ CARD_UPDATE_PATH = "/v1.0/card/instances"
 TOKEN_HEADER = "x-acs-dingtalk-access-token"
 
 # Refresh the token this long before DingTalk says it expires (the SDK uses 5 min too).
-_TOKEN_SKEW_SECONDS = 300.0
+TOKEN_EARLY_REFRESH_SECONDS = 300.0
 # Session-webhook error codes that mean "too fast, try later" (robot send flow control).
 _WEBHOOK_THROTTLED = {130101, 130102}
 
@@ -44,10 +40,17 @@ class DingTalkApiError(Exception):
         super().__init__(message)
         self.status = status
         self.retryable = retryable
+        self.attempts = 1  # how many tries the failed call made
 
 
 def _is_retryable(exc: BaseException) -> bool:
     return isinstance(exc, DingTalkApiError) and exc.retryable
+
+
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    status: int
+    data: dict[str, Any]
 
 
 class DingTalkApi:
@@ -72,9 +75,9 @@ class DingTalkApi:
         self._retry_base = retry_base_seconds
         self._retry_max = retry_max_seconds
         self._session: aiohttp.ClientSession | None = None
-        self._token: str | None = None
-        self._token_expires_at = 0.0
-        self._token_lock = asyncio.Lock()
+        self.token = CachedToken(
+            fetch=self._fetch_token, refresh_early_seconds=TOKEN_EARLY_REFRESH_SECONDS
+        )
 
     async def start(self) -> None:
         if self._session is None:
@@ -93,40 +96,24 @@ class DingTalkApi:
             raise RuntimeError("DingTalkApi.start() was not called")
         return self._session
 
-    # -------------------------------------------------------------------- token
-
-    async def access_token(self) -> str:
-        """The app's access token, cached until 5 minutes before it expires."""
-        async with self._token_lock:
-            if self._token and time.monotonic() < self._token_expires_at:
-                return self._token
-            body = await self._request(
-                "POST",
-                self._endpoint + TOKEN_PATH,
-                {"appKey": self._client_id, "appSecret": self._client_secret},
-                auth=False,
-            )
-            token = str(body.get("accessToken") or "")
-            if not token:
-                raise DingTalkApiError("no accessToken in the token response")
-            ttl = float(body.get("expireIn") or 7200)
-            self._token = token
-            self._token_expires_at = time.monotonic() + max(ttl - _TOKEN_SKEW_SECONDS, ttl / 2)
-            return token
-
-    def _forget_token(self) -> None:
-        self._token = None
-        self._token_expires_at = 0.0
+    async def _fetch_token(self) -> tuple[str, float]:
+        body = {"appKey": self._client_id, "appSecret": self._client_secret}
+        answer = self._checked("POST", TOKEN_PATH, await self._send("POST", TOKEN_PATH, body))
+        token = str(answer.get("accessToken") or "")
+        if not token:
+            raise DingTalkApiError("no accessToken in the token response")
+        return token, float(answer.get("expireIn") or 7200)
 
     # --------------------------------------------------------------------- core
 
-    async def _request(
-        self, method: str, url: str, body: Mapping[str, Any], *, auth: bool
-    ) -> dict[str, Any]:
+    async def _send(
+        self, method: str, url: str, body: Mapping[str, Any], token: str | None = None
+    ) -> _Answer:
+        if url.startswith("/"):
+            url = self._endpoint + url
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if auth:
-            headers[TOKEN_HEADER] = await self.access_token()
-        where = f"{method} {_path(url)}"
+        if token is not None:
+            headers[TOKEN_HEADER] = token
         try:
             async with self._http.request(
                 method, url, data=json.dumps(body, ensure_ascii=False), headers=headers
@@ -134,42 +121,60 @@ class DingTalkApi:
                 raw = await resp.text()
                 status = resp.status
         except (aiohttp.ClientError, TimeoutError) as exc:
-            raise DingTalkApiError(f"{where}: {exc!r}", retryable=True) from exc
+            raise DingTalkApiError(f"{method} {_path(url)}: {exc!r}", retryable=True) from exc
         try:
             data = json.loads(raw) if raw else {}
         except ValueError:
             data = {"raw": raw[:200]}
-        if not isinstance(data, dict):
-            data = {"value": data}
-        if status == 401 and auth:
-            # A token revoked or expired early: fetch a new one on the retry.
-            self._forget_token()
-            raise DingTalkApiError(f"{where}: 401 {data}", status=status, retryable=True)
+        return _Answer(status, data if isinstance(data, dict) else {"value": data})
+
+    @staticmethod
+    def _checked(method: str, url: str, answer: _Answer) -> dict[str, Any]:
+        where, status = f"{method} {_path(url)}", answer.status
         if status == 429 or status >= 500:
-            raise DingTalkApiError(f"{where}: {status} {data}", status=status, retryable=True)
+            raise DingTalkApiError(
+                f"{where}: {status} {answer.data}", status=status, retryable=True
+            )
         if status >= 400:
-            raise DingTalkApiError(f"{where}: {status} {data}", status=status)
-        return data
+            raise DingTalkApiError(f"{where}: {status} {answer.data}", status=status)
+        return answer.data
+
+    async def _once(
+        self, method: str, url: str, body: Mapping[str, Any], *, auth: bool
+    ) -> dict[str, Any]:
+        if not auth:
+            return self._checked(method, url, await self._send(method, url, body))
+
+        async def with_token(token: str) -> _Answer:
+            return await self._send(method, url, body, token)
+
+        # 401: a token revoked or expired early is fetched again at once.
+        answer = await self.token.call(with_token, refused=lambda a: a.status == 401)
+        return self._checked(method, url, answer)
 
     async def call(
         self, method: str, url: str, body: Mapping[str, Any], *, auth: bool = True
     ) -> dict[str, Any]:
-        """One API call, retried with exponential backoff and jitter on 429 / 5xx."""
-        retrying = AsyncRetrying(
-            retry=retry_if_exception(_is_retryable),
-            stop=stop_after_attempt(self._attempts),
-            wait=wait_exponential_jitter(
-                multiplier=self._retry_base, max=self._retry_max, jitter=self._retry_base
-            ),
-            reraise=True,
-        )
-        async for attempt in retrying:
-            with attempt:
-                number = attempt.retry_state.attempt_number
-                if number > 1:
-                    log.info("dingtalk.api_retry", method=method, path=_path(url), attempt=number)
-                return await self._request(method, url, body, auth=auth)
-        raise AssertionError("unreachable: tenacity re-raises the last error")
+        """One API call (a path on the endpoint, or a full URL), retried on 429 / 5xx."""
+        tries = 0
+        try:
+            async for attempt in retrying(
+                attempts=self._attempts,
+                initial=self._retry_base,
+                maximum=self._retry_max,
+                retry_on=_is_retryable,
+            ):
+                with attempt:
+                    tries += 1
+                    if tries > 1:
+                        log.info(
+                            "dingtalk.api_retry", method=method, path=_path(url), attempt=tries
+                        )
+                    return await self._once(method, url, body, auth=auth)
+        except DingTalkApiError as exc:
+            exc.attempts = tries
+            raise
+        raise AssertionError("unreachable: the retry policy re-raises the last error")
 
     # -------------------------------------------------------------------- sends
 
@@ -188,7 +193,7 @@ class DingTalkApi:
     ) -> None:
         await self.call(
             "POST",
-            self._endpoint + GROUP_SEND_PATH,
+            GROUP_SEND_PATH,
             {
                 "robotCode": robot_code,
                 "openConversationId": conversation_id,
@@ -202,7 +207,7 @@ class DingTalkApi:
     ) -> None:
         data = await self.call(
             "POST",
-            self._endpoint + OTO_SEND_PATH,
+            OTO_SEND_PATH,
             {
                 "robotCode": robot_code,
                 "userIds": user_ids[:20],
@@ -215,7 +220,7 @@ class DingTalkApi:
             raise DingTalkApiError(f"flow-controlled for {throttled}", retryable=False)
 
     async def create_and_deliver_card(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        data = await self.call("POST", self._endpoint + CARD_CREATE_DELIVER_PATH, body)
+        data = await self.call("POST", CARD_CREATE_DELIVER_PATH, body)
         if data.get("success") is False:
             raise DingTalkApiError(f"card createAndDeliver failed: {data}")
         return data
@@ -223,7 +228,7 @@ class DingTalkApi:
     async def update_card(self, out_track_id: str, params: Mapping[str, str]) -> None:
         data = await self.call(
             "PUT",
-            self._endpoint + CARD_UPDATE_PATH,
+            CARD_UPDATE_PATH,
             {
                 "outTrackId": out_track_id,
                 "cardData": {"cardParamMap": dict(params)},

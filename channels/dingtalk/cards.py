@@ -30,7 +30,6 @@ ACTION_REJECT = "reject"
 _ACTIONS = {ACTION_APPROVE: Decision.APPROVE, ACTION_REJECT: Decision.REJECT}
 
 _STATUS_ICONS = {
-    Status.PENDING: "⚠️",
     Status.APPROVED: "✅",
     Status.REJECTED: "❌",
     Status.EXPIRED: "⌛",
@@ -104,21 +103,20 @@ def card_params(c: Confirmation, *, now: float | None = None) -> dict[str, str]:
     """The card's ``cardParamMap``: every value a string, as DingTalk requires."""
     now = time.time() if now is None else now
     pending = c.status is Status.PENDING
-    icon = _STATUS_ICONS[c.status]
     if pending:
-        title = f"{icon} 需要确认 Confirmation required [{c.id}]"
+        title = texts.confirmation_title(c)
         tips = texts.reply_hint(c)
         buttons = [
-            _button("确认 Approve", ACTION_APPROVE, "blue", c.id),
-            _button("取消 Reject", ACTION_REJECT, "red", c.id),
+            _button(texts.APPROVE_BUTTON, ACTION_APPROVE, "blue", c.id),
+            _button(texts.REJECT_BUTTON, ACTION_REJECT, "red", c.id),
         ]
     else:
-        title = f"{icon} {texts.status_line(c)}"
+        title = f"{_STATUS_ICONS[c.status]} {texts.status_line(c)}"
         tips = texts.outcome(c)
         buttons = []
     body = [c.summary, *texts.detail_lines(c)]
     if pending:
-        body.append(f"过期时间 Expires: {time.strftime('%H:%M:%S', time.localtime(c.expires_at))}")
+        body.append(texts.expires_at(c))
         if c.four_eyes:
             body.append(texts.FOUR_EYES)
         elif c.is_group:

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from channels.receive import Arrival
+
 CONVERSATION_SINGLE = "1"
 CONVERSATION_GROUP = "2"
 
@@ -78,6 +80,20 @@ def parse_chatbot_message(data: Mapping[str, Any]) -> ChatbotEvent | None:
         session_webhook_expires_at=expires_at,
         robot_code=str(data["robotCode"]) if data.get("robotCode") else None,
         created_at=_ms_to_seconds(data.get("createAt")),
+    )
+
+
+def arrival(event: ChatbotEvent) -> Arrival:
+    """What the shared receive rules read from a chatbot message."""
+    return Arrival(
+        message_id=event.msg_id,
+        chat_id=event.conversation_id,
+        sender_id=event.sender_id,
+        is_group=event.is_group,
+        # DingTalk pushes group messages only when the bot is @-mentioned, unless the bot
+        # may read the whole group; isInAtList tells which.
+        mentions_bot=event.is_in_at_list,
+        created_at=event.created_at,
     )
 
 

@@ -4,16 +4,14 @@ Why the tenant token is handled here and not by the SDK: lark-oapi 1.7.5 fetches
 blocking ``requests`` call even inside its ``a*`` coroutines (that would stall the
 gateway's loop), caches it in a process-global class attribute shared by every client,
 and never drops it when the API answers "invalid token" (99991663). So the client is built
-with ``enable_set_token(True)`` and every call carries the token from ``TenantToken``,
-which fetches it asynchronously (``Transport.aexecute``), per channel instance, and is
-invalidated on the invalid-token codes.
+with ``enable_set_token(True)`` and every call carries the token from a ``CachedToken``
+per channel instance, fetched asynchronously (``Transport.aexecute``) and fetched again
+at once when Feishu answers with an invalid-token code.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +32,7 @@ from lark_oapi.core.model import BaseRequest, RequestOption
 from lark_oapi.core.token.create_self_tenant_token_request import CreateSelfTenantTokenRequest
 from lark_oapi.core.token.create_token_request_body import CreateTokenRequestBody
 
+from channels.platform import CachedToken
 from config.settings import ConfigError
 
 log = structlog.get_logger(__name__)
@@ -79,13 +78,11 @@ class ApiResult:
 
     @property
     def retryable(self) -> bool:
-        """Worth another try: rate limits, server errors and no answer at all."""
-        return (
-            self.status in (0, 429)
-            or self.status >= 500
-            or self.code in RATE_LIMIT_CODES
-            or self.invalid_token
-        )
+        """Worth another try after a pause: rate limits, server errors and no answer at all.
+
+        (An invalid token is not: it is fetched again at once, see ``FeishuApi._call``.)
+        """
+        return self.status in (0, 429) or self.status >= 500 or self.code in RATE_LIMIT_CODES
 
 
 class TokenError(Exception):
@@ -96,54 +93,33 @@ class TokenError(Exception):
         self.result = result
 
 
-class TenantToken:
-    """The tenant access token of one app, fetched without blocking, shared by its calls."""
-
-    def __init__(self, *, config: Any) -> None:
-        self._config = config
-        self._token: str | None = None
-        self._valid_until = 0.0
-        self._lock = asyncio.Lock()
-
-    async def get(self) -> str:
-        async with self._lock:
-            if self._token and time.monotonic() < self._valid_until:
-                return self._token
-            req = (
-                CreateSelfTenantTokenRequest.builder()
-                .request_body(
-                    CreateTokenRequestBody.builder()
-                    .app_id(self._config.app_id)
-                    .app_secret(self._config.app_secret)
-                    .build()
-                )
-                .build()
-            )
-            try:
-                raw = await Transport.aexecute(self._config, req)
-            except Exception as exc:  # httpx raises many types; all mean "no answer"
-                raise TokenError(ApiResult(0, -1, f"{type(exc).__name__}: {exc}")) from exc
-            try:
-                body = json.loads(raw.content or b"{}")
-            except ValueError:
-                body = {}
-            code = int(body.get("code", -1))
-            token = body.get("tenant_access_token")
-            if code != 0 or not token:
-                raise TokenError(ApiResult(raw.status_code or 0, code, str(body.get("msg", ""))))
-            expire = float(body.get("expire") or 7200)
-            self._token = str(token)
-            self._valid_until = time.monotonic() + max(
-                expire - TOKEN_EARLY_REFRESH_SECONDS, expire / 2
-            )
-            log.info("feishu.token_refreshed", expires_in=expire)
-            return self._token
-
-    def invalidate(self, token: str) -> None:
-        """Forget ``token`` (if still the current one) after Feishu rejected it."""
-        if self._token == token:
-            self._token = None
-            self._valid_until = 0.0
+async def fetch_tenant_token(config: Any) -> tuple[str, float]:
+    """``POST /open-apis/auth/v3/tenant_access_token/internal``: (token, seconds valid)."""
+    req = (
+        CreateSelfTenantTokenRequest.builder()
+        .request_body(
+            CreateTokenRequestBody.builder()
+            .app_id(config.app_id)
+            .app_secret(config.app_secret)
+            .build()
+        )
+        .build()
+    )
+    try:
+        raw = await Transport.aexecute(config, req)
+    except Exception as exc:  # httpx raises many types; all mean "no answer"
+        raise TokenError(ApiResult(0, -1, f"{type(exc).__name__}: {exc}")) from exc
+    try:
+        body = json.loads(raw.content or b"{}")
+    except ValueError:
+        body = {}
+    code = int(body.get("code", -1))
+    token = body.get("tenant_access_token")
+    if code != 0 or not token:
+        raise TokenError(ApiResult(raw.status_code or 0, code, str(body.get("msg", ""))))
+    expire = float(body.get("expire") or 7200)
+    log.info("feishu.token_refreshed", expires_in=expire)
+    return str(token), expire
 
 
 class FeishuApi:
@@ -169,10 +145,21 @@ class FeishuApi:
                 "or an https origin; set GATEWAY_CHANNELS__FEISHU__DOMAIN or "
                 "[channels.feishu] domain"
             ) from exc
-        self.token = TenantToken(config=self.client.config)
+        config = self.client.config
+        self.token = CachedToken(
+            fetch=lambda: fetch_tenant_token(config),
+            refresh_early_seconds=TOKEN_EARLY_REFRESH_SECONDS,
+        )
 
     async def _call(self, method: str, req: Any) -> ApiResult:
-        token = await self.token.get()
+        """One API call; a token Feishu calls invalid is fetched again and the call repeated."""
+
+        async def with_token(token: str) -> ApiResult:
+            return await self._call_with(method, req, token)
+
+        return await self.token.call(with_token, refused=lambda result: result.invalid_token)
+
+    async def _call_with(self, method: str, req: Any, token: str) -> ApiResult:
         option = RequestOption.builder().tenant_access_token(token).build()
         try:
             if method == "raw":
@@ -195,10 +182,7 @@ class FeishuApi:
                 body = json.loads(raw.content)
             except ValueError:
                 body = None
-        result = ApiResult(status, code, str(resp.msg or ""), message_id, body)
-        if result.invalid_token:
-            self.token.invalidate(token)
-        return result
+        return ApiResult(status, code, str(resp.msg or ""), message_id, body)
 
     async def create(self, *, chat_id: str, msg_type: str, content: str, uuid: str) -> ApiResult:
         body = (

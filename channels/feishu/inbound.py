@@ -1,19 +1,20 @@
-"""Feishu events as plain records, and the rules for which messages reach the bus.
+"""Feishu events as plain records, the text a person wrote, and the bus message.
 
 The SDK's event models are untyped; they are read once here into small frozen records
 (``FeishuMessage``, ``CardAction``) so the rest of the channel is typed and the same for
-the long connection and the webhook.
+the long connection and the webhook. Which messages reach the bus is decided by the
+shared ``channels.receive.ReceiveRules``, from the ``Arrival`` made here.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
+from channels.receive import Arrival
 from gateway.bus import InboundMessage
 
 CHANNEL = "feishu"
@@ -156,48 +157,23 @@ def message_text(msg: FeishuMessage, *, bot_open_id: str | None) -> str | None:
     return " ".join(text.split()) if "\n" not in text else text.strip()
 
 
-class Verdict(StrEnum):
-    """What happens to a received message."""
+def arrival(msg: FeishuMessage, *, bot_open_id: str | None) -> Arrival:
+    """What the shared receive rules read from a message.
 
-    ACCEPT = "accept"
-    FROM_BOT = "from_bot"
-    NOT_MENTIONED = "not_mentioned"
-    NOT_ALLOWED = "not_allowed"
-    TOO_OLD = "too_old"
-    UNSUPPORTED = "unsupported"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReceiveRules:
-    """The receive settings of ``[channels.feishu]`` that decide what reaches the bus."""
-
-    allow_from: Sequence[str]
-    group_policy: str  # "mention" | "open"
-    max_message_age_seconds: float
-
-    def allowed(self, open_id: str) -> bool:
-        # Empty means nobody: a bot that answers everyone must be configured so on purpose.
-        return "*" in self.allow_from or open_id in self.allow_from
-
-    def judge(
-        self, msg: FeishuMessage, *, bot_open_id: str | None, now: float
-    ) -> tuple[Verdict, str | None]:
-        """(verdict, text): text is the message's text when the verdict is ACCEPT."""
-        if msg.sender_type == "app" or (bot_open_id and msg.sender_open_id == bot_open_id):
-            return Verdict.FROM_BOT, None
-        age = now - msg.create_time_ms / 1000
-        if self.max_message_age_seconds > 0 and age > self.max_message_age_seconds:
-            # A burst redelivered after a reconnect: answering hours-old messages confuses.
-            return Verdict.TOO_OLD, None
-        mentioned = bot_open_id is not None and any(m.open_id == bot_open_id for m in msg.mentions)
-        if msg.is_group and self.group_policy != "open" and not mentioned:
-            return Verdict.NOT_MENTIONED, None
-        if not self.allowed(msg.sender_open_id):
-            return Verdict.NOT_ALLOWED, None
-        text = message_text(msg, bot_open_id=bot_open_id)
-        if text is None:
-            return Verdict.UNSUPPORTED, None
-        return Verdict.ACCEPT, text
+    Until the bot's own open_id is known (``/bot/v3/info``), no group message counts as
+    mentioning it: in "mention" groups nothing is answered rather than everything.
+    """
+    mentioned = bot_open_id is not None and any(m.open_id == bot_open_id for m in msg.mentions)
+    return Arrival(
+        message_id=msg.message_id,
+        chat_id=msg.chat_id,
+        sender_id=msg.sender_open_id,
+        is_group=msg.is_group,
+        mentions_bot=mentioned,
+        from_bot=msg.sender_type == "app"
+        or (bot_open_id is not None and msg.sender_open_id == bot_open_id),
+        created_at=msg.create_time_ms / 1000,
+    )
 
 
 def to_inbound(msg: FeishuMessage, text: str) -> InboundMessage:

@@ -1,27 +1,17 @@
-"""Reliable sends: per-chat pacing, retry with backoff, idempotency keys, a dead-letter list."""
+"""Reliable sends: per-chat pacing, retry with backoff, idempotency keys, dead letters."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
-from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 import structlog
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_exponential,
-    wait_random,
-)
-from tenacity.wait import wait_base
 
 from channels.feishu.api import ApiResult, FeishuApi, TokenError
+from channels.platform import DeadLetters
+from gateway.runtime import retrying
 
 log = structlog.get_logger(__name__)
 
@@ -29,30 +19,14 @@ log = structlog.get_logger(__name__)
 CHAT_INTERVAL_SECONDS = 0.22
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class FailedSend:
-    """A message that could not be delivered after every retry (``/api/channels/feishu/failed``)."""
+@dataclass(frozen=True, slots=True)
+class _About:
+    """What a dead letter says about the message (the API call itself knows only its chat)."""
 
-    at: float
     chat_id: str
-    op: str  # "create" | "reply" | "patch"
-    kind: str  # the outbound kind: text | confirmation | confirmation_update
-    status: int
-    code: int
-    error: str
-    attempts: int
+    kind: str
     text: str
-    confirmation_id: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def backoff(base: float, cap: float) -> wait_base:
-    """Exponential backoff from ``base`` up to ``cap`` seconds, plus up to ``base`` of jitter."""
-    # wait_exponential + wait_random take the same arguments in tenacity 8 and 9
-    # (9 renamed wait_exponential_jitter's ``initial`` and warns on the old name).
-    return wait_exponential(multiplier=base, max=cap) + wait_random(0, base)
+    confirmation_id: str | None
 
 
 class _Retry(Exception):
@@ -87,22 +61,17 @@ class Outbox:
         self,
         *,
         api: FeishuApi,
-        max_attempts: int = 5,
-        backoff_initial: float = 0.5,
-        backoff_max: float = 8.0,
-        dead_letters: int = 200,
+        dead_letters: DeadLetters,
+        max_attempts: int,
+        backoff_initial: float,
+        backoff_max: float,
     ) -> None:
         self.api = api
         self.pacer = ChatPacer()
+        self.dead_letters = dead_letters
         self._max_attempts = max_attempts
-        self._backoff = backoff(backoff_initial, backoff_max)
-        self.failed: deque[FailedSend] = deque(maxlen=dead_letters)
-
-    def _wait(self, state: RetryCallState) -> float:
-        exc = state.outcome.exception() if state.outcome is not None else None
-        if isinstance(exc, _Retry) and exc.result.invalid_token:
-            return 0.0  # the token was dropped; a fresh one is fetched at once
-        return float(self._backoff(state))
+        self._backoff_initial = backoff_initial
+        self._backoff_max = backoff_max
 
     async def _attempts(
         self, chat_id: str, call: Callable[[], Awaitable[ApiResult]]
@@ -110,11 +79,11 @@ class Outbox:
         attempts = 0
         result = ApiResult(0, -1, "not sent")
         try:
-            async for attempt in AsyncRetrying(
-                stop=stop_after_attempt(self._max_attempts),
-                wait=self._wait,
-                retry=retry_if_exception_type(_Retry),
-                reraise=True,
+            async for attempt in retrying(
+                attempts=self._max_attempts,
+                initial=self._backoff_initial,
+                maximum=self._backoff_max,
+                retry_on=lambda exc: isinstance(exc, _Retry),
             ):
                 with attempt:
                     attempts += 1
@@ -123,7 +92,7 @@ class Outbox:
                         result = await call()
                     except TokenError as exc:
                         result = exc.result
-                    if not result.ok and (result.retryable or result.status == 0):
+                    if not result.ok and result.retryable:
                         log.warning(
                             "feishu.send_retry",
                             chat_id=chat_id,
@@ -137,40 +106,17 @@ class Outbox:
             result = exc.result
         return result, attempts
 
-    def _dead_letter(
-        self,
-        *,
-        op: str,
-        chat_id: str,
-        kind: str,
-        text: str,
-        result: ApiResult,
-        attempts: int,
-        confirmation_id: str | None,
-    ) -> None:
-        entry = FailedSend(
-            at=time.time(),
-            chat_id=chat_id,
-            op=op,
-            kind=kind,
-            status=result.status,
-            code=result.code,
+    def _dead_letter(self, op: str, about: _About, result: ApiResult, attempts: int) -> None:
+        self.dead_letters.add(
+            chat_id=about.chat_id,
+            kind=about.kind,
+            text=about.text,
             error=result.msg,
             attempts=attempts,
-            text=text[:500],
-            confirmation_id=confirmation_id,
-        )
-        self.failed.append(entry)
-        log.error(
-            "feishu.send_failed",
-            chat_id=chat_id,
+            confirmation_id=about.confirmation_id,
             op=op,
-            kind=kind,
             status=result.status,
             code=result.code,
-            error=result.msg,
-            attempts=attempts,
-            confirmation_id=confirmation_id,
         )
 
     async def send(
@@ -187,7 +133,6 @@ class Outbox:
     ) -> ApiResult:
         """Create (or reply with) one message; one uuid for all attempts, so no duplicates."""
         idem = str(uuid.uuid4())
-        op = "reply" if reply_to else "create"
 
         async def call() -> ApiResult:
             if reply_to:
@@ -213,15 +158,8 @@ class Outbox:
                 dead_letter=dead_letter,
             )
         if not result.ok and dead_letter:
-            self._dead_letter(
-                op=op,
-                chat_id=chat_id,
-                kind=kind,
-                text=text,
-                result=result,
-                attempts=attempts,
-                confirmation_id=confirmation_id,
-            )
+            about = _About(chat_id, kind, text, confirmation_id)
+            self._dead_letter("reply" if reply_to else "create", about, result, attempts)
         return result
 
     async def patch(
@@ -240,12 +178,6 @@ class Outbox:
         result, attempts = await self._attempts(chat_id, call)
         if not result.ok:
             self._dead_letter(
-                op="patch",
-                chat_id=chat_id,
-                kind=kind,
-                text=text,
-                result=result,
-                attempts=attempts,
-                confirmation_id=confirmation_id,
+                "patch", _About(chat_id, kind, text, confirmation_id), result, attempts
             )
         return result

@@ -56,7 +56,7 @@ def _button(c: Confirmation, decision: Decision) -> dict[str, Any]:
         "element_id": f"btn_{decision.value}",
         "text": {
             "tag": "plain_text",
-            "content": texts.FEISHU_APPROVE_BUTTON if approve else texts.FEISHU_REJECT_BUTTON,
+            "content": texts.APPROVE_BUTTON if approve else texts.REJECT_BUTTON,
         },
         "type": "primary_filled" if approve else "danger",
         "behaviors": [
@@ -71,7 +71,8 @@ def _button(c: Confirmation, decision: Decision) -> dict[str, Any]:
 def confirmation_card(c: Confirmation, *, now: float | None = None) -> dict[str, Any]:
     """The card for a confirmation in its current state; buttons only while pending."""
     now = time.time() if now is None else now
-    lines = [line for line in texts.detail_lines(c) if not line.startswith("语句 Statement:")]
+    # The statement gets a code block of its own below.
+    lines = texts.detail_lines(c, statement=False)
     elements: list[dict[str, Any]] = [_md(c.summary)]
     statement = c.details.get("statement")
     if statement:
@@ -79,8 +80,8 @@ def confirmation_card(c: Confirmation, *, now: float | None = None) -> dict[str,
     elements.append(_md("\n".join(lines)))
     if c.status is Status.PENDING:
         template = RISK_TEMPLATES.get(c.risk, "orange")
-        title = texts.feishu_card_title(c)
-        elements.append(_md(texts.feishu_card_expiry(c, now)))
+        title = texts.confirmation_title(c)
+        elements.append(_md(texts.time_left(c, now)))
         elements.append(
             {
                 "tag": "column_set",

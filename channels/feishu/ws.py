@@ -15,8 +15,8 @@ event dispatch stay the SDK's):
 * ``_connect`` returns early with its lock still held when already connected. The
   replacement holds the lock in ``async with``.
 * On a lost connection the SDK reconnects on its own schedule (``ReconnectInterval``
-  defaults to 120 s). Here the SDK's reconnect is off and a supervisor reconnects with
-  jittered exponential backoff (tenacity), resetting after each good connection.
+  defaults to 120 s). Here the SDK's reconnect is off and a supervisor reconnects on the
+  gateway's one backoff policy, starting afresh after each good connection.
 * ``type=card`` DATA frames are dropped without dispatch or ack (#126; Feishu then shows
   error 200340 to the person who clicked). They are relabelled ``event`` and handed to
   the SDK's own handler, which dispatches ``card.action.trigger`` and acks with the
@@ -24,17 +24,15 @@ event dispatch stay the SDK's):
 * The SDK's ``_ping_loop`` logs through the deprecated ``Logger.warn`` and never ends;
   our ping loop stops with the connection.
 
-Stopping: ``stop()`` sets an event on the thread's loop; the supervisor closes the socket
-(bounded), cancels its tasks, the thread's loop finishes, and the gateway joins the
-thread with a timeout. A handler blocked in a card callback waits at most the callback
-budget (under 3 s). The thread is a daemon, so a join that times out cannot hold up exit.
+Stopping: the supervisor runs on an ``SdkThread``, whose ``stop()`` cancels it; it closes
+the socket (bounded) on its way out, and the thread ends. A handler blocked in a card
+callback waits at most the callback budget (under 3 s).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import random
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -50,7 +48,6 @@ from lark_oapi.ws import client as ws_client
 from lark_oapi.ws.const import GEN_ENDPOINT_URI, INTERNAL_ERROR, OK, SYSTEM_BUSY
 from lark_oapi.ws.exception import ClientException, ServerException
 from lark_oapi.ws.model import EndpointResp
-from tenacity import AsyncRetrying, retry_if_not_exception_type
 from websockets.exceptions import ConnectionClosedOK, InvalidHandshake
 
 from channels.feishu.api import resolve_domain
@@ -60,16 +57,13 @@ from channels.feishu.inbound import (
     card_action_from_sdk,
     message_from_sdk,
 )
-from channels.feishu.outbound import backoff
+from channels.platform import SdkThread, until_it_works
+from gateway.runtime import BackgroundTasks
 
 log = structlog.get_logger(__name__)
 
 MessageSink = Callable[[FeishuMessage], None]
 CardHandler = Callable[[CardAction], dict[str, Any]]
-
-
-class _Stopping(Exception):
-    """Raised out of a backoff sleep when the channel is stopping."""
 
 
 class FeishuWsClient(lark.ws.Client):  # type: ignore[misc]
@@ -94,8 +88,8 @@ class FeishuWsClient(lark.ws.Client):  # type: ignore[misc]
         )
         self._connect_timeout = connect_timeout
         self._conn: Any = None  # set by the SDK's constructor too; typed for mypy
-        self._receive_task: asyncio.Task[None] | None = None
-        self._frame_tasks: set[asyncio.Task[None]] = set()
+        # This connection's receive loop and the frames it handles (on the SDK thread).
+        self._tasks = BackgroundTasks("feishu.ws")
         self.lost = asyncio.Event()
 
     async def _discover(self) -> str:
@@ -142,18 +136,14 @@ class FeishuWsClient(lark.ws.Client):  # type: ignore[misc]
             self._conn_id = query["device_id"][0]
             self._service_id = query["service_id"][0]
             self.lost = asyncio.Event()
-            self._receive_task = asyncio.get_running_loop().create_task(
-                self._receive_message_loop(), name="feishu-ws-receive"
-            )
+            self._tasks.spawn(self._receive_message_loop(), name="feishu-ws-receive")
 
     async def _receive_message_loop(self) -> None:
         conn = self._conn
         try:
             while conn is not None:
                 frame = await conn.recv()
-                task = asyncio.get_running_loop().create_task(self._handle_message(frame))
-                self._frame_tasks.add(task)
-                task.add_done_callback(self._frame_tasks.discard)
+                self._tasks.spawn(self._handle_message(frame), name="feishu-ws-frame")
         except asyncio.CancelledError:
             raise
         except ConnectionClosedOK as exc:  # a clean close: ours on stop, or Feishu's
@@ -185,15 +175,11 @@ class FeishuWsClient(lark.ws.Client):  # type: ignore[misc]
         with contextlib.suppress(Exception):
             # websockets waits up to its close_timeout for the peer's close frame.
             await asyncio.wait_for(self._disconnect(), within)
-        tasks = [t for t in (self._receive_task, *self._frame_tasks) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._receive_task = None
+        await self._tasks.cancel()
 
 
 class LongConnection:
-    """Runs ``FeishuWsClient`` in a thread of its own; reconnects; stops within a bound."""
+    """Runs ``FeishuWsClient`` on an ``SdkThread``; reconnects; stops within a bound."""
 
     def __init__(
         self,
@@ -226,10 +212,7 @@ class LongConnection:
             event_handler=handler,
             connect_timeout=connect_timeout,
         )
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._loop_ready = threading.Event()
+        self.thread = SdkThread(name="feishu-ws")
         self._connected = threading.Event()
         self.connections = 0
 
@@ -255,84 +238,14 @@ class LongConnection:
 
     # ---- lifecycle ----------------------------------------------------------------------
 
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="feishu-ws", daemon=True)
-        self._thread.start()
-        self._loop_ready.wait(5)
+    async def start(self) -> None:
+        await self.thread.start(self._supervise)
 
     async def stop(self) -> None:
-        thread, loop, stop = self._thread, self._loop, self._stop
-        if thread is None:
-            return
-        if loop is not None and stop is not None:
-            with contextlib.suppress(RuntimeError):  # the thread's loop already ended
-                loop.call_soon_threadsafe(stop.set)
-        await asyncio.to_thread(thread.join, self._stop_timeout)
-        if thread.is_alive():
-            log.warning("feishu.ws_stop_timeout", seconds=self._stop_timeout)
-        else:
+        if await self.thread.stop(self._stop_timeout):
             log.info("feishu.ws_stopped")
-        self._thread = None
 
-    def _run(self) -> None:
-        loop = asyncio.new_event_loop()
-        asyncio.set_event_loop(loop)
-        self._loop = loop
-        self._stop = asyncio.Event()
-        self._loop_ready.set()
-        try:
-            loop.run_until_complete(self._supervise())
-        except Exception:  # the thread must end cleanly, whatever happened
-            log.exception("feishu.ws_thread_failed")
-        finally:
-            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
-            for task in pending:
-                task.cancel()
-            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.close()
-            self._connected.clear()
-
-    async def _sleep(self, seconds: float) -> None:
-        assert self._stop is not None
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop.wait(), seconds)
-        if self._stop.is_set():
-            raise _Stopping
-
-    async def _connect_with_backoff(self) -> None:
-        def before_sleep(state: Any) -> None:
-            exc = state.outcome.exception() if state.outcome else None
-            log.warning(
-                "feishu.ws_connect_failed",
-                attempt=state.attempt_number,
-                retry_in=round(state.upcoming_sleep, 2),
-                error=f"{type(exc).__name__}: {exc}",
-            )
-
-        async for attempt in AsyncRetrying(
-            wait=backoff(self._backoff_initial, self._backoff_max),
-            retry=retry_if_not_exception_type(_Stopping),
-            sleep=self._sleep,
-            before_sleep=before_sleep,
-            reraise=True,
-        ):
-            with attempt:
-                await self._until_stopped(self.client._connect())
-
-    async def _until_stopped(self, coro: Any) -> None:
-        """Run ``coro``, but give up on it (cancel it) as soon as stop is asked for."""
-        assert self._stop is not None
-        work = asyncio.ensure_future(coro)
-        stop_wait = asyncio.ensure_future(self._stop.wait())
-        await asyncio.wait({work, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-        stop_wait.cancel()
-        if not work.done():
-            work.cancel()
-            await asyncio.gather(work, stop_wait, return_exceptions=True)
-            raise _Stopping
-        await asyncio.gather(stop_wait, return_exceptions=True)
-        work.result()
+    # ---- on the SDK thread --------------------------------------------------------------
 
     async def _ping_loop(self) -> None:
         while True:
@@ -343,34 +256,30 @@ class LongConnection:
                 log.debug("feishu.ws_ping_failed", error=str(exc))
 
     async def _supervise(self) -> None:
-        assert self._stop is not None
-        stop = self._stop
+        """Connect, serve until the socket is lost, reconnect; until cancelled by stop()."""
+        pinger = BackgroundTasks("feishu.ws.ping")
         try:
-            while not stop.is_set():
-                try:
-                    await self._connect_with_backoff()
-                except _Stopping:
-                    break
+            while True:
+                # A fresh policy per connection: the backoff starts small again after a
+                # good one. Wrong credentials (ClientException) are retried too: an admin
+                # may fix the app in Feishu's console while the gateway keeps running.
+                await until_it_works(
+                    self.client._connect,
+                    event="feishu.ws_connect_failed",
+                    initial=self._backoff_initial,
+                    maximum=self._backoff_max,
+                )
                 self.connections += 1
                 self._connected.set()
                 log.info("feishu.ws_connected", connections=self.connections)
-                pinger = asyncio.get_running_loop().create_task(self._ping_loop())
-                stop_wait = asyncio.ensure_future(stop.wait())
-                lost_wait = asyncio.ensure_future(self.client.lost.wait())
-                await asyncio.wait({stop_wait, lost_wait}, return_when=asyncio.FIRST_COMPLETED)
-                for waiter in (pinger, stop_wait, lost_wait):
-                    waiter.cancel()
-                await asyncio.gather(pinger, stop_wait, lost_wait, return_exceptions=True)
-                self._connected.clear()
-                await self.client.close(within=2.0)
-                if stop.is_set():
-                    break
-                log.warning("feishu.ws_lost")
-                # Jitter before reconnecting, so many gateways do not reconnect in step.
+                pinger.spawn(self._ping_loop(), name="feishu-ws-ping")
                 try:
-                    await self._sleep(random.uniform(0, self._backoff_initial))
-                except _Stopping:
-                    break
+                    await self.client.lost.wait()
+                finally:
+                    self._connected.clear()
+                    await pinger.cancel()
+                await self.client.close(within=2.0)
+                log.warning("feishu.ws_lost")
         finally:
-            self._connected.clear()
+            # Also when stop() cancels a connect half-way: no socket or task is left over.
             await self.client.close(within=2.0)

@@ -1,17 +1,17 @@
 """An OpenAI-compatible chat model (OpenAI, DeepSeek, Qwen/DashScope, Moonshot, vLLM, Ollama).
 
 One non-streaming ``chat.completions`` call per step, with the tool registry's function
-schemas. Retries (429, 5xx, timeouts, connection errors) are ours, with tenacity: the
-SDK's own retries are switched off so ``llm.max_retries`` is the real count. Errors a
-person cannot fix by waiting (bad key, unknown model) are not retried and become
-``LlmError`` with one sentence for the chat.
+schemas. Retries (429, 5xx, timeouts, connection errors) are ours, on the gateway's one
+retry policy (``gateway.runtime``), waiting longer when the server's Retry-After asks
+for it. The SDK's own retries are switched off, so ``llm.max_retries`` is the real
+count. Errors a person cannot fix by waiting (bad key, unknown model) are not retried and
+become ``LlmError`` with one sentence for the chat.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import random
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,15 +20,11 @@ from typing import Any
 import openai
 import structlog
 from openai import AsyncOpenAI
-from tenacity import (
-    AsyncRetrying,
-    RetryCallState,
-    retry_if_exception,
-    stop_after_attempt,
-)
+from tenacity import RetryCallState
 
 from config.settings import LlmSettings
 from gateway import texts
+from gateway.runtime import backoff, retrying
 
 log = structlog.get_logger(__name__)
 
@@ -110,16 +106,16 @@ class ChatModel:
             timeout=settings.timeout_seconds,
             max_retries=0,
         )
+        self._backoff = backoff(
+            initial=settings.retry_base_seconds, maximum=settings.retry_max_seconds
+        )
 
     async def aclose(self) -> None:
         await self.client.close()
 
     def _wait(self, state: RetryCallState) -> float:
-        """Exponential backoff, or the server's Retry-After when it asks for longer."""
-        # Computed here rather than with wait_exponential_jitter, whose arguments changed
-        # between tenacity 8 and 9.
-        base = self.settings.retry_base_seconds * 2.0 ** (state.attempt_number - 1)
-        wait = min(base, self.settings.retry_max_seconds) + random.uniform(0, base / 10)
+        """The policy's backoff, or the server's Retry-After when it asks for longer."""
+        wait = float(self._backoff(state))
         exc = state.outcome.exception() if state.outcome else None
         if isinstance(exc, openai.APIStatusError):
             after = exc.response.headers.get("retry-after", "")
@@ -148,13 +144,15 @@ class ChatModel:
         if tools:
             kwargs["tools"] = list(tools)
         try:
-            async for attempt in AsyncRetrying(
-                stop=stop_after_attempt(self.settings.max_retries + 1),
-                wait=self._wait,
-                retry=retry_if_exception(_retryable),
+            policy = retrying(
+                attempts=self.settings.max_retries + 1,
+                initial=self.settings.retry_base_seconds,
+                maximum=self.settings.retry_max_seconds,
+                retry_on=_retryable,
                 before_sleep=self._before_sleep,
-                reraise=True,
-            ):
+            )
+            # Retry-After on top of the policy's backoff (never shorter than the backoff).
+            async for attempt in policy.copy(wait=self._wait):
                 with attempt:
                     response = await self.client.chat.completions.create(**kwargs)
         except openai.OpenAIError as exc:

@@ -266,10 +266,12 @@ def four_eyes_problem(settings: Settings) -> str | None:
     """Four-eyes with nobody but the requester to approve: such calls can only be rejected."""
     p = settings.policy
     wanted = p.four_eyes_for_critical or p.four_eyes_risks or any(r.four_eyes for r in p.rules)
+    channels = settings.channels
     approvers = (
         settings.confirmation.approvers
-        or settings.channels.feishu.approvers
-        or settings.channels.dingtalk.approvers
+        or channels.webchat.approvers
+        or channels.feishu.approvers
+        or channels.dingtalk.approvers
     )
     if wanted and not approvers:
         return (

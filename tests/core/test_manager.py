@@ -77,10 +77,71 @@ async def test_unknown_channel_is_reported_not_crashing() -> None:
     bus = MessageBus()
     manager = ChannelManager(bus=bus)
     failed: list[str] = []
-    manager.on_send_failure(lambda ch, msg, exc: failed.append(ch))
-    manager.add(FlakyChannel(0))
+    reported = asyncio.Event()
+
+    def on_failure(channel: str, msg: OutboundMessage, exc: BaseException) -> None:
+        failed.append(channel)
+        reported.set()
+
+    manager.on_send_failure(on_failure)
+    delivered = FlakyChannel(0)
+    manager.add(delivered)
     await manager.start()
     await bus.publish_outbound(OutboundMessage(channel="nowhere", chat_id="c", text="?"))
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(reported.wait(), 5)
+    # The dispatcher lives on: the next message is delivered.
+    await bus.publish_outbound(OutboundMessage(channel="flaky", chat_id="c", text="next"))
     await manager.stop()
     assert failed == ["nowhere"]
+    assert delivered.delivered == ["next"]
+
+
+class GatedChannel(Channel):
+    """Holds each send until the test lets it go, to see which sends overlap."""
+
+    name: ClassVar[str] = "gated"
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.gates: dict[str, asyncio.Event] = {}
+        self.arrived = asyncio.Condition()
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    async def send(self, msg: OutboundMessage) -> None:
+        gate = self.gates.setdefault(msg.text, asyncio.Event())
+        async with self.arrived:
+            self.started.append(msg.text)
+            self.arrived.notify_all()
+        await gate.wait()
+
+    async def wait_started(self, *texts: str) -> None:
+        async with self.arrived:
+            await asyncio.wait_for(
+                self.arrived.wait_for(lambda: all(t in self.started for t in texts)), 5
+            )
+
+
+async def test_a_slow_chat_does_not_hold_up_another_chat() -> None:
+    bus = MessageBus()
+    manager = ChannelManager(bus=bus)
+    channel = GatedChannel()
+    manager.add(channel)
+    await manager.start()
+    await bus.publish_outbound(OutboundMessage(channel="gated", chat_id="a", text="a1"))
+    await bus.publish_outbound(OutboundMessage(channel="gated", chat_id="a", text="a2"))
+    await bus.publish_outbound(OutboundMessage(channel="gated", chat_id="b", text="b1"))
+    # b1 starts while a1 is still being sent; a2 waits for a1.
+    await channel.wait_started("a1", "b1")
+    assert "a2" not in channel.started
+    channel.gates.setdefault("a1", asyncio.Event()).set()
+    await channel.wait_started("a2")
+    for gate in ("a2", "b1"):
+        channel.gates.setdefault(gate, asyncio.Event()).set()
+    assert await manager.drain(timeout=5)
+    await manager.stop()
+    assert channel.started.index("a1") < channel.started.index("a2")

@@ -106,11 +106,15 @@ async def test_a_typed_reply_decides_and_the_update_reaches_the_history(
     )
 
 
-async def test_long_poll_returns_when_something_new_arrives(http: aiohttp.ClientSession) -> None:
+async def test_long_poll_returns_when_something_new_arrives(
+    gateway: Gateway, http: aiohttp.ClientSession
+) -> None:
     last = (await poll(http, "quiet"))["last_seq"]
     waiting = asyncio.create_task(poll(http, "quiet", after=last, wait="20"))
-    # Give the poll a chance to be waiting; the result does not depend on it either way.
-    await asyncio.sleep(0.05)
+    channel = gateway.channels.channels["webchat"]
+    room = channel.rooms.get("quiet")  # type: ignore[attr-defined]
+    # The poll is parked in the room: nothing has answered it yet.
+    await eventually(lambda: asyncio.sleep(0, result=room.waiters == 1))
     assert not waiting.done()
     await say(http, "quiet", "carol", "/help")
     got = await asyncio.wait_for(waiting, 15)

@@ -95,3 +95,24 @@ async def _only_a_good_request_is_answered(gw: Gateway, fake: FakeDingTalk) -> N
     texts = webhook_texts(fake)
     assert len(texts) == 1
     assert "没有待确认" in texts[0]
+
+
+async def test_a_redelivered_message_is_answered_once(
+    http_gateway: Gateway, fake: FakeDingTalk
+) -> None:
+    # DingTalk posts again when the first answer was late; the same msgId, a new signature.
+    body = fake.chatbot_payload(text="/help", msg_id="http-dup-1")
+    for _ in range(2):
+        ts = _now_ms()
+        status, _ = await _post(
+            http_gateway, body, timestamp=ts, sign=robot_signature(ts, fake.client_secret)
+        )
+        assert status == 200
+    ts = _now_ms()
+    after = fake.chatbot_payload(text="/pending")
+    await _post(http_gateway, after, timestamp=ts, sign=robot_signature(ts, fake.client_secret))
+    # One conversation's answers go out in order: a second /help answer would come first.
+    await fake.wait_until(
+        lambda: any("没有待确认" in t for t in webhook_texts(fake)), what="/pending answer"
+    )
+    assert sum("/sql" in t for t in webhook_texts(fake)) == 1

@@ -1,4 +1,6 @@
 """Who and what reaches the bot: allow_from, message types, the dead-letter route's token."""
+# test_dead_letter_route_needs_the_admin_token relies on the server's require_admin
+# middleware (every /api/ path): the channel has no token check of its own.
 
 from __future__ import annotations
 

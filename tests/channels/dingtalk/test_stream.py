@@ -164,18 +164,20 @@ async def test_send_retries_on_429_and_5xx_then_dead_letters(
 
     fake.inject("POST", path, 500, times=50)
     fake.send_chatbot_message(text="/pending", sender_staff_id="carol", webhook_valid_for=-1)
+    channel = gateway.channels.channels["dingtalk"]
+    await fake.wait_until(lambda: len(channel.dead_letters) == 1, what="a dead letter")  # type: ignore[attr-defined]
     assert gateway.http is not None
-    async with aiohttp.ClientSession() as http:
-        entries: list[dict[str, object]] = []
-        async with asyncio.timeout(10):
-            while not entries:
-                await asyncio.sleep(0.02)
-                async with http.get(f"{gateway.http.url}/api/channels/dingtalk/failed") as resp:
-                    assert resp.status == 200
-                    entries = list((await resp.json())["failed"])
-    [entry] = entries
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"{gateway.http.url}/api/channels/dingtalk/failed") as resp,
+    ):
+        assert resp.status == 200
+        body = await resp.json()
+    assert body["channel"] == "dingtalk"
+    [entry] = body["failed"]
     assert entry["chat_id"] == "cid-1"
     assert "500" in str(entry["error"])
+    assert entry["attempts"] == 4
     # send_attempts (default 4) tries in all, not more: the manager does not retry again.
     assert len(fake.requests(path)) == 3 + 4
 
@@ -199,13 +201,12 @@ async def test_disconnect_reconnects_and_stop_is_bounded(
             lambda: any("没有待确认" in t for t in webhook_texts(fake)), what="/pending answer"
         )
         channel = gw.channels.channels["dingtalk"]
-        runner = channel._runner  # type: ignore[attr-defined]
-        thread = runner._thread
+        sdk_thread = channel._runner.thread  # type: ignore[attr-defined]
     finally:
         # Bounded: stop_timeout_seconds for the stream, plus the gateway's own drains.
         async with asyncio.timeout(settings.channels.dingtalk.stop_timeout_seconds + 10):
             await gw.stop()
-    assert not thread.is_alive()
+    assert not sdk_thread.alive
     assert fake.live_connections == 0
     ping_acks = [a for a in fake.acks if a.get("data") == '{"opaque": "p1"}']
     assert len(ping_acks) == 1
@@ -221,14 +222,13 @@ async def test_stop_is_bounded_while_the_connection_open_hangs(
     await gw.start()
     try:
         await fake.wait_until(lambda: fake.arrived(open_path), what="the hanging open call")
-        runner = gw.channels.channels["dingtalk"]._runner  # type: ignore[attr-defined]
-        thread = runner._thread
+        sdk_thread = gw.channels.channels["dingtalk"]._runner.thread  # type: ignore[attr-defined]
         assert not gw.channels.channels["dingtalk"].ready
     finally:
         async with asyncio.timeout(settings.channels.dingtalk.stop_timeout_seconds + 10):
             await gw.stop()
     # The SDK's start() sat in a blocking call; stop() cancelled it and the thread ended.
-    await fake.wait_until(lambda: not thread.is_alive(), within=2, what="the stream thread")
+    await fake.wait_until(lambda: not sdk_thread.alive, within=2, what="the stream thread")
     assert fake.connections_opened == 0
 
 

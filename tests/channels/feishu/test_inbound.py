@@ -1,4 +1,5 @@
-"""Receive rules on events parsed by the SDK's own models (no gateway needed)."""
+"""Events parsed by the SDK's own models, read into what the shared receive rules judge
+(no gateway needed; the rules themselves are tested in tests/channels/test_receive.py)."""
 
 from __future__ import annotations
 
@@ -12,24 +13,36 @@ from lark_oapi.core.json import JSON
 
 from channels.feishu.inbound import (
     FeishuMessage,
-    ReceiveRules,
-    Verdict,
+    arrival,
     message_from_sdk,
     message_text,
     to_inbound,
 )
+from channels.receive import ReceiveRules, Verdict
 from tests.channels.feishu.conftest import ALICE, BOT, BOT_MENTION
 from tests.fakes.feishu import message_event
 
-OPEN = ReceiveRules(allow_from=("*",), group_policy="mention", max_message_age_seconds=600)
+
+def rules(
+    allow_from: tuple[str, ...] = ("*",), group_policy: str = "mention", max_age: float = 600
+) -> ReceiveRules:
+    return ReceiveRules(
+        channel="feishu",
+        allow_from=allow_from,
+        group_policy=group_policy,  # type: ignore[arg-type]
+        max_message_age_seconds=max_age,
+    )
 
 
 def parse(event: dict[str, Any]) -> FeishuMessage:
     return message_from_sdk(JSON.unmarshal(json.dumps(event), P2ImMessageReceiveV1))
 
 
-def judge(msg: FeishuMessage, rules: ReceiveRules = OPEN) -> tuple[Verdict, str | None]:
-    return rules.judge(msg, bot_open_id=BOT, now=time.time())
+def judge(msg: FeishuMessage, with_rules: ReceiveRules | None = None) -> tuple[Verdict, str | None]:
+    """The verdict and, when accepted, the text that reaches the bus."""
+    verdict = (with_rules or rules()).judge(arrival(msg, bot_open_id=BOT))
+    text = message_text(msg, bot_open_id=BOT) if verdict is Verdict.ACCEPT else None
+    return verdict, text
 
 
 def test_p2p_text_becomes_an_inbound_message() -> None:
@@ -61,18 +74,16 @@ def test_group_mention_of_the_bot_is_stripped_others_are_named() -> None:
 def test_group_without_bot_mention_needs_open_policy() -> None:
     msg = parse(message_event(chat_id="oc_g", chat_type="group", sender=ALICE, text="hi"))
     assert judge(msg)[0] is Verdict.NOT_MENTIONED
-    open_groups = ReceiveRules(allow_from=("*",), group_policy="open", max_message_age_seconds=0)
-    assert judge(msg, open_groups) == (Verdict.ACCEPT, "hi")
+    assert judge(msg, rules(group_policy="open", max_age=0)) == (Verdict.ACCEPT, "hi")
 
 
 @pytest.mark.parametrize(
     ("allow_from", "verdict"),
-    [((), Verdict.NOT_ALLOWED), (("ou_other",), Verdict.NOT_ALLOWED), ((ALICE,), Verdict.ACCEPT)],
+    [((), Verdict.REFUSED), (("ou_other",), Verdict.REFUSED), ((ALICE,), Verdict.ACCEPT)],
 )
 def test_allow_from(allow_from: tuple[str, ...], verdict: Verdict) -> None:
-    rules = ReceiveRules(allow_from=allow_from, group_policy="mention", max_message_age_seconds=60)
     msg = parse(message_event(chat_id="oc_1", sender=ALICE, text="hi"))
-    assert judge(msg, rules)[0] is verdict
+    assert judge(msg, rules(allow_from=allow_from, max_age=60))[0] is verdict
 
 
 def test_bots_and_old_messages_are_skipped() -> None:
@@ -119,10 +130,24 @@ def test_post_rich_text_is_flattened_with_mentions() -> None:
     assert message_text(keyed, bot_open_id=BOT) == "DB\n /sql \nSELECT 1"
 
 
-def test_images_are_unsupported() -> None:
+def test_images_have_no_text() -> None:
     msg = parse(
         message_event(
             chat_id="oc_1", sender=ALICE, text="", message_type="image", content={"image_key": "k"}
         )
     )
-    assert judge(msg)[0] is Verdict.UNSUPPORTED
+    assert judge(msg) == (Verdict.ACCEPT, None)
+
+
+def test_no_group_message_mentions_the_bot_before_its_open_id_is_known() -> None:
+    msg = parse(
+        message_event(
+            chat_id="oc_g",
+            chat_type="group",
+            sender=ALICE,
+            text="@_user_1 hi",
+            mentions=[BOT_MENTION],
+        )
+    )
+    assert arrival(msg, bot_open_id=BOT).mentions_bot
+    assert not arrival(msg, bot_open_id=None).mentions_bot

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import time
 
 from config.settings import Settings
 from gateway import texts
@@ -228,13 +228,11 @@ async def test_stop_ends_the_connection_thread(settings: Settings, fake: FakeFei
     await gw.start()
     await fake.wait_connected()
     channel = gw.channels.channels["feishu"]
-    ws = channel._ws  # type: ignore[attr-defined]
-    thread = ws._thread
-    assert thread is not None and thread.is_alive()
+    sdk_thread = channel._ws.thread  # type: ignore[attr-defined]
+    assert sdk_thread.alive
     await gw.stop()
-    assert not thread.is_alive()
+    assert not sdk_thread.alive
     await wait_until(lambda: fake.live_connections == 0, what="socket closed")
-    await asyncio.sleep(0)
 
 
 async def test_second_click_on_a_decided_card_changes_nothing(
@@ -291,7 +289,29 @@ async def test_senders_outside_allow_from_are_refused(tmp_path, fake: FakeFeishu
         await fake.wait_connected()
         fake.send_frame(message_event(chat_id=P2P, sender=MALLORY, text="/help"))
         fake.send_frame(message_event(chat_id=P2P, sender=ALICE, text="/pending"))
-        # Answers in one chat go out in order: Mallory's /help would have come first.
-        await wait_until(lambda: any("没有待确认" in t for t in sent_texts(fake)), what="/pending")
-        assert len(sent_texts(fake)) == 1
+        fake.send_frame(message_event(chat_id=P2P, sender=MALLORY, text="/help again"))
+        fake.send_frame(message_event(chat_id=P2P, sender=ALICE, text="/pending"))
+        # Answers in one chat go out in order: once Alice's second answer is out, anything
+        # for Mallory's second message would have come before it.
+        await wait_until(
+            lambda: sum("没有待确认" in t for t in sent_texts(fake)) == 2, what="two /pending"
+        )
+        # Mallory is told once why the bot does not answer, and not on every message.
+        said = sent_texts(fake)
+        assert said.count(texts.NOT_ALLOWED) == 1
+        assert len(said) == 3
+        assert not any("/sql" in t for t in said)
         assert gw.confirmations is not None
+
+
+async def test_a_burst_of_old_messages_after_a_reconnect_is_skipped(
+    gateway: Gateway, fake: FakeFeishu
+) -> None:
+    an_hour_ago = int((time.time() - 3600) * 1000)
+    fake.send_frame(
+        message_event(chat_id=P2P, sender=ALICE, text="/help", create_time_ms=an_hour_ago)
+    )
+    fake.send_frame(message_event(chat_id=P2P, sender=ALICE, text="/pending"))
+    # One chat's answers go out in order: an answer to the old /help would come first.
+    await wait_until(lambda: any("没有待确认" in t for t in sent_texts(fake)), what="/pending")
+    assert len(sent_texts(fake)) == 1

@@ -73,7 +73,7 @@ async def test_permanent_failure_lands_in_the_dead_letter_list(
         fake.fail(op, status=400, code=230002, msg="Bot is not in the chat")
     _ask_help(fake)
     channel = gateway.channels.channels["feishu"]
-    await wait_until(lambda: len(channel.outbox.failed) == 1, what="dead letter")  # type: ignore[attr-defined]
+    await wait_until(lambda: len(channel.dead_letters) == 1, what="dead letter")  # type: ignore[attr-defined]
     [entry] = await _failed(gateway)
     assert entry["chat_id"] == P2P
     assert entry["code"] == 230002
@@ -90,7 +90,7 @@ async def test_rate_limit_that_never_ends_is_dead_lettered(
     fake.fail("reply", status=429, code=RATE_LIMIT_CODE, times=attempts)
     _ask_help(fake)
     channel = gateway.channels.channels["feishu"]
-    await wait_until(lambda: len(channel.outbox.failed) == 1, what="dead letter")  # type: ignore[attr-defined]
+    await wait_until(lambda: len(channel.dead_letters) == 1, what="dead letter")  # type: ignore[attr-defined]
     [entry] = await _failed(gateway)
     assert entry["attempts"] == attempts
     assert entry["status"] == 429
@@ -112,6 +112,8 @@ async def test_sends_to_one_chat_are_paced_under_5_per_second(
     assert _sends(fake)[2].at - asked_at >= 0.4
 
 
+# Relies on the server's require_admin middleware (every /api/ path): the channel has no
+# token check of its own.
 async def test_dead_letters_need_the_admin_token_when_one_is_set(
     tmp_path: Path, fake: FakeFeishu
 ) -> None:
@@ -124,4 +126,4 @@ async def test_dead_letters_need_the_admin_token_when_one_is_set(
         headers = {"Authorization": "Bearer s3cret-admin"}
         async with session.get(url, headers=headers) as resp:
             assert resp.status == 200
-            assert await resp.json() == {"failed": []}
+            assert await resp.json() == {"channel": "feishu", "failed": []}

@@ -1,0 +1,244 @@
+"""What the DingTalk channel sends, and where: session webhook first, robot OpenAPI after.
+
+A reply goes through the asking message's ``sessionWebhook`` while it is valid (no token,
+~90 min); otherwise through the robot OpenAPI (group or one-to-one). Confirmation prompts
+are interactive cards whose clicks arrive on the stream; updates rewrite the card.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from cachetools import TTLCache
+
+from channels.base import ChannelSendError
+from channels.dingtalk.api import DingTalkApi, DingTalkApiError
+from channels.dingtalk.cards import STANDARD_TEMPLATE_ID, card_params, out_track_id
+from channels.dingtalk.inbound import ChatbotEvent
+from channels.platform import DeadLetters
+from config.settings import DingTalkSettings
+from gateway import texts
+from gateway.bus import OutboundKind, OutboundMessage
+from gateway.confirm.model import Confirmation, Status
+from gateway.confirm.service import ConfirmationService
+
+log = structlog.get_logger(__name__)
+
+# Key under Confirmation.prompt_refs that marks a delivered card.
+CARD_REF = "dingtalk_card"
+# Treat a session webhook as expired this long before DingTalk says it is.
+WEBHOOK_EXPIRY_MARGIN_SECONDS = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where replies to one conversation go."""
+
+    is_group: bool
+    staff_id: str | None  # the other person, for 1:1 OpenAPI sends and IM_ROBOT cards
+    webhook: str | None
+    webhook_expires_at: float | None
+
+    @property
+    def webhook_usable(self) -> bool:
+        if not self.webhook or self.webhook_expires_at is None:
+            return False
+        return self.webhook_expires_at - time.time() > WEBHOOK_EXPIRY_MARGIN_SECONDS
+
+
+class DingTalkSender:
+    """Sends one ``OutboundMessage``; what fails after every retry goes to ``dead_letters``."""
+
+    def __init__(
+        self,
+        *,
+        settings: DingTalkSettings,
+        api: DingTalkApi,
+        confirmations: ConfirmationService,
+        dead_letters: DeadLetters,
+        cards: bool,
+    ) -> None:
+        self._settings = settings
+        self._api = api
+        self._service = confirmations
+        self._robot_code = settings.robot_code or settings.client_id or ""
+        self.dead_letters = dead_letters
+        # Card clicks arrive on the stream connection, which HTTP mode does not open:
+        # there a card would have dead buttons, so the text prompt is sent instead.
+        self._cards = cards
+        # Latest reply route per conversation; a webhook lives ~90 min, so 2 h is plenty.
+        self._routes: TTLCache[str, Route] = TTLCache(maxsize=50_000, ttl=7200)
+
+    def remember(self, event: ChatbotEvent) -> None:
+        """Keep where replies to the event's conversation go."""
+        self._routes[event.conversation_id] = Route(
+            is_group=event.is_group,
+            staff_id=None if event.is_group else event.sender_id,
+            webhook=event.session_webhook,
+            webhook_expires_at=event.session_webhook_expires_at,
+        )
+
+    async def send(self, msg: OutboundMessage) -> None:
+        try:
+            if msg.kind is OutboundKind.CONFIRMATION and msg.confirmation is not None:
+                await self._send_confirmation(msg, msg.confirmation)
+            elif msg.kind is OutboundKind.CONFIRMATION_UPDATE and msg.confirmation is not None:
+                await self._send_update(msg, msg.confirmation)
+            else:
+                await self._send_text(msg.chat_id, msg.text, msg.metadata, None)
+        except DingTalkApiError as exc:
+            self.dead_letters.add(
+                chat_id=msg.chat_id,
+                kind=msg.kind.value,
+                text=msg.text,
+                error=str(exc),
+                attempts=exc.attempts,
+                confirmation_id=msg.confirmation.id if msg.confirmation else None,
+            )
+            # Retried with backoff already (per call, in DingTalkApi): the manager must
+            # not multiply the attempts.
+            raise ChannelSendError(str(exc), retryable=False) from exc
+
+    def _route_for(
+        self, chat_id: str, metadata: Mapping[str, Any], conf: Confirmation | None
+    ) -> Route:
+        known = self._routes.get(chat_id)
+        webhook = metadata.get("session_webhook")
+        if webhook:
+            ctype = metadata.get("conversation_type")
+            is_group = ctype == "2" if ctype else (known.is_group if known else False)
+            expires = metadata.get("session_webhook_expires_at")
+            route = Route(
+                is_group=is_group,
+                staff_id=metadata.get("sender_staff_id") if not is_group else None,
+                webhook=str(webhook),
+                webhook_expires_at=float(expires) if expires is not None else None,
+            )
+            # A newer webhook from the route cache wins over the message's own.
+            if (
+                known
+                and known.webhook
+                and (known.webhook_expires_at or 0) > (route.webhook_expires_at or 0)
+            ):
+                return Route(
+                    route.is_group, route.staff_id, known.webhook, known.webhook_expires_at
+                )
+            return route
+        if known is not None:
+            return known
+        if conf is not None:
+            return Route(
+                is_group=conf.is_group,
+                staff_id=None if conf.is_group else conf.requester,
+                webhook=None,
+                webhook_expires_at=None,
+            )
+        return Route(is_group=False, staff_id=None, webhook=None, webhook_expires_at=None)
+
+    async def _send_text(
+        self,
+        chat_id: str,
+        text: str,
+        metadata: Mapping[str, Any],
+        conf: Confirmation | None,
+        *,
+        markdown_title: str | None = None,
+    ) -> None:
+        route = self._route_for(chat_id, metadata, conf)
+        if markdown_title is not None:
+            # DingTalk markdown joins single newlines; a blank line keeps them apart.
+            body = "\n\n".join(line for line in text.splitlines() if line.strip())
+            hook_payload: dict[str, Any] = {
+                "msgtype": "markdown",
+                "markdown": {"title": markdown_title, "text": body},
+            }
+            msg_key, msg_param = "sampleMarkdown", {"title": markdown_title, "text": body}
+        else:
+            hook_payload = {"msgtype": "text", "text": {"content": text}}
+            msg_key, msg_param = "sampleText", {"content": text}
+        if route.webhook is not None and route.webhook_usable:
+            try:
+                await self._api.send_session_webhook(route.webhook, hook_payload)
+                return
+            except DingTalkApiError as exc:
+                # The robot OpenAPI is independent of the webhook: try it before giving up.
+                log.warning("dingtalk.webhook_send_failed", chat_id=chat_id, error=str(exc))
+        if route.is_group:
+            await self._api.send_group(
+                robot_code=self._robot_code,
+                conversation_id=chat_id,
+                msg_key=msg_key,
+                msg_param=msg_param,
+            )
+        elif route.staff_id:
+            await self._api.send_one_to_one(
+                robot_code=self._robot_code,
+                user_ids=[route.staff_id],
+                msg_key=msg_key,
+                msg_param=msg_param,
+            )
+        else:
+            raise DingTalkApiError(f"no way to reach conversation {chat_id}: no webhook, no user")
+
+    async def _send_text_prompt(self, msg: OutboundMessage, conf: Confirmation) -> None:
+        await self._send_text(
+            msg.chat_id,
+            msg.text,
+            msg.metadata,
+            conf,
+            markdown_title=texts.confirmation_title(conf),
+        )
+
+    async def _send_confirmation(self, msg: OutboundMessage, conf: Confirmation) -> None:
+        if not self._cards:
+            await self._send_text_prompt(msg, conf)
+            return
+        route = self._route_for(msg.chat_id, msg.metadata, conf)
+        track = out_track_id(conf.id)
+        body: dict[str, Any] = {
+            "cardTemplateId": self._settings.card_template_id or STANDARD_TEMPLATE_ID,
+            "outTrackId": track,
+            "cardData": {"cardParamMap": card_params(conf)},
+            "callbackType": "STREAM",
+            "userIdType": 1,
+            # An approval card forwarded elsewhere would only confuse: no forwarding.
+            "imGroupOpenSpaceModel": {"supportForward": False},
+            "imRobotOpenSpaceModel": {"supportForward": False},
+        }
+        if route.is_group:
+            body["openSpaceId"] = f"dtv1.card//IM_GROUP.{msg.chat_id}"
+            body["imGroupOpenDeliverModel"] = {"robotCode": self._robot_code}
+        else:
+            staff = route.staff_id or conf.requester
+            body["openSpaceId"] = f"dtv1.card//IM_ROBOT.{staff}"
+            body["imRobotOpenDeliverModel"] = {
+                "spaceType": "IM_ROBOT",
+                "robotCode": self._robot_code,
+            }
+        try:
+            await self._api.create_and_deliver_card(body)
+        except DingTalkApiError as exc:
+            log.warning("dingtalk.card_failed", confirmation_id=conf.id, error=str(exc))
+            await self._send_text_prompt(msg, conf)
+            return
+        await self._service.set_prompt_ref(conf.id, CARD_REF, track)
+        # The typed reply always works, also where cards do not render.
+        await self._send_text(msg.chat_id, texts.reply_hint(conf), msg.metadata, conf)
+
+    async def _send_update(self, msg: OutboundMessage, conf: Confirmation) -> None:
+        track = conf.prompt_refs.get(CARD_REF)
+        card_updated = False
+        if track:
+            try:
+                await self._api.update_card(track, card_params(conf))
+                card_updated = True
+            except DingTalkApiError as exc:
+                log.warning("dingtalk.card_update_failed", confirmation_id=conf.id, error=str(exc))
+        if card_updated and conf.decided_via == "card" and conf.status is not Status.PENDING:
+            # The clicker's ack already showed the result on the card: no extra message.
+            return
+        await self._send_text(msg.chat_id, msg.text, msg.metadata, conf)
