@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from channels.base import ChannelContext
 from channels.webchat.channel import WebChatChannel
-from gateway.jsonapi import install_middlewares
 
 __all__ = ["WebChatChannel", "create_channel"]
 
@@ -18,6 +17,5 @@ def create_channel(context: ChannelContext) -> WebChatChannel:
         metrics=context.metrics,
     )
     if context.http is not None:
-        install_middlewares(context.http)
         channel.register_routes(context.http)
     return channel

@@ -25,7 +25,7 @@ from channels.webchat.rooms import ChatEntry, EntryKind, Room, Rooms, Socket
 from gateway import texts
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage
 from gateway.confirm.model import Decision
-from gateway.jsonapi import ApiError, check_name, read_json_object, required_string
+from gateway.http.jsonapi import ApiError, check_name, read_json_object, required_string
 
 if TYPE_CHECKING:
     from config.settings import WebChatSettings
