@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from channels.platform import same_secret
 from channels.receive import Arrival
 
 CONVERSATION_SINGLE = "1"
@@ -132,6 +133,6 @@ def verify_robot_request(
         # A captured request must not be replayable later.
         return "timestamp outside the allowed window"
     expected = robot_signature(timestamp, secret)
-    if not hmac.compare_digest(expected.encode("ascii"), sign.encode("utf-8", "replace")):
+    if not same_secret(sign, expected):
         return "bad signature"
     return None

@@ -14,7 +14,6 @@ failed authentication 401; nothing unverified reaches the bus.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -22,7 +21,6 @@ from typing import Any
 
 import structlog
 from aiohttp import web
-from cachetools import TTLCache
 from lark_oapi.api.im.v1 import P2ImMessageReceiveV1
 from lark_oapi.core.json import JSON
 from lark_oapi.core.utils import AESCipher
@@ -34,6 +32,7 @@ from channels.feishu.inbound import (
     card_action_from_sdk,
     message_from_sdk,
 )
+from channels.platform import UsedOnce, same_secret
 
 log = structlog.get_logger(__name__)
 
@@ -66,9 +65,7 @@ class WebhookReceiver:
         self._on_message = on_message
         self._on_card = on_card
         # Nonces seen inside the window; older ones fail the timestamp check anyway.
-        self._nonces: TTLCache[str, bool] = TTLCache(
-            maxsize=100_000, ttl=max(2 * replay_window_seconds, 1.0)
-        )
+        self._nonces = UsedOnce(seconds=max(2 * replay_window_seconds, 1.0))
         self._cipher = AESCipher(self._encrypt_key) if self._encrypt_key else None
 
     async def handle(self, request: web.Request) -> web.Response:
@@ -108,7 +105,7 @@ class WebhookReceiver:
     def _check_token(self, token: Any) -> None:
         if self._token is None:
             return
-        if not isinstance(token, str) or not hmac.compare_digest(token, self._token):
+        if not isinstance(token, str) or not same_secret(token, self._token):
             raise _Reject(401, "invalid verification token")
 
     def _check_signature(self, request: web.Request, raw: bytes) -> None:
@@ -119,20 +116,17 @@ class WebhookReceiver:
         if self._encrypt_key is not None:
             if not (ts and nonce and sig):
                 raise _Reject(401, "missing signature headers")
-            expected = hashlib.sha256((ts + nonce + self._encrypt_key).encode() + raw).hexdigest()
-            if not hmac.compare_digest(expected, sig):
+            signed = (ts + nonce + self._encrypt_key).encode("utf-8", "surrogatepass") + raw
+            if not same_secret(sig, hashlib.sha256(signed).hexdigest()):
                 raise _Reject(401, "bad signature")
         if ts:
-            try:
-                age = abs(time.time() - float(ts))
-            except ValueError as exc:
-                raise _Reject(400, "bad timestamp") from exc
-            if age > self._window:
+            # Digits only: float() would take "nan", whose age compares as inside any window.
+            if not (ts.isascii() and ts.isdigit()):
+                raise _Reject(400, "bad timestamp")
+            if abs(time.time() - int(ts)) > self._window:
                 raise _Reject(401, "timestamp outside the replay window")
-        if nonce:
-            if nonce in self._nonces:
-                raise _Reject(401, "nonce already used")
-            self._nonces[nonce] = True
+        if nonce and not self._nonces.first_use(nonce):
+            raise _Reject(401, "nonce already used")
 
     async def _handle(self, request: web.Request) -> web.Response:
         raw = await request.read()

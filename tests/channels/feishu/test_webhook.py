@@ -30,6 +30,7 @@ from tests.fakes.feishu import (
     FakeFeishu,
     card_action_event,
     message_event,
+    signature,
     url_verification,
     webhook_request,
 )
@@ -161,3 +162,37 @@ async def test_replayed_nonce_and_old_timestamp_are_rejected(
     assert (await post(http, pending))[0] == 200
     await wait_until(lambda: any("没有待确认" in t for t in sent_texts(fake)), what="/pending")
     assert len(sent_texts(fake)) == 2
+
+
+async def test_a_non_ascii_token_or_signature_is_401_not_500(
+    gateway: Gateway, fake: FakeFeishu, http: tuple[aiohttp.ClientSession, str]
+) -> None:
+    # hmac.compare_digest raises TypeError on a non-ASCII str: that was a 500.
+    for token in ("令牌", "\ud800"):
+        status, _ = await post(http, url_verification(challenge="c", token=token))
+        assert status == 401
+        forged = message_event(chat_id=P2P, sender=ALICE, text="/help", token=token)
+        status, _ = await post(http, forged)
+        assert status == 401
+    session, base = http
+    headers, body = webhook_request(
+        message_event(chat_id=P2P, sender=ALICE, text="/help", token=TOKEN),
+        encrypt_key=ENCRYPT_KEY,
+    )
+    headers["x-lark-signature"] = "签名"
+    async with session.post(base + EVENT_PATH, data=body, headers=headers) as resp:
+        assert resp.status == 401
+    # A non-numeric timestamp, correctly signed: "nan" once passed the window check.
+    headers, body = webhook_request(
+        message_event(chat_id=P2P, sender=ALICE, text="/help", token=TOKEN),
+        encrypt_key=ENCRYPT_KEY,
+    )
+    nonce = headers["x-lark-request-nonce"]
+    headers["x-lark-request-timestamp"] = "nan"
+    headers["x-lark-signature"] = signature("nan", nonce, ENCRYPT_KEY, body)
+    async with session.post(base + EVENT_PATH, data=body, headers=headers) as resp:
+        assert resp.status == 400
+    pending = message_event(chat_id=P2P, sender=ALICE, text="/pending", token=TOKEN)
+    assert (await post(http, pending))[0] == 200
+    await wait_until(lambda: any("没有待确认" in t for t in sent_texts(fake)), what="/pending")
+    assert len(sent_texts(fake)) == 1
