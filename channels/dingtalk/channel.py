@@ -15,9 +15,9 @@ from channels.dingtalk.inbound import (
     ChatbotEvent,
     arrival,
     parse_chatbot_message,
-    verify_robot_request,
 )
 from channels.dingtalk.sender import DingTalkSender
+from channels.dingtalk.verify import RobotVerifier
 from channels.platform import DeadLetters
 from channels.receive import ReceiveRules, Verdict
 from gateway import texts
@@ -72,6 +72,9 @@ class DingTalkChannel(Channel):
             confirmations=context.confirmations,
             dead_letters=self.dead_letters,
             cards=settings.mode == "stream",
+        )
+        self._verifier = RobotVerifier(
+            secret=self._secret, window_seconds=settings.signature_window_seconds
         )
         self._tasks = BackgroundTasks(CHANNEL)
         self._runner: Any = None  # StreamRunner, imported only in stream mode
@@ -184,11 +187,8 @@ class DingTalkChannel(Channel):
 
     async def _webhook_handler(self, request: web.Request) -> web.Response:
         """HTTP robot mode: DingTalk POSTs the chatbot message with timestamp + sign."""
-        problem = verify_robot_request(
-            timestamp=request.headers.get("timestamp"),
-            sign=request.headers.get("sign"),
-            secret=self._secret,
-            window_seconds=self._settings.signature_window_seconds,
+        problem = self._verifier.problem(
+            timestamp=request.headers.get("timestamp"), sign=request.headers.get("sign")
         )
         if problem is not None:
             log.warning("dingtalk.webhook_rejected", reason=problem, remote=request.remote)

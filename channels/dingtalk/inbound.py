@@ -7,15 +7,10 @@ key never raises (the SDK's ``ChatbotMessage.from_dict`` raises KeyError then).
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from channels.platform import same_secret
 from channels.receive import Arrival
 
 CONVERSATION_SINGLE = "1"
@@ -103,36 +98,3 @@ def _ms_to_seconds(value: Any) -> float | None:
         return int(value) / 1000 if value is not None else None
     except (TypeError, ValueError):
         return None
-
-
-def robot_signature(timestamp: str, secret: str) -> str:
-    """``base64(HMAC-SHA256(appSecret, timestamp + "\\n" + appSecret))``."""
-    digest = hmac.new(
-        secret.encode("utf-8"), f"{timestamp}\n{secret}".encode(), hashlib.sha256
-    ).digest()
-    return base64.b64encode(digest).decode("ascii")
-
-
-def verify_robot_request(
-    *,
-    timestamp: str | None,
-    sign: str | None,
-    secret: str,
-    window_seconds: float,
-    now: float | None = None,
-) -> str | None:
-    """Check an HTTP robot callback's headers; the reason it fails, or None when good."""
-    if not timestamp or not sign:
-        return "missing timestamp or sign header"
-    try:
-        ts_ms = int(timestamp)
-    except ValueError:
-        return "timestamp is not a number"
-    now = time.time() if now is None else now
-    if abs(now - ts_ms / 1000) > window_seconds:
-        # A captured request must not be replayable later.
-        return "timestamp outside the allowed window"
-    expected = robot_signature(timestamp, secret)
-    if not same_secret(sign, expected):
-        return "bad signature"
-    return None
