@@ -294,6 +294,12 @@ class DingTalkSettings(PlatformReceiveSettings):
     openapi_endpoint: str = "https://api.dingtalk.com"
     signature_window_seconds: float = 300.0
     webhook_path: str = "/webhook/dingtalk"
+    # The only places a message's sessionWebhook URL may point to (it comes from the
+    # request body): exact host names, or host:port for a port other than the scheme's
+    # default. Anything else is refused and the reply goes through the robot OpenAPI.
+    webhook_hosts: list[str] = Field(default_factory=lambda: ["oapi.dingtalk.com"])
+    # "http" only for a loopback test platform or a trusted proxy inside your network.
+    webhook_schemes: list[Literal["https", "http"]] = Field(default_factory=lambda: ["https"])
     # OpenAPI calls: per-request timeout, attempts and backoff on 429 / 5xx.
     request_timeout_seconds: float = Field(default=10.0, gt=0)
     send_attempts: int = Field(default=4, ge=1)
@@ -303,6 +309,21 @@ class DingTalkSettings(PlatformReceiveSettings):
     reconnect_base_seconds: float = Field(default=1.0, gt=0)
     reconnect_max_seconds: float = Field(default=60.0, gt=0)
     stop_timeout_seconds: float = Field(default=5.0, gt=0)
+
+    @field_validator("webhook_hosts")
+    @classmethod
+    def _hosts(cls, value: list[str]) -> list[str]:
+        hosts = [host.strip().lower() for host in value]
+        for host in hosts:
+            if not _WEBHOOK_HOST.fullmatch(host):
+                raise ValueError(
+                    f"{host!r} is not a host name: use e.g. oapi.dingtalk.com, or host:port"
+                )
+        return hosts
+
+
+# A host name, an IPv4 address or a bracketed IPv6 address, with an optional port.
+_WEBHOOK_HOST = re.compile(r"(?:[a-z0-9](?:[a-z0-9.\-]*[a-z0-9])?|\[[0-9a-f:.]+\])(?::\d{1,5})?")
 
 
 class ChannelsSettings(_Section):
