@@ -299,7 +299,7 @@ class DingTalkSettings(PlatformReceiveSettings):
     # default. Anything else is refused and the reply goes through the robot OpenAPI.
     webhook_hosts: list[str] = Field(default_factory=lambda: ["oapi.dingtalk.com"])
     # "http" only for a loopback test platform or a trusted proxy inside your network.
-    webhook_schemes: list[Literal["https", "http"]] = Field(default_factory=lambda: ["https"])
+    webhook_schemes: list[Literal["https", "http"]] = Field(default=["https"])
     # OpenAPI calls: per-request timeout, attempts and backoff on 429 / 5xx.
     request_timeout_seconds: float = Field(default=10.0, gt=0)
     send_attempts: int = Field(default=4, ge=1)
