@@ -237,6 +237,13 @@ class WebChatSettings(_Section):
     enabled: bool = True
     max_text_length: int = Field(default=4000, ge=1)
     history_size: int = Field(default=500, ge=10)
+    # History is also bounded by bytes (UTF-8 text plus a small allowance per entry), per
+    # room and over all rooms; the oldest entries go first.
+    history_bytes_per_room: int = Field(default=1 << 20, ge=64 << 10)
+    history_bytes_total: int = Field(default=64 << 20, ge=1 << 20)
+    # Messages one sender (by name) may post per minute, over all rooms; beyond it they are
+    # answered with a request to slow down (REST: 429 with Retry-After). 0 turns it off.
+    messages_per_minute: int = Field(default=30, ge=0)
     approvers: list[str] = Field(default_factory=list)
     # Rooms kept in memory; the least recently used room without open sockets goes first.
     max_sessions: int = Field(default=1000, ge=1)

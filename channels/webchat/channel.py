@@ -20,6 +20,7 @@ import structlog
 from aiohttp import WSCloseCode, web
 
 from channels.base import Channel
+from channels.webchat.limits import SenderRateLimit
 from channels.webchat.rest import ChatRest
 from channels.webchat.rooms import ChatEntry, EntryKind, Room, Rooms, Socket
 from channels.webchat.websocket import ChatSockets
@@ -67,7 +68,13 @@ class WebChatChannel(Channel):
         self.confirmations = confirmations
         self.metrics = metrics
         self.clock = clock
-        self.rooms = Rooms(max_rooms=settings.max_sessions, history_size=settings.history_size)
+        self.rooms = Rooms(
+            max_rooms=settings.max_sessions,
+            history_size=settings.history_size,
+            room_bytes=settings.history_bytes_per_room,
+            total_bytes=settings.history_bytes_total,
+        )
+        self.rate_limit = SenderRateLimit(per_minute=settings.messages_per_minute, clock=clock)
         self._started = False
         self._closing = False
 
@@ -119,7 +126,8 @@ class WebChatChannel(Channel):
             kind = "confirmation"
         elif msg.confirmation is not None and msg.kind is OutboundKind.CONFIRMATION_UPDATE:
             kind = "confirmation_update"
-        entry = room.append(
+        entry = self.rooms.append(
+            room,
             kind=kind,
             text=msg.text,
             at=self.clock(),
@@ -162,10 +170,14 @@ class WebChatChannel(Channel):
     # ------------------------------------------------------------------ inbound
 
     async def accept(self, room: Room, user: str, text: str) -> str:
-        """Show a person's message in the room, then hand it to the bus."""
+        """Show a person's message in the room, then hand it to the bus.
+
+        Raises SlowDown when ``user`` is over ``messages_per_minute``: nothing is kept then.
+        """
+        self.rate_limit.take(user)
         message_id = uuid.uuid4().hex
-        entry = room.append(
-            kind="text", text=text, at=self.clock(), user=user, message_id=message_id
+        entry = self.rooms.append(
+            room, kind="text", text=text, at=self.clock(), user=user, message_id=message_id
         )
         await self._fan_out(room, entry)
         await self.bus.publish_inbound(

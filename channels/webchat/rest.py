@@ -5,12 +5,17 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+import structlog
 from aiohttp import web
 
+from channels.webchat.limits import SlowDown
+from gateway import texts
 from gateway.http.jsonapi import ApiError, check_name, read_json_object, required_string
 
 if TYPE_CHECKING:
     from channels.webchat.channel import WebChatChannel
+
+log = structlog.get_logger(__name__)
 
 
 class ChatRest:
@@ -28,7 +33,10 @@ class ChatRest:
         # on the trimmed text, so the status is 413 however the text is padded.
         raw = required_string(data, "text", max_length=1 << 20)
         text = channel.check_text(raw)
-        message_id = await channel.accept(room, user, text)
+        try:
+            message_id = await channel.accept(room, user, text)
+        except SlowDown as exc:
+            return slow_down_response(exc, limit=channel.rate_limit.per_minute, user=user)
         return web.json_response({"message_id": message_id}, status=202)
 
     async def get_messages(self, request: web.Request) -> web.Response:
@@ -47,6 +55,16 @@ class ChatRest:
             del item["type"]
             messages.append(item)
         return web.json_response({"messages": messages, "last_seq": room.last_seq})
+
+
+def slow_down_response(exc: SlowDown, *, limit: int, user: str) -> web.Response:
+    """429 with Retry-After, and the same polite words the page shows."""
+    log.info("webchat.rate_limited", user=user, retry_after=exc.retry_after)
+    return web.json_response(
+        {"error": texts.WEBCHAT_SLOW_DOWN.format(limit=limit, seconds=exc.retry_after)},
+        status=429,
+        headers={"Retry-After": str(exc.retry_after)},
+    )
 
 
 def int_param(request: web.Request, name: str, *, default: int) -> int:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from channels.webchat.limits import SlowDown
 from channels.webchat.rest import int_param
 from channels.webchat.rooms import Room, Socket
 from gateway import texts
@@ -129,7 +130,15 @@ class ChatSockets:
                 error = texts.MESSAGE_TOO_LONG.format(limit=limit)
                 await channel.send_frame(sock, {"type": "error", "error": error})
                 return
-            await channel.accept(room, sock.user, checked)
+            try:
+                await channel.accept(room, sock.user, checked)
+            except SlowDown as exc:
+                # Said to this tab only: the room does not need to read it.
+                log.info("webchat.rate_limited", user=sock.user, retry_after=exc.retry_after)
+                error = texts.WEBCHAT_SLOW_DOWN.format(
+                    limit=channel.rate_limit.per_minute, seconds=exc.retry_after
+                )
+                await channel.send_frame(sock, {"type": "error", "error": error})
         elif kind == "decide":
             await self._on_decide(room, sock, data)
         elif kind == "ping":
