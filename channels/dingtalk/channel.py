@@ -100,9 +100,15 @@ class DingTalkChannel(Channel):
         return True
 
     def status(self) -> dict[str, Any]:
+        reason = None
+        if not self._started:
+            reason = "not started"
+        elif not self.ready:
+            reason = "the stream connection to DingTalk is not open (see dingtalk.stream_open)"
         return {
             "name": self.name,
             "ready": self.ready,
+            "reason": reason,
             "mode": self._settings.mode,
             "connected": bool(self._runner.connected) if self._runner is not None else None,
             "failed": len(self.dead_letters),

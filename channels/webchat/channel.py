@@ -113,6 +113,7 @@ class WebChatChannel(Channel):
         return {
             "name": self.name,
             "ready": self.ready,
+            "reason": None if self.ready else "not started",
             "rooms": len(self.rooms),
             "sockets": sockets,
         }
