@@ -18,6 +18,7 @@ from channels.dingtalk.inbound import (
 )
 from channels.dingtalk.sender import DingTalkSender
 from channels.dingtalk.verify import RobotVerifier
+from channels.json_input import JsonInputError, max_json_depth, parse_json
 from channels.platform import DeadLetters
 from channels.receive import ReceiveRules, Verdict
 from gateway import texts
@@ -73,6 +74,7 @@ class DingTalkChannel(Channel):
             dead_letters=self.dead_letters,
             cards=settings.mode == "stream",
         )
+        self._max_json_depth = max_json_depth(context.settings)
         self._verifier = RobotVerifier(
             secret=self._secret, window_seconds=settings.signature_window_seconds
         )
@@ -200,10 +202,12 @@ class DingTalkChannel(Channel):
             log.warning("dingtalk.webhook_rejected", reason=problem, remote=request.remote)
             return web.json_response({"error": problem}, status=401)
         try:
-            data = await request.json()
-        except ValueError:
-            return web.json_response({"error": "body is not JSON"}, status=400)
+            data = parse_json(await request.read(), max_depth=self._max_json_depth)
+        except JsonInputError as exc:
+            log.info("dingtalk.webhook_bad_body", error=str(exc), remote=request.remote)
+            return web.json_response({"error": f"body: {exc}"}, status=400)
         if not isinstance(data, dict):
+            log.info("dingtalk.webhook_bad_body", error="not an object", remote=request.remote)
             return web.json_response({"error": "body is not a JSON object"}, status=400)
         # Acknowledge now; the agent's work happens after the response is sent.
         self._tasks.spawn(self._receive(data), name="dingtalk-webhook-receive")

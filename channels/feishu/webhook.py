@@ -32,6 +32,7 @@ from channels.feishu.inbound import (
     card_action_from_sdk,
     message_from_sdk,
 )
+from channels.json_input import JsonInputError, parse_json
 from channels.platform import UsedOnce, same_secret
 
 log = structlog.get_logger(__name__)
@@ -56,10 +57,12 @@ class WebhookReceiver:
         encrypt_key: str | None,
         verification_token: str | None,
         replay_window_seconds: float,
+        max_json_depth: int,
         on_message: MessageSink,
         on_card: CardHandler,
     ) -> None:
         self._encrypt_key = encrypt_key or None
+        self._max_depth = max_json_depth
         self._token = verification_token or None
         self._window = replay_window_seconds
         self._on_message = on_message
@@ -82,9 +85,9 @@ class WebhookReceiver:
 
     def _decrypt(self, raw: bytes) -> dict[str, Any]:
         try:
-            outer = json.loads(raw)
-        except ValueError as exc:
-            raise _Reject(400, "body is not JSON") from exc
+            outer = parse_json(raw, max_depth=self._max_depth)
+        except JsonInputError as exc:
+            raise _Reject(400, f"body: {exc}") from exc
         if not isinstance(outer, dict):
             raise _Reject(400, "body is not a JSON object")
         encrypted = outer.get("encrypt")
@@ -95,9 +98,13 @@ class WebhookReceiver:
         if not isinstance(encrypted, str):
             raise _Reject(400, "expected an encrypted body (an encrypt_key is configured)")
         try:
-            plain = json.loads(self._cipher.decrypt_str(encrypted))
+            decrypted = self._cipher.decrypt_str(encrypted)
         except (ValueError, UnicodeDecodeError) as exc:
             raise _Reject(400, "cannot decrypt the body") from exc
+        try:
+            plain = parse_json(decrypted, max_depth=self._max_depth)
+        except JsonInputError as exc:
+            raise _Reject(400, f"decrypted body: {exc}") from exc
         if not isinstance(plain, dict):
             raise _Reject(400, "decrypted body is not a JSON object")
         return plain

@@ -20,10 +20,12 @@ import structlog
 from aiohttp import WSCloseCode, web
 
 from channels.base import Channel
+from channels.json_input import DEFAULT_MAX_JSON_DEPTH
 from channels.webchat.limits import SenderRateLimit
 from channels.webchat.rest import ChatRest
 from channels.webchat.rooms import ChatEntry, EntryKind, Room, Rooms, Socket
 from channels.webchat.websocket import ChatSockets
+from gateway import texts
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage
 from gateway.confirm.model import Decision
 from gateway.http.jsonapi import ApiError, check_name
@@ -62,8 +64,10 @@ class WebChatChannel(Channel):
         confirmations: ConfirmationService,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.time,
+        max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
     ) -> None:
         self.settings = settings
+        self.max_json_depth = max_json_depth
         self.bus = bus
         self.confirmations = confirmations
         self.metrics = metrics
@@ -152,9 +156,14 @@ class WebChatChannel(Channel):
 
     async def send_frame(self, sock: Socket, frame: dict[str, Any]) -> None:
         """One JSON frame to one tab, bounded in time (a stuck tab must not stall a room)."""
-        await asyncio.wait_for(
-            sock.ws.send_str(json.dumps(frame, ensure_ascii=False)), SEND_TIMEOUT_SECONDS
-        )
+        try:
+            text = json.dumps(frame, ensure_ascii=False)
+            await asyncio.wait_for(sock.ws.send_str(text), SEND_TIMEOUT_SECONDS)
+        except UnicodeEncodeError:
+            # A lone surrogate that did not come through the edge (a model's output, say):
+            # escaped as \udXXX it is valid JSON, and the tab keeps working. send_str
+            # encodes before it writes, so nothing was sent yet.
+            await asyncio.wait_for(sock.ws.send_str(json.dumps(frame)), SEND_TIMEOUT_SECONDS)
 
     def message_frame(self, entry: ChatEntry, user: str | None) -> dict[str, Any]:
         """A history entry as sent to ``user`` (with what they may decide on a prompt)."""
@@ -200,6 +209,8 @@ class WebChatChannel(Channel):
         text = value.strip()
         if not text:
             raise ApiError(400, "text is empty", field="text")
+        if not is_text(text):
+            raise ApiError(400, texts.WEBCHAT_BAD_TEXT, field="text")
         limit = self.settings.max_text_length
         if len(text) > limit:
             raise ApiError(
@@ -225,3 +236,12 @@ class WebChatChannel(Channel):
 
     def session_key(self, room: Room) -> str:
         return f"{self.name}:{room.name}"
+
+
+def is_text(value: str) -> bool:
+    """Whether ``value`` is valid Unicode text (no lone surrogates), i.e. encodes as UTF-8."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -1,18 +1,19 @@
 """The web chat's WebSocket: one per browser tab, joined to one room.
 
 On connect the tab gets a ``hello`` and the room's history after ``after``; then it
-sends ``message``, ``decide`` and ``ping`` frames. A frame that is not this protocol
-closes the socket with the reason.
+sends ``message``, ``decide`` and ``ping`` frames. JSON that is nested too deep or holds a
+lone surrogate is answered with an ``error`` frame (the socket stays open); a frame that is
+not JSON, or not this protocol, closes the socket with the reason.
 """
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 import structlog
 from aiohttp import WSCloseCode, WSMsgType, web
 
+from channels.json_input import JsonInputError, JsonNotText, JsonTooDeep, parse_json
 from channels.webchat.limits import SlowDown
 from channels.webchat.rest import int_param
 from channels.webchat.rooms import Room, Socket
@@ -111,8 +112,15 @@ class ChatSockets:
     async def _on_frame(self, room: Room, sock: Socket, raw: str) -> None:
         channel = self.channel
         try:
-            data = json.loads(raw)
-        except ValueError as exc:
+            data = parse_json(raw, max_depth=channel.max_json_depth)
+        except (JsonTooDeep, JsonNotText) as exc:
+            # JSON we will not take (a page can send a lone surrogate a person pasted):
+            # said to the tab, which stays open; the room and this socket go on.
+            log.info("webchat.unreadable_frame", room=room.name, error=str(exc))
+            error = texts.WEBCHAT_UNREADABLE_FRAME.format(error=exc)
+            await channel.send_frame(sock, {"type": "error", "error": error})
+            return
+        except JsonInputError as exc:
             raise FrameError("frame is not JSON") from exc
         if not isinstance(data, dict):
             raise FrameError("frame must be a JSON object")

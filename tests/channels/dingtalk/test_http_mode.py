@@ -144,3 +144,28 @@ async def test_a_captured_header_pair_cannot_carry_another_body(
     )
     assert status == 200
     await wait_status(http_gateway, conf.id, Status.APPROVED)
+
+
+@pytest.mark.parametrize(
+    "raw", [b"[" * 100_000, b'{"msgId": "m", "text": {"content": "\\ud800"}}', b"not json"]
+)
+async def test_deep_or_broken_json_is_400_not_500(
+    http_gateway: Gateway, fake: FakeDingTalk, raw: bytes
+) -> None:
+    assert http_gateway.http is not None
+    ts = _now_ms()
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            f"{http_gateway.http.url}/webhook/dingtalk",
+            data=raw,
+            headers={
+                "Content-Type": "application/json",
+                "timestamp": ts,
+                "sign": robot_signature(ts, fake.client_secret),
+            },
+        ) as resp,
+    ):
+        assert resp.status == 400
+        assert (await resp.json())["error"].startswith("body")
+    await _only_a_good_request_is_answered(http_gateway, fake)
