@@ -45,7 +45,7 @@ def _text_of(data: Mapping[str, Any], msgtype: str) -> str | None:
         items = content.get("richText") if isinstance(content, Mapping) else None
         parts = [
             str(item["text"])
-            for item in items or []
+            for item in (items if isinstance(items, list) else [])
             if isinstance(item, Mapping) and item.get("text") is not None
         ]
         return "".join(parts) if parts else None
@@ -96,5 +96,5 @@ def arrival(event: ChatbotEvent) -> Arrival:
 def _ms_to_seconds(value: Any) -> float | None:
     try:
         return int(value) / 1000 if value is not None else None
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: Infinity
         return None

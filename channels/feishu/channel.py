@@ -276,13 +276,13 @@ class FeishuChannel(Channel):
         """A button click: decide, answer with a toast and the card as it now is."""
         cid = action.value.get("confirmation_id")
         raw_decision = action.value.get("decision")
-        if not isinstance(cid, str) or raw_decision not in {d.value for d in Decision}:
-            log.warning("feishu.card_unknown_action", value=dict(action.value))
+        # Values come from the card JSON as clicked: any JSON at all, not only strings.
+        decision = next((d for d in Decision if d.value == raw_decision), None)
+        if not isinstance(cid, str) or decision is None:
+            log.warning("feishu.card_unknown_action", value=str(dict(action.value))[:200])
             return render.callback_response(toast=texts.FEISHU_CARD_UNKNOWN, kind="error")
         decide = self._tasks.spawn(
-            self._service.decide(
-                cid, Decision(raw_decision), actor=action.operator_open_id, via="card"
-            ),
+            self._service.decide(cid, decision, actor=action.operator_open_id, via="card"),
             name=f"feishu-decide-{cid}",
         )
         try:

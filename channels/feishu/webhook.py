@@ -22,6 +22,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 from lark_oapi.api.im.v1 import P2ImMessageReceiveV1
+from lark_oapi.core.exception import UnmarshalException
 from lark_oapi.core.json import JSON
 from lark_oapi.core.utils import AESCipher
 from lark_oapi.event.callback.model.p2_card_action_trigger import P2CardActionTrigger
@@ -151,7 +152,7 @@ class WebhookReceiver:
         if event_type == "im.message.receive_v1":
             try:
                 msg = message_from_sdk(JSON.unmarshal(plain, P2ImMessageReceiveV1))
-            except (AttributeError, TypeError, ValueError) as exc:
+            except (AttributeError, TypeError, ValueError, UnmarshalException) as exc:
                 raise _Reject(400, "malformed message event") from exc
             # Acknowledge first: the agent's work happens after this response.
             self._on_message(msg)
@@ -159,7 +160,7 @@ class WebhookReceiver:
         if event_type == "card.action.trigger":
             try:
                 action = card_action_from_sdk(JSON.unmarshal(plain, P2CardActionTrigger))
-            except (AttributeError, TypeError, ValueError) as exc:
+            except (AttributeError, TypeError, ValueError, UnmarshalException) as exc:
                 raise _Reject(400, "malformed card callback") from exc
             return web.json_response(await self._on_card(action))
         log.debug("feishu.webhook_ignored", event_type=event_type)
