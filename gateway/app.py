@@ -27,6 +27,7 @@ from gateway.agent.commands import CommandAgent
 from gateway.agent.loop import Agent, AgentLoop
 from gateway.bus import MessageBus, OutboundMessage
 from gateway.confirm.model import Confirmation
+from gateway.confirm.replicas import OrphanHandler
 from gateway.confirm.service import ConfirmationService
 from gateway.confirm.store import ConfirmationStore, MemoryConfirmationStore
 from gateway.http.admin import AdminApi
@@ -326,7 +327,7 @@ async def _close_agent(agent: Agent) -> None:
         await aclose()
 
 
-def orphan_runner(runner: ToolRunner, bus: MessageBus) -> Callable[[Confirmation], Awaitable[None]]:
+def orphan_runner(runner: ToolRunner, bus: MessageBus) -> OrphanHandler:
     """Run an approved call whose waiting turn is gone, and tell its chat how it went."""
 
     async def run(confirmation: Confirmation) -> None:
