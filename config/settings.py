@@ -34,6 +34,9 @@ Level = Literal["auto", "notify", "confirm", "manual", "deny"]
 RiskName = Literal["low", "medium", "high", "critical"]
 
 
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
 class _Section(BaseModel):
     # A misspelt key in a TOML section is an error, not silently ignored.
     model_config = ConfigDict(extra="forbid")
@@ -44,6 +47,12 @@ class ServerSettings(_Section):
 
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
+    # Host header names answered (ports ignored); the bound host is added. Any other name
+    # is refused with 421, so a page on another site cannot reach this server through a
+    # DNS name that resolves to loopback (DNS rebinding). "*" allows any name.
+    allowed_hosts: list[str] = Field(default_factory=lambda: list(LOOPBACK_NAMES))
+    # Nesting allowed in a JSON request body: deeper input is a 400, never a RecursionError.
+    max_json_depth: int = Field(default=64, ge=1, le=1000)
 
 
 class AdminSettings(_Section):

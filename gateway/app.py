@@ -165,6 +165,8 @@ async def build(
             host=settings.server.host,
             port=settings.server.port,
             admin_token=token.get_secret_value() if token else None,
+            allowed_host_names=settings.server.allowed_hosts,
+            max_json_depth=settings.server.max_json_depth,
         )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     async with contextlib.AsyncExitStack() as opened:

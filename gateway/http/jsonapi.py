@@ -24,6 +24,9 @@ log = structlog.get_logger(__name__)
 
 Model = TypeVar("Model", bound=BaseModel)
 
+# Set by gateway.http.server from server.max_json_depth; read by read_json_object.
+MAX_JSON_DEPTH = web.AppKey("max_json_depth", int)
+
 # Room and user names: letters (any script), digits, and a few separators. No spaces,
 # colons or slashes, so they are safe in session keys, URLs and logs.
 NAME_PATTERN = re.compile(r"^[\w.@\-]{1,64}$")

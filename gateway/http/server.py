@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
-from config.settings import ConfigError
-from gateway.http.jsonapi import error_response, json_errors
+from config.settings import LOOPBACK_NAMES, ConfigError
+from gateway.http.jsonapi import MAX_JSON_DEPTH, error_response, json_errors
 
 log = structlog.get_logger(__name__)
 
@@ -87,6 +88,42 @@ def _route_path(request: web.Request) -> str:
     return resource.canonical if resource is not None else request.path
 
 
+def host_name(header: str) -> str:
+    """The name in a Host header, lowercased, without port, brackets or trailing dot."""
+    host = header.strip().lower()
+    if host.startswith("["):  # [::1]:8080
+        host = host[1:].partition("]")[0]
+    elif host.count(":") == 1:  # name:8080; more colons is a bare IPv6 address
+        host = host.partition(":")[0]
+    return host.rstrip(".")
+
+
+def allowed_hosts(names: Iterable[str]) -> Middleware:
+    """Answer only requests whose Host is a known name of this server: 421 otherwise.
+
+    Without it, a page on another site whose DNS name resolves to 127.0.0.1 (DNS
+    rebinding) is same-origin with this server in the browser and can use the web chat
+    and an admin API without a token. Every route is covered: pages, the WebSocket
+    upgrade, the APIs and platform webhooks. A request without Host is not a browser's.
+    """
+    allowed = {host_name(name) for name in names}
+    any_host = "*" in allowed
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        header = request.headers.get("Host")
+        if any_host or header is None or host_name(header) in allowed:
+            return await handler(request)
+        log.info("http.host_refused", host=header[:200], path=request.path[:200])
+        return error_response(
+            421,
+            f"host {header[:200]!r} is not served here: add it to server.allowed_hosts "
+            "(GATEWAY_SERVER__ALLOWED_HOSTS) if this server should answer it",
+        )
+
+    return middleware
+
+
 @web.middleware
 async def same_origin(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Refuse browser requests from other sites that change something or open a socket.
@@ -111,7 +148,14 @@ class HttpServer:
     """
 
     def __init__(
-        self, *, host: str, port: int, admin_token: str | None, client_max_size: int = 1 << 20
+        self,
+        *,
+        host: str,
+        port: int,
+        admin_token: str | None,
+        allowed_host_names: Iterable[str] = LOOPBACK_NAMES,
+        max_json_depth: int = 64,
+        client_max_size: int = 1 << 20,
     ) -> None:
         self.host = host
         self.port = port
@@ -123,10 +167,19 @@ class HttpServer:
                 "admin.token is not set: set GATEWAY_ADMIN__TOKEN (or [admin] token) to a long "
                 "random string, or bind 127.0.0.1"
             )
+        names = [*allowed_host_names]
+        if host not in ("0.0.0.0", "::", ""):  # the bound host, unless it is every address
+            names.append(host)
         self.app = web.Application(
             client_max_size=client_max_size,
-            middlewares=[same_origin, require_admin(self.admin_token), json_errors],
+            middlewares=[
+                allowed_hosts(names),
+                same_origin,
+                require_admin(self.admin_token),
+                json_errors,
+            ],
         )
+        self.app[MAX_JSON_DEPTH] = max_json_depth
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
