@@ -140,11 +140,38 @@ async def same_origin(request: web.Request, handler: Handler) -> web.StreamRespo
     return await handler(request)
 
 
+MIN_EXPOSED_TOKEN_LENGTH = 24
+GENERATE_TOKEN = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
+
+
+def admin_token_problem(host: str, token: str | None) -> str | None:
+    """Why the admin API would be open to guessing on ``host``, or None.
+
+    On loopback no token is needed; beyond it, a token is required and must be long
+    enough that guessing it is hopeless ("token" and "a" were accepted before).
+    """
+    if is_loopback(host):
+        return None
+    if not token:
+        return (
+            f"server.host is {host!r}, which is reachable from other machines, and "
+            "admin.token is not set: set GATEWAY_ADMIN__TOKEN (or [admin] token) to a long "
+            f"random string ({GENERATE_TOKEN}), or bind 127.0.0.1"
+        )
+    if len(token) < MIN_EXPOSED_TOKEN_LENGTH:
+        return (
+            f"admin.token is {len(token)} characters, too short for server.host {host!r}, "
+            f"which is reachable from other machines: use at least {MIN_EXPOSED_TOKEN_LENGTH}, "
+            f"e.g. from {GENERATE_TOKEN}, in GATEWAY_ADMIN__TOKEN"
+        )
+    return None
+
+
 class HttpServer:
     """Owns the aiohttp Application, its middlewares and its listening socket.
 
-    Refuses to exist bound beyond loopback without an admin token: the admin API would
-    be open to the network.
+    Refuses to exist bound beyond loopback without a long admin token: the admin API
+    would be open to the network.
     """
 
     def __init__(
@@ -161,12 +188,9 @@ class HttpServer:
         self.port = port
         # An empty token is no token: it must not make 'Bearer ' (nothing) a password.
         self.admin_token = admin_token or None
-        if not is_loopback(host) and self.admin_token is None:
-            raise ConfigError(
-                f"server.host is {host!r}, which is reachable from other machines, and "
-                "admin.token is not set: set GATEWAY_ADMIN__TOKEN (or [admin] token) to a long "
-                "random string, or bind 127.0.0.1"
-            )
+        problem = admin_token_problem(host, self.admin_token)
+        if problem is not None:
+            raise ConfigError(problem)
         names = [*allowed_host_names]
         if host not in ("0.0.0.0", "::", ""):  # the bound host, unless it is every address
             names.append(host)

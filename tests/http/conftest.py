@@ -3,14 +3,18 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from gateway.app import Gateway, build
-from tests.fakes.dingtalk import FakeDingTalk
-from tests.fakes.feishu import FakeFeishu
 from tests.webchat.support import make_settings
+
+if TYPE_CHECKING:
+    # Imported where used: importing lark_oapi leaves an event loop open at exit
+    # (a ResourceWarning) in test modules that never start the Feishu channel.
+    from tests.fakes.dingtalk import FakeDingTalk
+    from tests.fakes.feishu import FakeFeishu
 
 TOKEN = "http-test-admin-token-0123456789"
 
@@ -24,6 +28,9 @@ def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def fakes() -> Iterator[tuple[FakeFeishu, FakeDingTalk]]:
+    from tests.fakes.dingtalk import FakeDingTalk
+    from tests.fakes.feishu import FakeFeishu
+
     app_id = "cli_" + uuid.uuid4().hex[:10]
     with FakeFeishu(app_id=app_id, bot_open_id="ou_bot") as feishu, FakeDingTalk() as dingtalk:
         yield feishu, dingtalk

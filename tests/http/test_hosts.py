@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import aiohttp
 import pytest
 
 from gateway.app import Gateway, build
 from gateway.http.server import host_name
-from tests.fakes.dingtalk import FakeDingTalk
-from tests.fakes.feishu import FakeFeishu
 from tests.http.conftest import TOKEN, webhook_settings
+
+if TYPE_CHECKING:
+    from tests.fakes.dingtalk import FakeDingTalk
+    from tests.fakes.feishu import FakeFeishu
 from tests.webchat.support import base_url
 
 EVERY_KIND_OF_ROUTE = [
