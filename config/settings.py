@@ -52,7 +52,7 @@ class ServerSettings(_Section):
     # DNS name that resolves to loopback (DNS rebinding). "*" allows any name.
     allowed_hosts: list[str] = Field(default_factory=lambda: list(LOOPBACK_NAMES))
     # Nesting allowed in a JSON request body: deeper input is a 400, never a RecursionError.
-    max_json_depth: int = Field(default=64, ge=1, le=1000)
+    max_json_depth: int = Field(default=64, ge=1, le=256)
 
 
 class AdminSettings(_Section):

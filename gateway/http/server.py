@@ -20,7 +20,12 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
 from config.settings import LOOPBACK_NAMES, ConfigError
-from gateway.http.jsonapi import MAX_JSON_DEPTH, error_response, json_errors
+from gateway.http.jsonapi import (
+    DEFAULT_MAX_JSON_DEPTH,
+    MAX_JSON_DEPTH,
+    error_response,
+    json_errors,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -181,7 +186,7 @@ class HttpServer:
         port: int,
         admin_token: str | None,
         allowed_host_names: Iterable[str] = LOOPBACK_NAMES,
-        max_json_depth: int = 64,
+        max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
         client_max_size: int = 1 << 20,
     ) -> None:
         self.host = host
