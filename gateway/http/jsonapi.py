@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import structlog
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
@@ -49,6 +50,11 @@ def error_response(status: int, message: str, *, field: str | None = None) -> we
     if field is not None:
         body["field"] = field
     return web.json_response(body, status=status)
+
+
+def one_line(text: object, limit: int = 300) -> str:
+    """Text for a log line or an error message: whitespace runs collapsed, length capped."""
+    return " ".join(str(text).split())[:limit]
 
 
 def check_name(value: object, field: str) -> str:
@@ -210,6 +216,8 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge as exc:
         raise ApiError(413, "request body too large") from exc
+    except HttpProcessingError as exc:  # a broken chunked encoding, a short body
+        raise ApiError(400, f"request body is malformed: {one_line(exc.message)}") from exc
     if not raw:
         raise ApiError(400, "request body is empty: send a JSON object")
     max_depth = request.config_dict.get(MAX_JSON_DEPTH, DEFAULT_MAX_JSON_DEPTH)

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
 from collections.abc import Iterable
+from typing import Any
 from urllib.parse import urlsplit
 
 import structlog
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler, Middleware
 
 from config.settings import LOOPBACK_NAMES, ConfigError
@@ -25,6 +28,7 @@ from gateway.http.jsonapi import (
     MAX_JSON_DEPTH,
     error_response,
     json_errors,
+    one_line,
 )
 
 log = structlog.get_logger(__name__)
@@ -172,6 +176,34 @@ def admin_token_problem(host: str, token: str | None) -> str | None:
     return None
 
 
+class ProtocolErrorLog(logging.LoggerAdapter[logging.Logger]):
+    """aiohttp's server logger, with malformed requests reported as one info line.
+
+    Scanners send garbage request lines and headers all day, and clients hang up in the
+    middle of a body; aiohttp logged each at error level with a 20-line traceback. Those
+    are the client's doing: one line, no traceback. Any other exception (a bug in a
+    handler) is logged as aiohttp always did.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.getLogger("aiohttp.server"))
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kw: Any) -> None:
+        remote = str(args[0]) if args else None
+        if isinstance(exc_info, HttpProcessingError):
+            log.info(
+                "http.bad_request",
+                remote=remote,
+                status=exc_info.code,
+                error=one_line(exc_info.message),
+            )
+            return
+        if isinstance(exc_info, ConnectionResetError):
+            log.info("http.client_gone", remote=remote, error=one_line(exc_info))
+            return
+        super().exception(msg, *args, exc_info=exc_info, **kw)
+
+
 class HttpServer:
     """Owns the aiohttp Application, its middlewares and its listening socket.
 
@@ -212,7 +244,10 @@ class HttpServer:
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        # Malformed requests are reported by ProtocolErrorLog: one line, no traceback.
+        self._runner = web.AppRunner(
+            self.app, access_log=None, handle_signals=False, logger=ProtocolErrorLog()
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         try:
