@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -16,7 +17,7 @@ from config.settings import (
     ConfigError,
     Settings,
     channel_warnings,
-    check_channel_settings,
+    environment_problems,
     load_settings,
     masked_dump,
 )
@@ -29,7 +30,23 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    return load_settings(args.config)
+    """The settings, or ConfigError; a malformed list in the environment says how to write it."""
+    unknown, malformed = environment_problems(os.environ)
+    if malformed:
+        raise ConfigError("\n".join(malformed))
+    try:
+        return load_settings(args.config)
+    except ConfigError as exc:
+        if unknown:  # a misspelt section makes pydantic's error; say what was meant
+            raise ConfigError("\n".join([str(exc), *unknown])) from exc
+        raise
+
+
+def _warn_unknown_environment() -> None:
+    import structlog
+
+    for problem in environment_problems(os.environ)[0]:
+        structlog.get_logger(__name__).warning("config.unknown_env", detail=problem)
 
 
 # ---------------------------------------------------------------------- serve / chat
@@ -45,6 +62,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
         settings = settings.model_copy(update={"server": server})
     configure_logging(settings.log.level, settings.log.format)
+    _warn_unknown_environment()
 
     def started(gw: Gateway) -> None:
         url = gw.http.url if gw.http else "(no HTTP server)"
@@ -86,14 +104,35 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 def cmd_check_config(args: argparse.Namespace) -> int:
-    settings = _settings(args)
-    problems = check_channel_settings(settings)
-    try:
-        load_keywords(settings.keywords.file)
-    except KeywordsError as exc:
-        problems.append(f"keywords.file: {exc}")
-    print(json.dumps(masked_dump(settings), indent=2, ensure_ascii=False))
-    for warning in channel_warnings(settings):
+    """What ``serve`` would refuse, plus what it would only warn about, without starting."""
+    from gateway.app import check_settings
+
+    unknown, malformed = environment_problems(os.environ)
+    problems = [*malformed, *unknown]
+    warnings: list[str] = []
+    settings = None
+    if not malformed:
+        try:
+            settings = load_settings(args.config)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    if settings is not None:
+        problems += check_settings(settings)
+        try:
+            load_keywords(settings.keywords.file)
+        except KeywordsError as exc:
+            problems.append(f"keywords.file: {exc}")
+        if not problems:  # the store's server, only once everything else is right
+            problems += asyncio.run(_store_problems(settings))
+        warnings += channel_warnings(settings)
+        if settings.admin.token is None:
+            warnings.append(
+                "admin.token is not set: anyone who can open a connection to "
+                f"{settings.server.host} (every local user and process) can decide "
+                "confirmations through the admin API; set GATEWAY_ADMIN__TOKEN"
+            )
+        print(json.dumps(masked_dump(settings), indent=2, ensure_ascii=False))
+    for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if problems:
         print("\nproblems:", file=sys.stderr)
@@ -102,6 +141,20 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     print("\nconfiguration OK", file=sys.stderr)
     return 0
+
+
+async def _store_problems(settings: Settings) -> list[str]:
+    """Open and close the confirmation store when it is a server (Redis): is it there?"""
+    if settings.confirmation.store != "redis":
+        return []
+    from gateway.app import open_store
+
+    try:
+        store = await open_store(settings)
+    except ConfigError as exc:
+        return [str(exc)]
+    await store.close()
+    return []
 
 
 # ---------------------------------------------------------------------- keywords

@@ -153,12 +153,21 @@ MIN_EXPOSED_TOKEN_LENGTH = 24
 GENERATE_TOKEN = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
 
 
-def admin_token_problem(host: str, token: str | None) -> str | None:
+def admin_token_problem(
+    host: str, token: str | None, allowed_host_names: Iterable[str] = ()
+) -> str | None:
     """Why the admin API would be open to guessing on ``host``, or None.
 
     On loopback no token is needed; beyond it, a token is required and must be long
-    enough that guessing it is hopeless ("token" and "a" were accepted before).
+    enough that guessing it is hopeless ("token" and "a" were accepted before). A Host
+    allow-list of "*" without a token lets any web page reach it by DNS rebinding.
     """
+    if "*" in allowed_host_names and not token:
+        return (
+            'server.allowed_hosts is "*" and admin.token is not set, so any web page can '
+            "reach the admin API through a DNS name that resolves here: list the host names, "
+            f"or set GATEWAY_ADMIN__TOKEN ({GENERATE_TOKEN})"
+        )
     if is_loopback(host):
         return None
     if not token:
@@ -225,10 +234,10 @@ class HttpServer:
         self.port = port
         # An empty token is no token: it must not make 'Bearer ' (nothing) a password.
         self.admin_token = admin_token or None
-        problem = admin_token_problem(host, self.admin_token)
+        names = [*allowed_host_names]
+        problem = admin_token_problem(host, self.admin_token, names)
         if problem is not None:
             raise ConfigError(problem)
-        names = [*allowed_host_names]
         if host not in ("0.0.0.0", "::", ""):  # the bound host, unless it is every address
             names.append(host)
         self.app = web.Application(
