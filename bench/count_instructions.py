@@ -1,7 +1,7 @@
 """Instructions per confirmation round trip, counted by valgrind: steady on a noisy machine.
 
-Timing ratios on a shared machine swing by a third between rounds. Instruction counts do
-not: the same run gives the same count whatever else the machine does. They leave out
+Timed figures on a shared machine swing by a third between rounds. Instruction counts do
+not: the same run gives about the same count whatever else the machine does. They leave out
 what happens in the kernel (a write or getrandom system call counts as a few
 instructions), so they complement the timed figures of confirm_roundtrip.py rather than
 replace them.
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         real = (_count("real", args.sessions, args.trips, logging) - none) / n
         print(
             f"  logging {logging:4s}  baseline {base:9,.0f}  real {real:9,.0f}  "
-            f"ratio real/baseline {base / real:.3f}"
+            f"real/baseline {real / base:.2f}"
         )
     return 0
 

@@ -7,7 +7,12 @@ or ``./gateway.toml`` when present), then the defaults below, which run on a fre
 
 from __future__ import annotations
 
+import difflib
+import json
+import os
 import re
+import typing
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -34,6 +39,9 @@ Level = Literal["auto", "notify", "confirm", "manual", "deny"]
 RiskName = Literal["low", "medium", "high", "critical"]
 
 
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
 class _Section(BaseModel):
     # A misspelt key in a TOML section is an error, not silently ignored.
     model_config = ConfigDict(extra="forbid")
@@ -44,6 +52,12 @@ class ServerSettings(_Section):
 
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
+    # Host header names answered (ports ignored); the bound host is added. Any other name
+    # is refused with 421, so a page on another site cannot reach this server through a
+    # DNS name that resolves to loopback (DNS rebinding). "*" allows any name.
+    allowed_hosts: list[str] = Field(default_factory=lambda: list(LOOPBACK_NAMES))
+    # Nesting allowed in a JSON request body: deeper input is a 400, never a RecursionError.
+    max_json_depth: int = Field(default=64, ge=1, le=256)
 
 
 class AdminSettings(_Section):
@@ -537,3 +551,118 @@ def channel_warnings(settings: Settings) -> list[str]:
                 f' or "*" (GATEWAY_CHANNELS__{name.upper()}__ALLOW_FROM=\'["*"]\')'
             )
     return warnings
+
+
+# ---------------------------------------------------------------------- start-up checks
+
+ENV_PREFIX = "GATEWAY_"
+# Variables of the tooling around the gateway, not settings.
+ENV_NOT_SETTINGS = frozenset({"GATEWAY_TEST_REQUIRE_SERVICES"})
+# SQLAlchemy dialects and the async driver to use with each.
+ASYNC_SQL_URLS = {
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+    "mysql": "mysql+aiomysql",
+    "mariadb": "mysql+aiomysql",
+    "sqlite": "sqlite+aiosqlite",
+}
+ASYNC_SQL_DRIVERS = frozenset({"asyncpg", "psycopg", "aiomysql", "asyncmy", "aiosqlite"})
+
+
+def masked_url(url: str) -> str:
+    """``url`` with its password replaced by ``***``, for messages and logs."""
+    return _mask_url(url)
+
+
+def sql_url_problem(url: str | None) -> str | None:
+    """A sync driver URL (``postgresql://``, ``mysql://``) is refused, naming the async one."""
+    if not url:
+        return None
+    scheme = url.partition("://")[0].lower()
+    dialect, _, driver = scheme.partition("+")
+    if driver in ASYNC_SQL_DRIVERS or dialect not in ASYNC_SQL_URLS:
+        return None  # another dialect: SQLAlchemy says what it thinks when it connects
+    wanted = ASYNC_SQL_URLS[dialect]
+    return (
+        f"tools.sql.url uses {scheme}://, a synchronous driver the gateway cannot use: "
+        f"write {wanted}://... in GATEWAY_TOOLS__SQL__URL (or [tools.sql] url)"
+    )
+
+
+def data_dir_problem(path: Path) -> str | None:
+    """Whether ``data_dir`` is (or can be created as) a directory the gateway may write."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    why = None
+    if not existing.is_dir():
+        why = f"{existing} is not a directory"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        why = f"{existing} is not writable"
+    if why is None:
+        return None
+    return (
+        f"data_dir {path} cannot be used ({why}): set GATEWAY_DATA_DIR (or data_dir) to a "
+        "directory the gateway may write"
+    )
+
+
+def _env_fields(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, Any, bool]]:
+    """Every settings variable name: (name, annotation, is_a_section)."""
+    for name, field in model.model_fields.items():
+        env = f"{prefix}{name.upper()}"
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            yield env, ann, True
+            yield from _env_fields(ann, env + "__")
+        else:
+            yield env, ann, False
+
+
+def environment_problems(environ: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """``GATEWAY_*`` variables that are not settings, and list/table values that are not JSON.
+
+    Returns (unknown, malformed) as fix-it sentences. Unknown names come with the nearest
+    valid name; malformed values with the syntax that works.
+    """
+    fields = {name: (ann, section) for name, ann, section in _env_fields(Settings, ENV_PREFIX)}
+    # Variables under a table setting (policy.levels) name its keys: any name is fine.
+    open_tables = [
+        name + "__" for name, (ann, _) in fields.items() if typing.get_origin(ann) is dict
+    ]
+    unknown: list[str] = []
+    malformed: list[str] = []
+    for raw_name, value in sorted(environ.items()):
+        name = raw_name.upper()
+        if not name.startswith(ENV_PREFIX) or name in ENV_NOT_SETTINGS:
+            continue
+        if name not in fields:
+            if not name.startswith(tuple(open_tables)):
+                # Compared without the prefix every name shares, which would make all similar.
+                bare = [field.removeprefix(ENV_PREFIX) for field in fields]
+                near = difflib.get_close_matches(name.removeprefix(ENV_PREFIX), bare, n=1)
+                hint = f": did you mean {ENV_PREFIX}{near[0]}?" if near else ""
+                unknown.append(f"{raw_name} is not a setting{hint}")
+            continue
+        ann, section = fields[name]
+        kind = "table" if section or typing.get_origin(ann) is dict else None
+        if typing.get_origin(ann) is list:
+            kind = "list"
+        if kind is not None and not _is_json(value, list if kind == "list" else dict):
+            malformed.append(_malformed(raw_name, value, kind))
+    return unknown, malformed
+
+
+def _is_json(value: str, kind: type) -> bool:
+    try:
+        return isinstance(json.loads(value), kind)
+    except ValueError:
+        return False
+
+
+def _malformed(name: str, value: str, kind: str) -> str:
+    if kind == "list":
+        items = [item.strip().strip("'\"") for item in value.strip("[]").split(",")]
+        example = json.dumps([i for i in items if i], ensure_ascii=False, separators=(",", ":"))
+        return f"{name} must be a JSON list, e.g. {name}='{example}' (got {value[:80]!r})"
+    return f'{name} must be a JSON table, e.g. {name}=\'{{"key": "value"}}\' (got {value[:80]!r})'

@@ -21,16 +21,26 @@ from channels.base import Channel, ChannelContext
 from channels.console import ConsoleChannel
 from channels.manager import ChannelManager
 from config.keywords import KeywordStore
-from config.settings import ConfigError, Settings, channel_warnings, check_channel_settings
-from gateway import texts
+from config.settings import (
+    ConfigError,
+    Settings,
+    channel_warnings,
+    check_channel_settings,
+    data_dir_problem,
+    masked_url,
+    sql_url_problem,
+)
+from gateway import extras, texts
 from gateway.agent.commands import CommandAgent
 from gateway.agent.loop import Agent, AgentLoop
 from gateway.bus import MessageBus, OutboundMessage
 from gateway.confirm.model import Confirmation
+from gateway.confirm.replicas import OrphanHandler
 from gateway.confirm.service import ConfirmationService
 from gateway.confirm.store import ConfirmationStore, MemoryConfirmationStore
 from gateway.http.admin import AdminApi
-from gateway.http.server import HttpServer
+from gateway.http.jsonapi import one_line
+from gateway.http.server import HttpServer, admin_token_problem
 from gateway.metrics import Metrics
 from gateway.tools.base import PluginError, ToolRegistry
 from gateway.tools.policy import Policy
@@ -152,7 +162,7 @@ async def build(
 
     ``store`` replaces the configured one (tests); the Gateway closes it on stop.
     """
-    problems = check_channel_settings(settings)
+    problems = check_settings(settings, serve_http=serve_http)
     if problems:
         raise ConfigError("\n".join(problems))
     for warning in channel_warnings(settings):
@@ -164,6 +174,8 @@ async def build(
             host=settings.server.host,
             port=settings.server.port,
             admin_token=token.get_secret_value() if token else None,
+            allowed_host_names=settings.server.allowed_hosts,
+            max_json_depth=settings.server.max_json_depth,
         )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     async with contextlib.AsyncExitStack() as opened:
@@ -251,7 +263,26 @@ async def build(
     return gateway
 
 
+def check_settings(settings: Settings, *, serve_http: bool = True) -> list[str]:
+    """What stops ``build`` before it opens anything, one fix-it sentence each.
+
+    ``gateway check-config`` prints the same list.
+    """
+    problems = check_channel_settings(settings)
+    if serve_http:
+        token = settings.admin.token.get_secret_value() if settings.admin.token else None
+        problem = admin_token_problem(settings.server.host, token, settings.server.allowed_hosts)
+        if problem is not None:
+            problems.append(problem)
+    for problem in (sql_url_problem(settings.tools.sql.url), data_dir_problem(settings.data_dir)):
+        if problem is not None:
+            problems.append(problem)
+    problems.extend(extras.missing(settings))
+    return problems
+
+
 async def open_store(settings: Settings) -> ConfirmationStore:
+    """The configured confirmation store, opened; ConfigError when its server is unusable."""
     kind = settings.confirmation.store
     if kind == "memory":
         return MemoryConfirmationStore()
@@ -260,13 +291,23 @@ async def open_store(settings: Settings) -> ConfirmationStore:
 
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         return await SqliteConfirmationStore.open(settings.data_dir / "confirmations.db")
+    from redis.exceptions import RedisError
+
     from gateway.confirm.redis_store import RedisConfirmationStore
 
-    return await RedisConfirmationStore.from_url(
-        settings.confirmation.redis_url,
-        prefix=settings.confirmation.redis_prefix,
-        finished_ttl_seconds=settings.confirmation.redis_finished_ttl_seconds,
-    )
+    url = settings.confirmation.redis_url
+    try:
+        return await RedisConfirmationStore.from_url(
+            url,
+            prefix=settings.confirmation.redis_prefix,
+            finished_ttl_seconds=settings.confirmation.redis_finished_ttl_seconds,
+        )
+    except (RedisError, OSError, ValueError) as exc:  # ValueError: a malformed URL
+        raise ConfigError(
+            f"confirmation.store is redis, and Redis at {masked_url(url)} cannot be used "
+            f"({one_line(exc) or type(exc).__name__}): start it, or set "
+            "GATEWAY_CONFIRMATION__REDIS_URL (or [confirmation] redis_url)"
+        ) from exc
 
 
 def _build_agent(
@@ -326,7 +367,7 @@ async def _close_agent(agent: Agent) -> None:
         await aclose()
 
 
-def orphan_runner(runner: ToolRunner, bus: MessageBus) -> Callable[[Confirmation], Awaitable[None]]:
+def orphan_runner(runner: ToolRunner, bus: MessageBus) -> OrphanHandler:
     """Run an approved call whose waiting turn is gone, and tell its chat how it went."""
 
     async def run(confirmation: Confirmation) -> None:

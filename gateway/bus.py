@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -12,6 +11,9 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import structlog
+from cachetools import TTLCache
+
+from gateway.runtime import KeyedSerial
 
 if TYPE_CHECKING:
     from gateway.confirm.model import Confirmation
@@ -74,46 +76,6 @@ class PublishResult(StrEnum):
     DUPLICATE = "duplicate"  # same channel + message id seen recently: dropped
 
 
-class RecentIds:
-    """Keys seen within the last ``ttl`` seconds, at most ``maxsize`` of them.
-
-    Every message passes through here, so it is kept to one dict lookup and one insert:
-    with a single TTL for all keys, insertion order is expiry order, and expired keys are
-    dropped from the front of a deque. (cachetools.TTLCache did the same job at about five
-    times the cost per message: bench/confirm_roundtrip.py, docs/performance.md.)
-    """
-
-    __slots__ = ("_clock", "_live", "_maxsize", "_order", "_ttl")
-
-    def __init__(
-        self, *, ttl: float, maxsize: int, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self._ttl = ttl
-        self._maxsize = maxsize
-        self._clock = clock
-        self._live: set[tuple[str, str]] = set()
-        self._order: deque[tuple[float, tuple[str, str]]] = deque()
-
-    def __len__(self) -> int:
-        return len(self._live)
-
-    def seen(self, key: tuple[str, str]) -> bool:
-        """Record ``key``; True when it was already recorded and has not expired."""
-        now = self._clock()
-        live = self._live
-        order = self._order
-        # Each live key has exactly one deque entry, so popping an entry forgets its key.
-        while order and order[0][0] <= now:
-            live.remove(order.popleft()[1])
-        if key in live:
-            return True
-        live.add(key)
-        order.append((now + self._ttl, key))
-        if len(live) > self._maxsize:
-            live.remove(order.popleft()[1])
-        return False
-
-
 Interceptor = Callable[[InboundMessage], Awaitable[bool]]
 InboundListener = Callable[[InboundMessage, PublishResult], None]
 
@@ -125,17 +87,24 @@ class MessageBus:
     confirmation service; only what is not a decision reaches the agent's queue.
     """
 
-    def __init__(self, *, dedupe_ttl_seconds: float = 8 * 3600, dedupe_max: int = 100_000) -> None:
+    def __init__(
+        self,
+        *,
+        dedupe_ttl_seconds: float = 8 * 3600,
+        dedupe_max: int = 100_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.inbound: asyncio.Queue[InboundMessage] = asyncio.Queue()
         self.outbound: asyncio.Queue[OutboundMessage] = asyncio.Queue()
         # Feishu redelivers for up to ~7 h; DingTalk redelivers late acks. Bounded both ways.
-        self._seen = RecentIds(ttl=dedupe_ttl_seconds, maxsize=dedupe_max)
+        self._seen: TTLCache[tuple[str, str], bool] = TTLCache(
+            maxsize=dedupe_max, ttl=dedupe_ttl_seconds, timer=clock
+        )
         self._interceptor: Interceptor | None = None
         self._listeners: list[InboundListener] = []
         # One intake at a time per session, so two copies of a reply (or a reply and a
         # following message) are intercepted in the order they arrived.
-        self._session_locks: dict[str, asyncio.Lock] = {}
-        self._lock_users: dict[str, int] = {}
+        self._intake = KeyedSerial()
 
     def set_interceptor(self, interceptor: Interceptor) -> None:
         self._interceptor = interceptor
@@ -145,39 +114,33 @@ class MessageBus:
         self._listeners.append(listener)
 
     def is_duplicate(self, channel: str, message_id: str | None) -> bool:
-        """Record the id; True when it was already seen. Channels may call it early."""
+        """Record the id; True when it was already seen. Channels may call it early.
+
+        A duplicate does not extend the window: it counts from the first sighting.
+        """
         if not message_id:
             return False
-        return self._seen.seen((channel, message_id))
+        key = (channel, message_id)
+        if key in self._seen:
+            return True
+        self._seen[key] = True
+        return False
 
     async def publish_inbound(self, msg: InboundMessage) -> PublishResult:
         if self.is_duplicate(msg.channel, msg.message_id):
             log.info("bus.duplicate_dropped", channel=msg.channel, message_id=msg.message_id)
             result = PublishResult.DUPLICATE
         else:
-            key = msg.session_key
-            lock = self._session_locks.get(key)
-            if lock is None:
-                lock = self._session_locks[key] = asyncio.Lock()
-            self._lock_users[key] = self._lock_users.get(key, 0) + 1
-            try:
-                async with lock:
-                    intercepted = False
-                    if self._interceptor is not None and not msg.from_bot:
-                        intercepted = await self._interceptor(msg)
-                    if intercepted:
-                        result = PublishResult.INTERCEPTED
-                    else:
-                        self.inbound.put_nowait(msg)
-                        result = PublishResult.QUEUED
-            finally:
-                # Drop idle locks so a long-running daemon does not keep one per chat forever.
-                users = self._lock_users[key] - 1
-                if users:
-                    self._lock_users[key] = users
+            async with self._intake.hold(msg.session_key):
+                if self._interceptor is not None and not msg.from_bot:
+                    intercepted = await self._interceptor(msg)
                 else:
-                    del self._lock_users[key]
-                    del self._session_locks[key]
+                    intercepted = False
+                if intercepted:
+                    result = PublishResult.INTERCEPTED
+                else:
+                    self.inbound.put_nowait(msg)
+                    result = PublishResult.QUEUED
         for listener in self._listeners:
             listener(msg, result)
         return result
@@ -186,10 +149,6 @@ class MessageBus:
         return await self.inbound.get()
 
     async def publish_outbound(self, msg: OutboundMessage) -> None:
-        self.post_outbound(msg)
-
-    def post_outbound(self, msg: OutboundMessage) -> None:
-        """``publish_outbound`` for callers that must not yield (the confirmation service)."""
         self.outbound.put_nowait(msg)
 
     async def consume_outbound(self) -> OutboundMessage:

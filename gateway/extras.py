@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 
-from config.settings import ConfigError
+from config.settings import ConfigError, Settings
 
 
 def require(module: str, extra: str, what: str) -> None:
@@ -27,3 +27,37 @@ def require(module: str, extra: str, what: str) -> None:
         raise ConfigError(
             f"{what} needs the [{extra}] extra: pip install 'chat-gateway[{extra}]'"
         ) from exc
+
+
+# The driver module each async SQLAlchemy URL needs, and the extra that brings it.
+SQL_DRIVER_EXTRAS = {"asyncpg": ("asyncpg", "postgres"), "aiomysql": ("aiomysql", "mysql")}
+
+
+def required(settings: Settings) -> list[tuple[str, str, str]]:
+    """(module, extra, what) for every optional package the settings turn on."""
+    needs: list[tuple[str, str, str]] = []
+    if settings.channels.feishu.enabled:
+        needs.append(("lark_oapi", "feishu", "channels.feishu"))
+    if settings.channels.dingtalk.enabled:
+        needs.append(("dingtalk_stream", "dingtalk", "channels.dingtalk"))
+    if settings.confirmation.store == "redis":
+        needs.append(("redis", "redis", 'confirmation.store = "redis"'))
+    if settings.llm.configured:
+        needs.append(("openai", "llm", "llm.model"))
+    scheme = (settings.tools.sql.url or "").partition("://")[0].lower()
+    driver = scheme.partition("+")[2]
+    if driver in SQL_DRIVER_EXTRAS:
+        module, extra = SQL_DRIVER_EXTRAS[driver]
+        needs.append((module, extra, f"tools.sql.url ({scheme}://)"))
+    return needs
+
+
+def missing(settings: Settings) -> list[str]:
+    """One sentence per optional package the settings need and this install lacks."""
+    problems = []
+    for module, extra, what in required(settings):
+        try:
+            require(module, extra, what)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    return problems

@@ -10,12 +10,11 @@ import argparse
 import json
 import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from config.settings import Settings, load_settings
+if TYPE_CHECKING:
+    from config.settings import Settings
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # not found, already decided, refused
@@ -39,6 +38,9 @@ class AdminClient:
     def request(
         self, method: str, path: str, body: dict[str, Any] | None = None
     ) -> tuple[int, dict[str, Any]]:
+        import urllib.error  # here, not at the top: `gateway --help` stays fast
+        import urllib.request
+
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.url + path, data=data, method=method)
         req.add_header("Accept", "application/json")
@@ -86,6 +88,8 @@ def _client(args: argparse.Namespace) -> AdminClient:
     token = args.token
     url = args.url
     if token is None or url is None:
+        from config.settings import load_settings
+
         settings = load_settings(args.config)
         if token is None and settings.admin.token is not None:
             token = settings.admin.token.get_secret_value() or None

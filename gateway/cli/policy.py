@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from config.settings import ConfigError, Settings, load_settings
-from gateway.logs import configure_logging
+if TYPE_CHECKING:
+    from config.settings import Settings
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
@@ -29,6 +28,9 @@ def register(subparsers: Any) -> None:
 
 
 def cmd_policy_test(args: argparse.Namespace) -> int:
+    from config.settings import load_settings
+    from gateway.logs import configure_logging
+
     settings = load_settings(args.config)
     # The preview may log (e.g. a row count the database could not give): keep stdout clean.
     configure_logging("error", "console")
@@ -40,11 +42,14 @@ def cmd_policy_test(args: argparse.Namespace) -> int:
     if not isinstance(call_args, dict):
         print('JSON_ARGS must be a JSON object, e.g. \'{"sql": "DELETE ..."}\'', file=sys.stderr)
         return EXIT_USAGE
+    import asyncio
+
     return asyncio.run(_test(settings, args.tool, call_args, as_json=args.json))
 
 
 async def _test(settings: Settings, name: str, call_args: dict[str, Any], *, as_json: bool) -> int:
     # Imported here, not at the top: SQLAlchemy and sqlglot would slow every `gateway --help`.
+    from config.settings import ConfigError
     from gateway.tools.base import PluginError, ToolArgumentsError, ToolRegistry
     from gateway.tools.policy import Policy, four_eyes_problem
     from gateway.tools.sql import SqlDatabase, SqlModifyTool, SqlQueryTool

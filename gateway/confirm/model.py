@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import threading
+import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from types import MappingProxyType
-from typing import Any, NamedTuple
-
-_EMPTY: Mapping[str, Any] = MappingProxyType({})
-_tuple_new = tuple.__new__
+from typing import Any
 
 
 class Status(StrEnum):
@@ -33,6 +28,16 @@ class Decision(StrEnum):
     @property
     def status(self) -> Status:
         return Status.APPROVED if self is Decision.APPROVE else Status.REJECTED
+
+
+class DecideOutcome(StrEnum):
+    """What a ``decide`` call came to."""
+
+    DECIDED = "decided"
+    ALREADY_DECIDED = "already_decided"
+    NOT_FOUND = "not_found"
+    FORBIDDEN = "forbidden"
+    EXPIRED = "expired"
 
 
 class Risk(StrEnum):
@@ -62,41 +67,8 @@ class ToolCall:
 ID_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _ID_DIGITS = frozenset("0123456789")
 _ID_LETTERS = frozenset("ABCDEFGHJKMNPQRSTVWXYZ")
-_ID_BYTE_TO_SYMBOL = bytes(ord(ID_ALPHABET[b & 31]) for b in range(256))
 # Characters people type for the ones Crockford leaves out.
 _CROCKFORD_ALIASES = str.maketrans({"O": "0", "I": "1", "L": "1"})
-
-
-class _RandomPool:
-    """Bytes from ``os.urandom``, read 4 KiB at a time and each handed out once.
-
-    One ``getrandom`` system call per id was 3 % of a confirmation round trip here
-    (docs/performance.md). A child process after ``fork`` starts with an empty pool, so
-    parent and child never hand out the same bytes.
-    """
-
-    def __init__(self, size: int = 4096) -> None:
-        self._size = size
-        self._lock = threading.Lock()
-        self._pool = b""
-        self._pos = 0
-        os.register_at_fork(after_in_child=self._forget)
-
-    def _forget(self) -> None:
-        self._pool = b""
-        self._pos = 0
-
-    def take(self, n: int) -> bytes:
-        with self._lock:
-            if self._pos + n > len(self._pool):
-                self._pool = os.urandom(max(n, self._size))
-                self._pos = 0
-            chunk = self._pool[self._pos : self._pos + n]
-            self._pos += n
-            return chunk
-
-
-_random_bytes = _RandomPool().take
 
 
 def new_confirmation_id(length: int = 4) -> str:
@@ -106,11 +78,15 @@ def new_confirmation_id(length: int = 4) -> str:
     keeps them apart from numbers ("前10条").
     """
     while True:
-        # Random bytes mapped byte -> symbol in C: 32 symbols is exactly 5 bits and 256 is
-        # a multiple of 32, so the mapping is unbiased.
-        candidate = _random_bytes(length).translate(_ID_BYTE_TO_SYMBOL).decode("ascii")
+        # 256 is a multiple of the alphabet's 32 symbols: byte % 32 picks each one evenly.
+        candidate = "".join(ID_ALPHABET[b % 32] for b in secrets.token_bytes(length))
         if not _ID_DIGITS.isdisjoint(candidate) and not _ID_LETTERS.isdisjoint(candidate):
             return candidate
+
+
+def new_call_id() -> str:
+    """An id for a tool call the gateway makes itself (slash commands)."""
+    return f"call_{secrets.token_hex(8)}"
 
 
 def canonical_id(text: str) -> str:
@@ -118,13 +94,11 @@ def canonical_id(text: str) -> str:
     return text.strip().upper().translate(_CROCKFORD_ALIASES)
 
 
-class Confirmation(NamedTuple):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Confirmation:
     """A held tool call and what became of it.
 
-    Immutable: stores replace whole records. A named tuple rather than a frozen dataclass
-    because a record is built and finished on every round trip, and a frozen dataclass
-    pays one ``object.__setattr__`` per field for that (5 µs against 0.5 µs here,
-    docs/performance.md). Build it with keywords; ``_replace`` gives a changed copy.
+    Immutable: stores replace whole records (``dataclasses.replace`` gives a changed copy).
     """
 
     id: str
@@ -137,7 +111,7 @@ class Confirmation(NamedTuple):
     summary: str
     created_at: float
     expires_at: float
-    details: Mapping[str, Any] = _EMPTY
+    details: Mapping[str, Any] = field(default_factory=dict)
     risk: Risk = Risk.MEDIUM
     approvers: tuple[str, ...] = ()
     four_eyes: bool = False
@@ -147,7 +121,7 @@ class Confirmation(NamedTuple):
     decided_via: str | None = None
     reason: str | None = None
     feedback: bool = False
-    prompt_refs: Mapping[str, str] = _EMPTY
+    prompt_refs: Mapping[str, str] = field(default_factory=dict)
 
     def seconds_left(self, now: float) -> float:
         return max(0.0, self.expires_at - now)
@@ -163,9 +137,14 @@ class Confirmation(NamedTuple):
         feedback: bool = False,
     ) -> Confirmation:
         """This record with its decision: status, by, at, via, reason, feedback."""
-        return _tuple_new(
-            Confirmation,
-            (*self[:_STATUS], status, by, at, via, reason, feedback, *self[_STATUS + 6 :]),
+        return replace(
+            self,
+            status=status,
+            decided_by=by,
+            decided_at=at,
+            decided_via=via,
+            reason=reason,
+            feedback=feedback,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -220,13 +199,10 @@ class Confirmation(NamedTuple):
         )
 
 
-# finished() rebuilds the tuple around these six fields, in this order.
-_STATUS = Confirmation._fields.index("status")
-assert Confirmation._fields[_STATUS : _STATUS + 6] == (
-    "status",
-    "decided_by",
-    "decided_at",
-    "decided_via",
-    "reason",
-    "feedback",
-)
+@dataclass(frozen=True, slots=True)
+class DecideResult:
+    """The outcome of a decision, the record as it now is, and the sentence for the person."""
+
+    outcome: DecideOutcome
+    confirmation: Confirmation | None
+    message: str

@@ -68,10 +68,6 @@ class _Token:
     end: int
 
 
-# The memo of parsed replies: texts up to this long, at most this many of them.
-_MEMO_TEXT_MAX = 32
-_MEMO_SIZE = 4096
-
 _ASCII_WORD = re.compile(r"[a-z0-9]+(?:['’][a-z]+)?")
 
 
@@ -89,9 +85,6 @@ class ReplyParser:
         self._ascii_max_words = max(
             (len(w.split()) for w in (*words.confirm, *words.cancel)), default=1
         )
-        # Short replies repeat ("确认", "ok", "取消 K7Q2"): parse each text once. A result
-        # depends only on the text and these words (a new parser comes with new words).
-        self._memo: dict[str, ParsedReply] = {}
 
     def _kind(self, word: str) -> str:
         if word in self._confirm:
@@ -196,16 +189,6 @@ class ReplyParser:
 
     def parse(self, text: str) -> ParsedReply:
         """The intent of ``text`` and the confirmation id it names, if any."""
-        parsed = self._memo.get(text)
-        if parsed is None:
-            parsed = self._parse(text)
-            if len(text) <= _MEMO_TEXT_MAX:
-                if len(self._memo) >= _MEMO_SIZE:
-                    self._memo.clear()
-                self._memo[text] = parsed
-        return parsed
-
-    def _parse(self, text: str) -> ParsedReply:
         norm = normalize_word(text)
         norm = norm.lstrip("/")
         stripped = norm.rstrip(TRAILING + " ")

@@ -12,6 +12,8 @@ import asyncio
 import builtins
 import json
 import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ import aiosqlite
 import structlog
 
 from gateway.confirm.model import Confirmation, Status
-from gateway.confirm.store import ConfirmationExistsError, ConfirmationStore
+from gateway.confirm.store import ConfirmationExistsError, ConfirmationStore, FinishedIds
 
 log = structlog.get_logger(__name__)
 
@@ -143,6 +145,7 @@ class SqliteConfirmationStore(ConfirmationStore):
         self._conn = conn
         self._conn.row_factory = sqlite3.Row
         self._lock = asyncio.Lock()
+        self._finished = FinishedIds()
 
     @classmethod
     async def open(
@@ -296,7 +299,13 @@ class SqliteConfirmationStore(ConfirmationStore):
                     confirmation_id, at=now, status=status, actor=by, via=via, reason=reason
                 )
             current = await self._get(confirmation_id)
+        if changed:
+            self._finished.announce(confirmation_id)
         return current, changed
+
+    def finished_feed(self) -> AbstractAsyncContextManager[AsyncIterator[str]]:
+        # Not shared (one gateway serves a data dir): its own finishes are the whole feed.
+        return self._finished.feed()
 
     async def set_prompt_ref(self, confirmation_id: str, key: str, value: str) -> None:
         async with self._transaction():

@@ -6,9 +6,12 @@ backend passes the same contract suite (tests/confirm/test_store_contract.py).
 
 from __future__ import annotations
 
+import asyncio
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import replace
 from typing import ClassVar
 
 from gateway.confirm.model import Confirmation, Status
@@ -76,8 +79,43 @@ class ConfirmationStore(ABC):
     async def list_all_pending(self) -> Confirmations:
         """Every pending confirmation (for shutdown and recovery after a restart)."""
 
+    @abstractmethod
+    def finished_feed(self) -> AbstractAsyncContextManager[AsyncIterator[str]]:
+        """Ids of confirmations as ``finish`` changes them, from entering the context on.
+
+        ``async with store.finished_feed() as ids: async for cid in ids: ...``. Every
+        successful finish through this handle is announced once; with a ``shared`` store,
+        also those made by every other replica. Refused finishes are not announced. A turn
+        waits in the process that asked, so this is how another replica's decision wakes it.
+        """
+
     async def close(self) -> None:  # noqa: B027 - optional hook, most backends need it
         """Release connections."""
+
+
+class FinishedIds:
+    """The feed of a store no other process writes to: its own finishes, to each subscriber."""
+
+    def __init__(self) -> None:
+        self._subscribers: set[asyncio.Queue[str]] = set()
+
+    def announce(self, confirmation_id: str) -> None:
+        for queue in self._subscribers:
+            queue.put_nowait(confirmation_id)
+
+    @asynccontextmanager
+    async def feed(self) -> AsyncIterator[AsyncIterator[str]]:
+        queue: asyncio.Queue[str] = asyncio.Queue()
+        self._subscribers.add(queue)
+        try:
+            yield _drain(queue)
+        finally:
+            self._subscribers.discard(queue)
+
+
+async def _drain(queue: asyncio.Queue[str]) -> AsyncIterator[str]:
+    while True:
+        yield await queue.get()
 
 
 def _allowed(current: Confirmation, status: Status, now: float) -> bool:
@@ -99,6 +137,7 @@ class MemoryConfirmationStore(ConfirmationStore):
         self._pending_by_session: dict[str, dict[str, None]] = {}
         self._finished_order: deque[str] = deque()
         self._keep_finished = keep_finished
+        self._finished = FinishedIds()
 
     async def create(self, confirmation: Confirmation) -> None:
         if confirmation.id in self._items:
@@ -162,10 +201,14 @@ class MemoryConfirmationStore(ConfirmationStore):
         if len(self._finished_order) > self._keep_finished:
             old = self._finished_order.popleft()
             self._items.pop(old, None)
+        self._finished.announce(confirmation_id)
         return done, True
 
     async def set_prompt_ref(self, confirmation_id: str, key: str, value: str) -> None:
         current = self._items.get(confirmation_id)
         if current is not None:
             refs = {**current.prompt_refs, key: value}
-            self._items[confirmation_id] = current._replace(prompt_refs=refs)
+            self._items[confirmation_id] = replace(current, prompt_refs=refs)
+
+    def finished_feed(self) -> AbstractAsyncContextManager[AsyncIterator[str]]:
+        return self._finished.feed()

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import structlog
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
@@ -23,6 +24,10 @@ from gateway.confirm.model import Status
 log = structlog.get_logger(__name__)
 
 Model = TypeVar("Model", bound=BaseModel)
+
+# Set by gateway.http.server from server.max_json_depth; read by read_json_object.
+MAX_JSON_DEPTH = web.AppKey("max_json_depth", int)
+DEFAULT_MAX_JSON_DEPTH = 64
 
 # Room and user names: letters (any script), digits, and a few separators. No spaces,
 # colons or slashes, so they are safe in session keys, URLs and logs.
@@ -45,6 +50,11 @@ def error_response(status: int, message: str, *, field: str | None = None) -> we
     if field is not None:
         body["field"] = field
     return web.json_response(body, status=status)
+
+
+def one_line(text: object, limit: int = 300) -> str:
+    """Text for a log line or an error message: whitespace runs collapsed, length capped."""
+    return " ".join(str(text).split())[:limit]
 
 
 def check_name(value: object, field: str) -> str:
@@ -124,6 +134,72 @@ class ChatHistoryQuery(QueryParams):
     )
 
 
+# ---------------------------------------------------------------------- parsing
+
+# A JSON string (closed or not) or a bracket: brackets inside strings are skipped.
+_STRING_OR_BRACKET = re.compile(r'"(?:[^"\\]|\\.)*"?|[\[\]{}]', re.DOTALL)
+
+
+class JsonInputError(ValueError):
+    """Input that is not JSON this server accepts; the message says why, for the client
+    ("JSON nested deeper than 64 levels")."""
+
+
+def parse_json(raw: bytes | str, *, max_depth: int) -> Any:
+    """Parse untrusted JSON: nesting at most ``max_depth``, text that is valid Unicode.
+
+    ``json.loads`` recurses once per level: 100,000 ``[`` raised RecursionError (a 500).
+    The depth is counted first, without recursion. A lone surrogate (``"\\ud800"``) parses
+    but cannot be encoded again: stored in a room it broke every WebSocket that replayed it.
+    NaN and Infinity are Python's extension, not JSON: refused too.
+    """
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode(json.detect_encoding(raw))
+        except UnicodeDecodeError as exc:
+            raise JsonInputError(f"not valid UTF-8 (byte {exc.start})") from exc
+    depth = 0
+    for match in _STRING_OR_BRACKET.finditer(raw):
+        token = match.group()
+        if token in ("[", "{"):
+            depth += 1
+            if depth > max_depth:
+                raise JsonInputError(f"JSON nested deeper than {max_depth} levels")
+        elif token in ("]", "}"):
+            depth -= 1
+    try:
+        value = json.loads(raw, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        raise JsonInputError(f"not valid JSON: {exc}") from exc
+    _check_text(value)
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _check_text(value: Any) -> None:
+    """Every string and key encodes as UTF-8 (no lone surrogates); walked without recursion."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item)  # the keys
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                bad = item[exc.start]
+                raise JsonInputError(
+                    f"a string has a lone surrogate (\\u{ord(bad):04x}), which is not valid "
+                    "Unicode: send the character itself or a complete surrogate pair"
+                ) from exc
+
+
 # ---------------------------------------------------------------------- reading
 
 
@@ -140,12 +216,15 @@ async def read_json_object(request: web.Request) -> dict[str, Any]:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge as exc:
         raise ApiError(413, "request body too large") from exc
+    except HttpProcessingError as exc:  # a broken chunked encoding, a short body
+        raise ApiError(400, f"request body is malformed: {one_line(exc.message)}") from exc
     if not raw:
         raise ApiError(400, "request body is empty: send a JSON object")
+    max_depth = request.config_dict.get(MAX_JSON_DEPTH, DEFAULT_MAX_JSON_DEPTH)
     try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ApiError(400, f"request body is not valid JSON: {exc}") from exc
+        data = parse_json(raw, max_depth=max_depth)
+    except JsonInputError as exc:
+        raise ApiError(400, f"request body: {exc}") from exc
     if not isinstance(data, dict):
         raise ApiError(400, "request body must be a JSON object")
     return data

@@ -12,14 +12,24 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
+from collections.abc import Iterable
+from typing import Any
 from urllib.parse import urlsplit
 
 import structlog
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler, Middleware
 
-from config.settings import ConfigError
-from gateway.http.jsonapi import error_response, json_errors
+from config.settings import LOOPBACK_NAMES, ConfigError
+from gateway.http.jsonapi import (
+    DEFAULT_MAX_JSON_DEPTH,
+    MAX_JSON_DEPTH,
+    error_response,
+    json_errors,
+    one_line,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -87,6 +97,42 @@ def _route_path(request: web.Request) -> str:
     return resource.canonical if resource is not None else request.path
 
 
+def host_name(header: str) -> str:
+    """The name in a Host header, lowercased, without port, brackets or trailing dot."""
+    host = header.strip().lower()
+    if host.startswith("["):  # [::1]:8080
+        host = host[1:].partition("]")[0]
+    elif host.count(":") == 1:  # name:8080; more colons is a bare IPv6 address
+        host = host.partition(":")[0]
+    return host.rstrip(".")
+
+
+def allowed_hosts(names: Iterable[str]) -> Middleware:
+    """Answer only requests whose Host is a known name of this server: 421 otherwise.
+
+    Without it, a page on another site whose DNS name resolves to 127.0.0.1 (DNS
+    rebinding) is same-origin with this server in the browser and can use the web chat
+    and an admin API without a token. Every route is covered: pages, the WebSocket
+    upgrade, the APIs and platform webhooks. A request without Host is not a browser's.
+    """
+    allowed = {host_name(name) for name in names}
+    any_host = "*" in allowed
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        header = request.headers.get("Host")
+        if any_host or header is None or host_name(header) in allowed:
+            return await handler(request)
+        log.info("http.host_refused", host=header[:200], path=request.path[:200])
+        return error_response(
+            421,
+            f"host {header[:200]!r} is not served here: add it to server.allowed_hosts "
+            "(GATEWAY_SERVER__ALLOWED_HOSTS) if this server should answer it",
+        )
+
+    return middleware
+
+
 @web.middleware
 async def same_origin(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Refuse browser requests from other sites that change something or open a socket.
@@ -103,34 +149,114 @@ async def same_origin(request: web.Request, handler: Handler) -> web.StreamRespo
     return await handler(request)
 
 
+MIN_EXPOSED_TOKEN_LENGTH = 24
+GENERATE_TOKEN = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
+
+
+def admin_token_problem(
+    host: str, token: str | None, allowed_host_names: Iterable[str] = ()
+) -> str | None:
+    """Why the admin API would be open to guessing on ``host``, or None.
+
+    On loopback no token is needed; beyond it, a token is required and must be long
+    enough that guessing it is hopeless ("token" and "a" were accepted before). A Host
+    allow-list of "*" without a token lets any web page reach it by DNS rebinding.
+    """
+    if "*" in allowed_host_names and not token:
+        return (
+            'server.allowed_hosts is "*" and admin.token is not set, so any web page can '
+            "reach the admin API through a DNS name that resolves here: list the host names, "
+            f"or set GATEWAY_ADMIN__TOKEN ({GENERATE_TOKEN})"
+        )
+    if is_loopback(host):
+        return None
+    if not token:
+        return (
+            f"server.host is {host!r}, which is reachable from other machines, and "
+            "admin.token is not set: set GATEWAY_ADMIN__TOKEN (or [admin] token) to a long "
+            f"random string ({GENERATE_TOKEN}), or bind 127.0.0.1"
+        )
+    if len(token) < MIN_EXPOSED_TOKEN_LENGTH:
+        return (
+            f"admin.token is {len(token)} characters, too short for server.host {host!r}, "
+            f"which is reachable from other machines: use at least {MIN_EXPOSED_TOKEN_LENGTH}, "
+            f"e.g. from {GENERATE_TOKEN}, in GATEWAY_ADMIN__TOKEN"
+        )
+    return None
+
+
+class ProtocolErrorLog(logging.LoggerAdapter[logging.Logger]):
+    """aiohttp's server logger, with malformed requests reported as one info line.
+
+    Scanners send garbage request lines and headers all day, and clients hang up in the
+    middle of a body; aiohttp logged each at error level with a 20-line traceback. Those
+    are the client's doing: one line, no traceback. Any other exception (a bug in a
+    handler) is logged as aiohttp always did.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.getLogger("aiohttp.server"))
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kw: Any) -> None:
+        remote = str(args[0]) if args else None
+        if isinstance(exc_info, HttpProcessingError):
+            log.info(
+                "http.bad_request",
+                remote=remote,
+                status=exc_info.code,
+                error=one_line(exc_info.message),
+            )
+            return
+        if isinstance(exc_info, ConnectionResetError):
+            log.info("http.client_gone", remote=remote, error=one_line(exc_info))
+            return
+        super().exception(msg, *args, exc_info=exc_info, **kw)
+
+
 class HttpServer:
     """Owns the aiohttp Application, its middlewares and its listening socket.
 
-    Refuses to exist bound beyond loopback without an admin token: the admin API would
-    be open to the network.
+    Refuses to exist bound beyond loopback without a long admin token: the admin API
+    would be open to the network.
     """
 
     def __init__(
-        self, *, host: str, port: int, admin_token: str | None, client_max_size: int = 1 << 20
+        self,
+        *,
+        host: str,
+        port: int,
+        admin_token: str | None,
+        allowed_host_names: Iterable[str] = LOOPBACK_NAMES,
+        max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
+        client_max_size: int = 1 << 20,
     ) -> None:
         self.host = host
         self.port = port
         # An empty token is no token: it must not make 'Bearer ' (nothing) a password.
         self.admin_token = admin_token or None
-        if not is_loopback(host) and self.admin_token is None:
-            raise ConfigError(
-                f"server.host is {host!r}, which is reachable from other machines, and "
-                "admin.token is not set: set GATEWAY_ADMIN__TOKEN (or [admin] token) to a long "
-                "random string, or bind 127.0.0.1"
-            )
+        names = [*allowed_host_names]
+        problem = admin_token_problem(host, self.admin_token, names)
+        if problem is not None:
+            raise ConfigError(problem)
+        if host not in ("0.0.0.0", "::", ""):  # the bound host, unless it is every address
+            names.append(host)
         self.app = web.Application(
             client_max_size=client_max_size,
-            middlewares=[same_origin, require_admin(self.admin_token), json_errors],
+            middlewares=[
+                allowed_hosts(names),
+                same_origin,
+                require_admin(self.admin_token),
+                json_errors,
+            ],
         )
+        self.app[MAX_JSON_DEPTH] = max_json_depth
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(self.app, access_log=None, handle_signals=False)
+        # Malformed requests are reported by ProtocolErrorLog: one line, no traceback.
+        self._runner = web.AppRunner(
+            self.app, access_log=None, handle_signals=False, logger=ProtocolErrorLog()
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self.host, self.port)
         try:

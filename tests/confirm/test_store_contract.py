@@ -13,7 +13,7 @@ import os
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -146,7 +146,7 @@ def make(
         created_at=created_at,
         expires_at=created_at + timeout,
     )
-    return c._replace(**changes)  # type: ignore[arg-type]
+    return replace(c, **changes)  # type: ignore[arg-type]
 
 
 def full_record(cid: str = "K7Q2") -> Confirmation:
@@ -416,6 +416,42 @@ class TestStoreContract:
         await store.set_prompt_ref("NONE", "k", "v")
         assert await store.get("NONE") is None
 
+    async def test_successful_finishes_are_announced_once(self, backend: Backend) -> None:
+        watching = await backend.open()
+        # A shared store announces every replica's finishes; the others, their own.
+        deciding = await backend.open() if watching.shared else watching
+        await watching.create(make("PUB1"))
+        await watching.create(make("PUB2"))
+        await watching.create(make("PUB3"))
+        async with watching.finished_feed() as feed:
+            # Refused finishes announce nothing: past the deadline, unknown id, twice.
+            await deciding.finish(
+                "PUB1", Status.APPROVED, by="a", via="text", reason=None, now=T0 + TIMEOUT
+            )
+            await deciding.finish("NONE", Status.APPROVED, by="a", via="text", reason=None, now=T0)
+            for _ in range(3):
+                await deciding.finish(
+                    "PUB2", Status.APPROVED, by="a", via="text", reason=None, now=T0 + 1
+                )
+            await deciding.finish(
+                "PUB1", Status.EXPIRED, by=None, via="timeout", reason=None, now=T0 + TIMEOUT
+            )
+            # The last one marks the end: everything announced before it has arrived.
+            await deciding.finish(
+                "PUB3", Status.CANCELLED, by=None, via="system", reason=None, now=T0 + 1
+            )
+            got = [await asyncio.wait_for(anext(feed), timeout=5) for _ in range(3)]
+            assert got == ["PUB2", "PUB1", "PUB3"]
+
+    async def test_a_feed_sees_finishes_from_its_start_on(self, store: ConfirmationStore) -> None:
+        await store.create(make("OLD1"))
+        await store.create(make("NEW1"))
+        await store.finish("OLD1", Status.CANCELLED, by=None, via="system", reason=None, now=T0)
+        async with store.finished_feed() as feed, store.finished_feed() as second:
+            await store.finish("NEW1", Status.CANCELLED, by=None, via="system", reason=None, now=T0)
+            assert await asyncio.wait_for(anext(feed), timeout=5) == "NEW1"
+            assert await asyncio.wait_for(anext(second), timeout=5) == "NEW1"
+
 
 @pytest.mark.parametrize("backend", DURABLE_BACKENDS, indirect=True)
 async def test_records_survive_close_and_reopen(backend: Backend) -> None:
@@ -541,35 +577,4 @@ async def test_redis_finished_records_get_the_configured_ttl() -> None:
             await admin.delete(*keys)
         await store.close()  # injected client: close() leaves it open
         assert await admin.ping()
-        await admin.aclose()
-
-
-@pytest.mark.services
-async def test_redis_finish_is_announced_to_every_replica() -> None:
-    admin = await _redis_client()
-    prefix = f"gateway-test:{uuid.uuid4().hex}"
-    asking = RedisConfirmationStore(admin, prefix=prefix)
-    deciding = await RedisConfirmationStore.from_url(REDIS_URL, prefix=prefix)
-    try:
-        await asking.create(make("PUB1"))
-        await asking.create(make("PUB2"))
-        async with asking.finished_feed() as feed:
-            # A refused finish announces nothing; the winning one does, once.
-            await deciding.finish(
-                "PUB1", Status.APPROVED, by="a", via="text", reason=None, now=T0 + TIMEOUT
-            )
-            for _ in range(3):
-                await deciding.finish(
-                    "PUB2", Status.APPROVED, by="a", via="text", reason=None, now=T0 + 1
-                )
-            await deciding.finish(
-                "PUB1", Status.EXPIRED, by=None, via="timeout", reason=None, now=T0 + TIMEOUT
-            )
-            got = [await asyncio.wait_for(anext(feed), timeout=5) for _ in range(2)]
-            assert got == ["PUB2", "PUB1"]
-    finally:
-        keys = [k async for k in admin.scan_iter(match=f"{prefix}:*")]
-        if keys:
-            await admin.delete(*keys)
-        await deciding.close()
         await admin.aclose()

@@ -1,8 +1,8 @@
-"""One loop timer serves every pending confirmation's deadline (gateway/confirm/service.py).
+"""Deadlines (gateway/confirm/deadlines.py): each pending confirmation expires on time.
 
 What a person would notice if that went wrong: a short-timeout confirmation asked after a
-long one expiring late (the single timer still armed for the later deadline), or a pending
-confirmation never expiring because the heap is full of calls that ended long ago.
+long one expiring late, a decided call expiring after all, or a call left pending by a
+crashed process never expiring.
 """
 
 from __future__ import annotations
@@ -19,13 +19,10 @@ from tests.core.harness import Harness
 async def test_shorter_deadline_asked_later_expires_first_and_on_time() -> None:
     h = Harness(timeout=30.0)
     long_task, long_conf = await h.ask(chat="c1", timeout=30.0)
-    started = time.monotonic()
     short_task, short_conf = await h.ask(chat="c2", timeout=0.2)
-    final = await asyncio.wait_for(short_task, 5.0)
-    waited = time.monotonic() - started
+    final = await asyncio.wait_for(short_task, 5.0)  # long before the 30 s one
     assert final.status is Status.EXPIRED
     assert final.decided_via == "timeout"
-    assert waited < 3.0, f"expired after {waited:.2f}s for a 0.2s timeout"
     # The long one is untouched and still decidable.
     assert not long_task.done()
     assert (await h.service.get(long_conf.id)).status is Status.PENDING  # type: ignore[union-attr]
@@ -51,24 +48,22 @@ async def test_deadlines_fire_in_order_whatever_order_they_were_asked() -> None:
 
 
 async def test_decided_calls_never_expire_and_do_not_hold_up_a_later_deadline() -> None:
-    h = Harness(timeout=0.3)
-    # Many calls decided quickly: their deadline entries go stale in the heap.
+    h = Harness(timeout=0.2)
     for i in range(300):
         task, _ = await h.ask(chat=f"d{i}")
         await h.reply("确认", chat=f"d{i}")
         assert (await task).status is Status.APPROVED
     h.drain()
-    task, conf = await h.ask(chat="late", timeout=0.2)
+    # Asked after every decided one, with a longer timeout: when it expires, each of their
+    # deadlines has passed too (timers fire in order), so any wrong expiry has happened.
+    task, conf = await h.ask(chat="late", timeout=0.4)
     final = await asyncio.wait_for(task, 5.0)
     assert final.status is Status.EXPIRED
-    await asyncio.sleep(0.5)  # past every stale deadline
-    # No decided call was touched by its old deadline: each still says approved.
+    await h.service.shutdown()  # and every expiry it had started has finished
     approved = await h.service.list(status=Status.APPROVED, limit=1000)
     assert len(approved) == 300
     expired = [m for m in h.drain() if m.kind is OutboundKind.CONFIRMATION_UPDATE]
     assert [m.confirmation.id for m in expired if m.confirmation] == [conf.id]
-    # Stale entries do not pile up without bound.
-    assert len(h.service._deadline_heap) <= 2 * len(h.service._deadline_of) + 64 + 1
 
 
 async def test_recover_rearms_deadlines_of_stored_pending_calls() -> None:
@@ -90,10 +85,8 @@ async def test_recover_rearms_deadlines_of_stored_pending_calls() -> None:
     await store.create(left)
     h = Harness(timeout=30.0, store=store)  # the restarted process
     await h.service.recover()
-    deadline = time.monotonic() + 5.0
-    while (await store.get(left.id)).status is Status.PENDING:  # type: ignore[union-attr]
-        assert time.monotonic() < deadline, "recovered call never expired"
-        await asyncio.sleep(0.02)
+    update = await h.next_out(OutboundKind.CONFIRMATION_UPDATE)  # the chat is told
+    assert update.confirmation is not None and update.confirmation.id == left.id
     final = await store.get(left.id)
     assert final is not None
     assert final.status is Status.EXPIRED

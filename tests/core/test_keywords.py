@@ -64,14 +64,32 @@ def test_cli_add_test_remove(tmp_path: Path, keywords_file: Path) -> None:
     assert gateway_cli(*f, "test", "不确认", cwd=tmp_path).stdout.split()[0] == "unclear"
 
 
-async def wait_for(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-untyped-def]
-    async with asyncio.timeout(timeout):
-        while not predicate():
-            await asyncio.sleep(0.05)
+class WatchedKeywords(KeywordStore):
+    """The real store and watcher; each reload's result is also put on a queue for the test."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.reloads: asyncio.Queue[bool] = asyncio.Queue()
+
+    def reload(self) -> bool:
+        applied = super().reload()
+        self.reloads.put_nowait(applied)
+        return applied
+
+
+async def write_until_reloaded(store: WatchedKeywords, text: str) -> bool:
+    """Write the file until the watcher reloads it: it may not watch yet at the first write."""
+    for _ in range(20):
+        store.path.write_text(text, encoding="utf-8")
+        try:
+            return await asyncio.wait_for(store.reloads.get(), 1.0)
+        except TimeoutError:
+            continue
+    raise AssertionError("the watcher never reloaded the keywords file")
 
 
 async def test_hot_reload_into_service(keywords_file: Path) -> None:
-    store = KeywordStore(keywords_file)
+    store = WatchedKeywords(keywords_file)
     service = ConfirmationService(
         store=MemoryConfirmationStore(),
         bus=MessageBus(),
@@ -80,15 +98,16 @@ async def test_hot_reload_into_service(keywords_file: Path) -> None:
     )
     await store.start_watching()
     try:
-        await asyncio.sleep(0.3)  # let the watcher arm
         assert service.parser.parse("搞定").intent is ReplyIntent.NONE
         text = keywords_file.read_text(encoding="utf-8").replace('"确认",', '"确认", "搞定",', 1)
-        keywords_file.write_text(text, encoding="utf-8")
-        await wait_for(lambda: service.parser.parse("搞定").intent is ReplyIntent.CONFIRM)
+        assert await write_until_reloaded(store, text)
+        assert service.parser.parse("搞定").intent is ReplyIntent.CONFIRM
 
         # An invalid file keeps the words in force and records why.
         keywords_file.write_text(text.replace('"取消",', '"取消", "搞定",', 1), encoding="utf-8")
-        await wait_for(lambda: store.last_error is not None)
+        async with asyncio.timeout(10):
+            while await store.reloads.get():
+                pass  # a late event of the valid write: the refusal comes next
         assert "both lists" in (store.last_error or "")
         assert service.parser.parse("搞定").intent is ReplyIntent.CONFIRM
         assert service.parser.parse("确认").intent is ReplyIntent.CONFIRM

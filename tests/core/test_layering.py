@@ -60,3 +60,26 @@ def test_channels_do_not_parse_replies_or_know_policy() -> None:
     for path in (ROOT / "channels").glob("**/*.py"):
         for name in _imports(path):
             assert not name.startswith(forbidden), f"{path.relative_to(ROOT)} imports {name}"
+
+
+def test_http_and_confirm_import_nothing_from_channels() -> None:
+    """The dependency direction (DESIGN.md): config <- core <- channels <- app/cli."""
+    for package in ("gateway/http", "gateway/confirm"):
+        for path in (ROOT / package).glob("**/*.py"):
+            for name in _imports(path):
+                assert not name.startswith("channels"), f"{path.relative_to(ROOT)} imports {name}"
+
+
+def test_the_core_imports_no_channel_and_no_composition_root() -> None:
+    """Only the composition root (gateway.app) and the CLI put channels and core together."""
+    roots = ("gateway/app.py", "gateway/cli/")
+    for path in (ROOT / "gateway").glob("**/*.py"):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith(roots):
+            continue
+        for name in _imports(path):
+            assert not name.startswith("channels"), f"{rel} imports {name}"
+            assert name != "gateway.app", f"{rel} imports the composition root"
+    for path in (ROOT / "config").glob("**/*.py"):
+        for name in _imports(path):
+            assert not name.startswith(("gateway", "channels")), f"{path} imports {name}"

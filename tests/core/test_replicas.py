@@ -1,18 +1,24 @@
-"""Two gateway replicas sharing one Redis store: a reply on one wakes the turn on the other,
-and the call is run once, by the replica that asked."""
+"""Replicas and restarts (gateway/confirm/replicas.py).
+
+Two gateway replicas sharing one Redis store: a reply on one wakes the turn on the other,
+and the call is run once, by the replica that asked. After a restart on a store no other
+process uses, an approved call left pending runs in the new process.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import time
 import uuid
 from collections.abc import AsyncIterator
 
 import pytest
 
 from gateway.bus import OutboundKind
-from gateway.confirm.model import Confirmation, Status
+from gateway.confirm.model import Confirmation, Status, ToolCall
 from gateway.confirm.redis_store import RedisConfirmationStore
+from gateway.confirm.store import MemoryConfirmationStore
 from tests.core.harness import Harness
 from tests.services import mask_url, require_service
 
@@ -28,9 +34,8 @@ async def replicas() -> AsyncIterator[tuple[Harness, Harness]]:
         require_service(f"Redis at {mask_url(REDIS_URL)}", exc)
     store_b = await RedisConfirmationStore.from_url(REDIS_URL, prefix=prefix)
     a, b = Harness(store=store_a), Harness(store=store_b)
-    await a.service.recover()
+    await a.service.recover()  # each follows the finished feed once recover() returns
     await b.service.recover()
-    await asyncio.sleep(0.1)  # both follow the finished feed
     yield a, b
     for h in (a, b):
         await h.service.shutdown()
@@ -55,10 +60,11 @@ async def test_reply_on_other_replica_wakes_asking_turn(replicas: tuple[Harness,
         final = await task
     assert final.status is Status.APPROVED
     assert final.id == conf.id
-    await asyncio.sleep(0.1)
-    assert ran == []  # B did not run A's call
     update = await b.next_out(OutboundKind.CONFIRMATION_UPDATE)
     assert update.confirmation is not None and update.confirmation.status is Status.APPROVED
+    # B decided within the reply; shutting it down waits for anything it started then.
+    await b.service.shutdown()
+    assert ran == []  # B did not run A's call
 
 
 async def test_shutdown_of_one_replica_leaves_the_others_calls(
@@ -72,3 +78,37 @@ async def test_shutdown_of_one_replica_leaves_the_others_calls(
     assert record is not None and record.status is Status.PENDING
     assert not task.done()
     task.cancel()
+
+
+async def test_a_call_left_by_a_previous_process_runs_here_once_approved() -> None:
+    # A store no other process uses: the pending call has no turn anywhere any more.
+    store = MemoryConfirmationStore()
+    now = time.time()
+    left = Confirmation(
+        id="K7Q2",
+        session_key="test:c1",
+        channel="test",
+        chat_id="c1",
+        requester="alice",
+        is_group=False,
+        tool_call=ToolCall("sql_modify", {"sql": "DELETE FROM t"}, "call1"),
+        summary="DELETE t",
+        created_at=now,
+        expires_at=now + 30,
+    )
+    await store.create(left)
+    h = Harness(store=store)  # the restarted process
+    ran: list[str] = []
+
+    async def orphan(c: Confirmation) -> None:
+        ran.append(c.id)
+
+    h.service.set_orphan_handler(orphan)
+    await h.service.recover()
+    task, conf = await h.ask(chat="c2")  # asked here: its own turn runs it, not the handler
+    await h.reply(f"确认 {left.id}")
+    await h.reply("确认", chat="c2")
+    assert (await task).status is Status.APPROVED
+    await h.service.shutdown()  # waits for what the decisions started
+    assert ran == [left.id]
+    assert (await store.get(left.id)).status is Status.APPROVED  # type: ignore[union-attr]

@@ -1,0 +1,191 @@
+"""The commands serve, chat, check-config and keywords; parsed in gateway.cli.main."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from config.keywords import KeywordsError, KeywordStore, load_keywords
+from config.settings import (
+    ConfigError,
+    Settings,
+    channel_warnings,
+    environment_problems,
+    load_settings,
+    masked_dump,
+)
+from gateway.logs import configure_logging
+
+EXIT_CONFIG = 2
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    """The settings, or ConfigError; a malformed list in the environment says how to write it."""
+    unknown, malformed = environment_problems(os.environ)
+    if malformed:
+        raise ConfigError("\n".join(malformed))
+    try:
+        return load_settings(args.config)
+    except ConfigError as exc:
+        if unknown:  # a misspelt section makes pydantic's error; say what was meant
+            raise ConfigError("\n".join([str(exc), *unknown])) from exc
+        raise
+
+
+def _warn_unknown_environment() -> None:
+    import structlog
+
+    for problem in environment_problems(os.environ)[0]:
+        structlog.get_logger(__name__).warning("config.unknown_env", detail=problem)
+
+
+# ---------------------------------------------------------------------- serve / chat
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from gateway.app import Gateway, build, run_until_stopped
+
+    settings = _settings(args)
+    if args.host or args.port is not None:
+        server = settings.server.model_copy(
+            update={k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+        )
+        settings = settings.model_copy(update={"server": server})
+    configure_logging(settings.log.level, settings.log.format)
+    _warn_unknown_environment()
+
+    def started(gw: Gateway) -> None:
+        url = gw.http.url if gw.http else "(no HTTP server)"
+        print(f"gateway is running: open {url}  (Ctrl-C to stop)", flush=True)
+
+    async def serve() -> None:
+        await run_until_stopped(await build(settings), on_started=started)
+
+    asyncio.run(serve())
+    return 0
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from gateway.app import build, run_until_stopped
+
+    settings = _settings(args)
+    channels = settings.channels.model_copy(deep=True)
+    channels.console.user = args.user or channels.console.user
+    channels.webchat.enabled = False
+    channels.feishu.enabled = False
+    channels.dingtalk.enabled = False
+    update: dict[str, Any] = {"channels": channels}
+    if args.store:
+        update["confirmation"] = settings.confirmation.model_copy(update={"store": args.store})
+    settings = settings.model_copy(update=update)
+    # The terminal is the chat: only warnings go to stderr.
+    configure_logging(
+        "warning" if settings.log.level == "info" else settings.log.level, settings.log.format
+    )
+
+    async def chat() -> None:
+        await run_until_stopped(await build(settings, console=True, serve_http=False))
+
+    asyncio.run(chat())
+    return 0
+
+
+# ---------------------------------------------------------------------- config
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    """What ``serve`` would refuse, plus what it would only warn about, without starting."""
+    from gateway.app import check_settings
+
+    unknown, malformed = environment_problems(os.environ)
+    problems = [*malformed, *unknown]
+    warnings: list[str] = []
+    settings = None
+    if not malformed:
+        try:
+            settings = load_settings(args.config)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    if settings is not None:
+        problems += check_settings(settings)
+        try:
+            load_keywords(settings.keywords.file)
+        except KeywordsError as exc:
+            problems.append(f"keywords.file: {exc}")
+        if not problems:  # the store's server, only once everything else is right
+            problems += asyncio.run(_store_problems(settings))
+        warnings += channel_warnings(settings)
+        if settings.admin.token is None:
+            warnings.append(
+                "admin.token is not set: anyone who can open a connection to "
+                f"{settings.server.host} (every local user and process) can decide "
+                "confirmations through the admin API; set GATEWAY_ADMIN__TOKEN"
+            )
+        print(json.dumps(masked_dump(settings), indent=2, ensure_ascii=False))
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if problems:
+        print("\nproblems:", file=sys.stderr)
+        for p in problems:
+            print(f"  - {p}", file=sys.stderr)
+        return EXIT_CONFIG
+    print("\nconfiguration OK", file=sys.stderr)
+    return 0
+
+
+async def _store_problems(settings: Settings) -> list[str]:
+    """Open and close the confirmation store when it is a server (Redis): is it there?"""
+    if settings.confirmation.store != "redis":
+        return []
+    from gateway.app import open_store
+
+    try:
+        store = await open_store(settings)
+    except ConfigError as exc:
+        return [str(exc)]
+    await store.close()
+    return []
+
+
+# ---------------------------------------------------------------------- keywords
+
+
+def _keyword_store(args: argparse.Namespace) -> KeywordStore:
+    path = Path(args.file) if args.file else _settings(args).keywords.file
+    return KeywordStore(path)
+
+
+def cmd_keywords(args: argparse.Namespace) -> int:
+    store = _keyword_store(args)
+    if args.action == "list":
+        words = store.words
+        print("confirm:", " ".join(words.confirm))
+        print("cancel: ", " ".join(words.cancel))
+        return 0
+    if args.action == "add":
+        store.add(args.list, args.word)
+        print(f"added {args.word!r} to {args.list} in {store.path}")
+        return 0
+    if args.action == "remove":
+        store.remove(args.word)
+        print(f"removed {args.word!r} from {store.path}")
+        return 0
+    # test
+    from gateway.confirm.replies import ReplyParser
+
+    parsed = ReplyParser(store.words).parse(args.text)
+    parts = [parsed.intent.value]
+    if parsed.matched:
+        parts.append("words=" + ",".join(parsed.matched))
+    if parsed.confirmation_id:
+        parts.append(f"id={parsed.confirmation_id}")
+    if parsed.reason:
+        parts.append(f"reason={parsed.reason!r}")
+    parts.append(f"({parsed.why})")
+    print(" ".join(parts))
+    return 0

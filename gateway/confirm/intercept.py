@@ -1,0 +1,176 @@
+"""An inbound message read against the pending confirmations of its session.
+
+The bus hands every new message here first (DESIGN.md, the path of a message, step 2). A
+reply that decides, or that the person must be told about, is handled here and does not
+reach the agent; anything else goes on to the agent's queue. Never a guess: a bare
+``确认`` decides only when exactly one pending confirmation is the sender's to decide.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from gateway import texts
+from gateway.bus import InboundMessage, OutboundMessage
+from gateway.confirm.model import Confirmation, DecideOutcome, Decision
+from gateway.confirm.replies import ParsedReply, ReplyIntent
+
+if TYPE_CHECKING:
+    from gateway.confirm.service import ConfirmationService
+
+# Longer texts after every confirmation ended are conversation, not a late decision.
+_LATE_REPLY_MAX = 64
+
+
+class ReplyIntercept:
+    """Reads messages for the confirmation service; counts unclear replies per confirmation."""
+
+    def __init__(self, service: ConfirmationService) -> None:
+        self._service = service
+        self._unclear: dict[str, int] = {}
+
+    def forget(self, confirmation_id: str) -> None:
+        """The confirmation ended: drop its count of unclear replies."""
+        self._unclear.pop(confirmation_id, None)
+
+    async def read(self, msg: InboundMessage) -> bool:
+        """True when ``msg`` was handled here (decided, or the sender was told why not)."""
+        pending = await self._service.store.list_pending(msg.session_key)
+        if not pending:
+            return await self._on_reply_to_finished(msg)
+        parsed = self._service.parser.parse(msg.text)
+        takers = [c for c in pending if self._may_take_part(c, msg.sender_id)]
+        if parsed.intent in (ReplyIntent.CONFIRM, ReplyIntent.CANCEL):
+            await self._on_decision_reply(msg, parsed, pending, takers)
+            return True
+        if parsed.intent is ReplyIntent.UNCLEAR:
+            await self._on_unclear(msg, parsed, pending, takers)
+            return True
+        return await self._on_other_message(msg, takers)
+
+    def _may_take_part(self, c: Confirmation, sender: str) -> bool:
+        approvers = self._service.settings.approvers
+        return sender == c.requester or sender in c.approvers or sender in approvers
+
+    async def _reply_to(self, msg: InboundMessage, text: str) -> None:
+        await self._service.bus.publish_outbound(
+            OutboundMessage(
+                channel=msg.channel,
+                chat_id=msg.chat_id,
+                session_key=msg.session_key,
+                text=text,
+                metadata=msg.metadata,
+            )
+        )
+
+    async def _on_reply_to_finished(self, msg: InboundMessage) -> bool:
+        """`确认 K7Q2` after K7Q2 ended: say what became of it instead of feeding the agent.
+
+        A bare "ok" with nothing pending is ordinary conversation and goes to the agent.
+        """
+        if len(msg.text) > _LATE_REPLY_MAX:
+            return False
+        parsed = self._service.parser.parse(msg.text)
+        if parsed.intent not in (ReplyIntent.CONFIRM, ReplyIntent.CANCEL):
+            return False
+        if not parsed.confirmation_id:
+            return False
+        known = await self._service.store.get(parsed.confirmation_id)
+        if known is None or known.session_key != msg.session_key:
+            await self._reply_to(msg, texts.unknown_id(parsed.confirmation_id))
+        else:
+            await self._reply_to(msg, texts.already_decided(known))
+        return True
+
+    def _target(
+        self, parsed: ParsedReply, pending: list[Confirmation], takers: list[Confirmation]
+    ) -> Confirmation | str:
+        """The one confirmation a reply is about, or the sentence to answer instead."""
+        if parsed.confirmation_id:
+            for c in pending:
+                if c.id == parsed.confirmation_id:
+                    return c
+            return texts.unknown_id(parsed.confirmation_id)
+        if not takers:
+            return texts.ONLY_APPROVERS
+        if len(takers) > 1:
+            return texts.which_one(takers)
+        return takers[0]
+
+    async def _on_decision_reply(
+        self,
+        msg: InboundMessage,
+        parsed: ParsedReply,
+        pending: list[Confirmation],
+        takers: list[Confirmation],
+    ) -> None:
+        target = self._target(parsed, pending, takers)
+        if isinstance(target, str):
+            if parsed.confirmation_id:
+                # An id that is not pending here: maybe decided already; say which.
+                known = await self._service.store.get(parsed.confirmation_id)
+                if known is not None and known.session_key == msg.session_key:
+                    target = texts.already_decided(known)
+            await self._reply_to(msg, target)
+            return
+        decision = Decision.APPROVE if parsed.intent is ReplyIntent.CONFIRM else Decision.REJECT
+        result = await self._service.decide_record(
+            target, decision, actor=msg.sender_id, via="text", reason=parsed.reason
+        )
+        if result.outcome is not DecideOutcome.DECIDED:
+            # A decision is announced by the update message; anything else is told here.
+            await self._reply_to(msg, result.message)
+
+    async def _on_unclear(
+        self,
+        msg: InboundMessage,
+        parsed: ParsedReply,
+        pending: list[Confirmation],
+        takers: list[Confirmation],
+    ) -> None:
+        target = self._target(parsed, pending, takers)
+        if isinstance(target, str):
+            await self._reply_to(msg, target)
+            return
+        if not self._may_take_part(target, msg.sender_id):
+            await self._reply_to(msg, texts.ONLY_APPROVERS)
+            return
+        count = self._unclear.get(target.id, 0) + 1
+        self._unclear[target.id] = count
+        left = self._service.settings.max_unclear_replies - count
+        if left <= 0:
+            await self._service.decide_record(
+                target,
+                Decision.REJECT,
+                actor=msg.sender_id,
+                via="text",
+                reason=texts.TOO_MANY_UNCLEAR,
+            )
+            return
+        await self._reply_to(msg, texts.unclear(target, left))
+
+    async def _on_other_message(self, msg: InboundMessage, takers: list[Confirmation]) -> bool:
+        """A message that is no reply at all, from someone who may decide: the configured policy."""
+        if not takers:
+            # Other members' chat is not a decision: it goes to the agent as usual.
+            return False
+        policy = self._service.settings.on_other_message
+        if policy == "keep_pending":
+            await self._reply_to(msg, texts.still_pending(takers[0]))
+            return False
+        consumed = True
+        for c in takers:
+            if policy == "cancel":
+                await self._service.cancel(
+                    c.id, by=msg.sender_id, via="text", reason=texts.SUPERSEDED_REASON
+                )
+                consumed = False
+                continue
+            # reject_with_feedback: the message is the model's feedback, so the waiting
+            # turn answers it. Without a waiting turn (restart), it goes to the queue.
+            if not self._service.is_waiting(c.id):
+                consumed = False
+            await self._service.decide_record(
+                c, Decision.REJECT, actor=msg.sender_id, via="text", reason=msg.text, feedback=True
+            )
+        return consumed

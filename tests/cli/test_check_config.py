@@ -1,0 +1,117 @@
+"""``gateway check-config`` runs serve's start-up checks, and reports what serve only warns of."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from config.settings import environment_problems
+from tests.cli.support import gateway
+
+TOKEN = "check-config-token-0123456789abcdef"
+
+
+def problems_of(out_stderr: str) -> list[str]:
+    _, _, listed = out_stderr.partition("problems:\n")
+    return [line.removeprefix("  - ") for line in listed.splitlines() if line.startswith("  - ")]
+
+
+def test_a_fresh_machine_is_ok_and_warns_the_admin_api_has_no_token(tmp_path: Path) -> None:
+    out = gateway("check-config", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "configuration OK" in out.stderr
+    assert "warning: admin.token is not set" in out.stderr
+    assert json.loads(out.stdout)["server"]["allowed_hosts"] == ["localhost", "127.0.0.1", "::1"]
+
+
+def test_the_admin_api_exposed_without_a_token(tmp_path: Path) -> None:
+    out = gateway("check-config", cwd=tmp_path, env={"GATEWAY_SERVER__HOST": "0.0.0.0"})
+    assert out.returncode == 2
+    [problem] = problems_of(out.stderr)
+    assert "admin.token is not set" in problem
+    assert "secrets.token_urlsafe(32)" in problem
+
+
+def test_any_host_allowed_without_a_token(tmp_path: Path) -> None:
+    out = gateway("check-config", cwd=tmp_path, env={"GATEWAY_SERVER__ALLOWED_HOSTS": '["*"]'})
+    assert out.returncode == 2
+    [problem] = problems_of(out.stderr)
+    assert "DNS" in problem
+    out = gateway(
+        "check-config",
+        cwd=tmp_path,
+        env={"GATEWAY_SERVER__ALLOWED_HOSTS": '["*"]', "GATEWAY_ADMIN__TOKEN": TOKEN},
+    )
+    assert out.returncode == 0, out.stderr
+
+
+def test_unknown_variables_name_the_nearest_setting(tmp_path: Path) -> None:
+    env = {
+        "GATEWAY_CONFIRMATON__STORE": "memory",  # a misspelt section: ignored by serve
+        "GATEWAY_ADMIN_TOKEN": TOKEN,  # one underscore where two belong
+        "GATEWAY_CONFIRMATION__TIMEOUT_SECS": "5",  # a misspelt key: refused by serve too
+    }
+    out = gateway("check-config", cwd=tmp_path, env=env)
+    assert out.returncode == 2
+    problems = problems_of(out.stderr)
+    assert (
+        "GATEWAY_CONFIRMATON__STORE is not a setting: did you mean GATEWAY_CONFIRMATION__STORE?"
+        in problems
+    )
+    assert "GATEWAY_ADMIN_TOKEN is not a setting: did you mean GATEWAY_ADMIN__TOKEN?" in problems
+    assert (
+        "GATEWAY_CONFIRMATION__TIMEOUT_SECS is not a setting: "
+        "did you mean GATEWAY_CONFIRMATION__TIMEOUT_SECONDS?" in problems
+    )
+
+
+def test_a_malformed_list_shows_the_syntax_that_works(tmp_path: Path) -> None:
+    out = gateway(
+        "check-config",
+        cwd=tmp_path,
+        env={"GATEWAY_CHANNELS__FEISHU__ALLOW_FROM": "ou_1, ou_2"},
+    )
+    assert out.returncode == 2
+    [problem] = problems_of(out.stderr)
+    assert problem.startswith("GATEWAY_CHANNELS__FEISHU__ALLOW_FROM must be a JSON list")
+    assert """GATEWAY_CHANNELS__FEISHU__ALLOW_FROM='["ou_1","ou_2"]'""" in problem
+
+
+def test_the_start_up_checks_of_serve_are_run(tmp_path: Path) -> None:
+    env = {
+        "GATEWAY_TOOLS__SQL__URL": "mysql://root@127.0.0.1/test",
+        "GATEWAY_LLM__MODEL": "gpt-x",
+    }
+    out = gateway("check-config", cwd=tmp_path, env=env, missing=("openai",))
+    assert out.returncode == 2
+    problems = problems_of(out.stderr)
+    assert len(problems) == 2, problems
+    assert "mysql+aiomysql://" in problems[0]
+    assert "pip install 'chat-gateway[llm]'" in problems[1]
+
+
+def test_redis_down_is_reported(tmp_path: Path) -> None:
+    env = {
+        "GATEWAY_CONFIRMATION__STORE": "redis",
+        "GATEWAY_CONFIRMATION__REDIS_URL": "redis://127.0.0.1:1/0",
+    }
+    out = gateway("check-config", cwd=tmp_path, env=env)
+    assert out.returncode == 2
+    [problem] = problems_of(out.stderr)
+    assert "Redis at redis://127.0.0.1:1/0 cannot be used" in problem
+
+
+def test_variables_under_a_table_setting_and_whole_sections_are_known() -> None:
+    unknown, malformed = environment_problems(
+        {
+            "GATEWAY_POLICY__LEVELS__SQL_MODIFY": "deny",
+            "GATEWAY_SERVER": '{"port": 9000}',
+            "GATEWAY_LOG": "debug",
+            "GATEWAY_TEST_REQUIRE_SERVICES": "1",
+            "HOME": "/root",
+        }
+    )
+    assert unknown == []
+    assert malformed == [
+        "GATEWAY_LOG must be a JSON table, e.g. GATEWAY_LOG='{\"key\": \"value\"}' (got 'debug')"
+    ]
