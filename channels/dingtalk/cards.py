@@ -15,9 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from channels.json_input import DEFAULT_MAX_JSON_DEPTH, JsonInputError, parse_json
 from gateway import texts
 from gateway.confirm.model import Confirmation, Decision, Status, canonical_id
+from gateway.http.jsonapi import DEFAULT_MAX_JSON_DEPTH, JsonInputError, parse_json
 
 OUT_TRACK_PREFIX = "gwconf-"
 

@@ -18,12 +18,12 @@ from channels.dingtalk.inbound import (
 )
 from channels.dingtalk.sender import DingTalkSender
 from channels.dingtalk.verify import RobotVerifier
-from channels.json_input import JsonInputError, max_json_depth, parse_json
 from channels.platform import DeadLetters
 from channels.receive import ReceiveRules, Verdict
 from gateway import texts
 from gateway.bus import InboundMessage, OutboundMessage
 from gateway.confirm.service import DecideOutcome
+from gateway.http.jsonapi import JsonInputError, parse_json
 from gateway.runtime import BackgroundTasks
 
 log = structlog.get_logger(__name__)
@@ -74,7 +74,7 @@ class DingTalkChannel(Channel):
             dead_letters=self.dead_letters,
             cards=settings.mode == "stream",
         )
-        self._max_json_depth = max_json_depth(context.settings)
+        self._max_json_depth = context.settings.server.max_json_depth
         self._verifier = RobotVerifier(
             secret=self._secret, window_seconds=settings.signature_window_seconds
         )

@@ -24,7 +24,6 @@ from channels.feishu.outbound import Outbox
 from channels.feishu.sender import FeishuSender
 from channels.feishu.webhook import WebhookReceiver
 from channels.feishu.ws import LongConnection
-from channels.json_input import max_json_depth
 from channels.platform import DeadLetters, until_it_works
 from channels.receive import ReceiveRules, Verdict
 from config.settings import ConfigError
@@ -114,7 +113,7 @@ class FeishuChannel(Channel):
                 encrypt_key=encrypt,
                 verification_token=token,
                 replay_window_seconds=settings.replay_window_seconds,
-                max_json_depth=max_json_depth(context.settings),
+                max_json_depth=context.settings.server.max_json_depth,
                 on_message=self._accept,
                 on_card=self.handle_card_action,
             )

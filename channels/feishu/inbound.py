@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from channels.json_input import DEFAULT_MAX_JSON_DEPTH, JsonInputError, parse_json
 from channels.receive import Arrival
 from gateway.bus import InboundMessage
+from gateway.http.jsonapi import DEFAULT_MAX_JSON_DEPTH, JsonInputError, parse_json
 
 CHANNEL = "feishu"
 

@@ -33,8 +33,8 @@ from channels.feishu.inbound import (
     card_action_from_sdk,
     message_from_sdk,
 )
-from channels.json_input import JsonInputError, parse_json
 from channels.platform import UsedOnce, same_secret
+from gateway.http.jsonapi import JsonInputError, parse_json
 
 log = structlog.get_logger(__name__)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from channels.base import ChannelContext
-from channels.json_input import max_json_depth
 from channels.webchat.channel import WebChatChannel
 
 __all__ = ["WebChatChannel", "create_channel"]
@@ -16,7 +15,7 @@ def create_channel(context: ChannelContext) -> WebChatChannel:
         bus=context.bus,
         confirmations=context.confirmations,
         metrics=context.metrics,
-        max_json_depth=max_json_depth(context.settings),
+        max_json_depth=context.settings.server.max_json_depth,
     )
     if context.http is not None:
         channel.register_routes(context.http)

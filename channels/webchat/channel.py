@@ -20,15 +20,13 @@ import structlog
 from aiohttp import WSCloseCode, web
 
 from channels.base import Channel
-from channels.json_input import DEFAULT_MAX_JSON_DEPTH
 from channels.webchat.limits import SenderRateLimit
 from channels.webchat.rest import ChatRest
 from channels.webchat.rooms import ChatEntry, EntryKind, Room, Rooms, Socket
 from channels.webchat.websocket import ChatSockets
-from gateway import texts
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage
 from gateway.confirm.model import Decision
-from gateway.http.jsonapi import ApiError, check_name
+from gateway.http.jsonapi import DEFAULT_MAX_JSON_DEPTH, ApiError, check_name
 
 if TYPE_CHECKING:
     from config.settings import WebChatSettings
@@ -209,8 +207,6 @@ class WebChatChannel(Channel):
         text = value.strip()
         if not text:
             raise ApiError(400, "text is empty", field="text")
-        if not is_text(text):
-            raise ApiError(400, texts.WEBCHAT_BAD_TEXT, field="text")
         limit = self.settings.max_text_length
         if len(text) > limit:
             raise ApiError(
@@ -236,12 +232,3 @@ class WebChatChannel(Channel):
 
     def session_key(self, room: Room) -> str:
         return f"{self.name}:{room.name}"
-
-
-def is_text(value: str) -> bool:
-    """Whether ``value`` is valid Unicode text (no lone surrogates), i.e. encodes as UTF-8."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True

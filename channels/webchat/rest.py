@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 from aiohttp import web
 
-from channels.json_input import JsonInputError, parse_json
 from channels.webchat.limits import SlowDown
 from gateway import texts
 from gateway.http.jsonapi import ApiError, check_name, read_json_object, required_string
@@ -28,7 +27,7 @@ class ChatRest:
     async def post_message(self, request: web.Request) -> web.Response:
         channel = self.channel
         room = channel.room_from(request)
-        data = await _read_body(request, max_depth=channel.max_json_depth)
+        data = await read_json_object(request)
         user = check_name(data.get("user"), "user")
         # The body is already bounded by the server's client_max_size; the limit is checked
         # on the trimmed text, so the status is 413 however the text is padded.
@@ -56,22 +55,6 @@ class ChatRest:
             del item["type"]
             messages.append(item)
         return web.json_response({"messages": messages, "last_seq": room.last_seq})
-
-
-async def _read_body(request: web.Request, *, max_depth: int) -> dict[str, Any]:
-    """``read_json_object``, with the nesting bounded and lone surrogates refused first.
-
-    Temporary: once ``read_json_object`` parses with ``parse_json`` itself (the HTTP
-    hardening), this is ``read_json_object(request)`` again. ``read()`` keeps the body, so
-    it is received once.
-    """
-    raw = await request.read() if request.content_type == "application/json" else b""
-    if raw:
-        try:
-            parse_json(raw, max_depth=max_depth)
-        except JsonInputError as exc:
-            raise ApiError(400, f"request body: {exc}") from exc
-    return await read_json_object(request)
 
 
 def slow_down_response(exc: SlowDown, *, limit: int, user: str) -> web.Response:

@@ -13,13 +13,12 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from channels.json_input import JsonInputError, JsonNotText, JsonTooDeep, parse_json
 from channels.webchat.limits import SlowDown
 from channels.webchat.rest import int_param
 from channels.webchat.rooms import Room, Socket
 from gateway import texts
 from gateway.confirm.model import Decision
-from gateway.http.jsonapi import ApiError, check_name
+from gateway.http.jsonapi import ApiError, JsonInputError, check_name, parse_json
 
 if TYPE_CHECKING:
     from channels.webchat.channel import WebChatChannel
@@ -113,15 +112,15 @@ class ChatSockets:
         channel = self.channel
         try:
             data = parse_json(raw, max_depth=channel.max_json_depth)
-        except (JsonTooDeep, JsonNotText) as exc:
+        except JsonInputError as exc:
+            if not _json_but_refused(exc):
+                raise FrameError("frame is not JSON") from exc
             # JSON we will not take (a page can send a lone surrogate a person pasted):
             # said to the tab, which stays open; the room and this socket go on.
             log.info("webchat.unreadable_frame", room=room.name, error=str(exc))
             error = texts.WEBCHAT_UNREADABLE_FRAME.format(error=exc)
             await channel.send_frame(sock, {"type": "error", "error": error})
             return
-        except JsonInputError as exc:
-            raise FrameError("frame is not JSON") from exc
         if not isinstance(data, dict):
             raise FrameError("frame must be a JSON object")
         kind = data.get("type")
@@ -189,3 +188,13 @@ class ChatSockets:
                 "message": result.message,
             },
         )
+
+
+def _json_but_refused(exc: JsonInputError) -> bool:
+    """JSON nested too deep or holding a lone surrogate, as opposed to text that is not JSON.
+
+    ``parse_json`` raises one error type for all three; its messages say which (its tests
+    pin them). Two subclasses in gateway.http.jsonapi would make this an isinstance check.
+    """
+    message = str(exc)
+    return "nested deeper than" in message or "lone surrogate" in message
