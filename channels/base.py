@@ -60,4 +60,6 @@ class Channel(ABC):
         return True
 
     def status(self) -> dict[str, Any]:
-        return {"name": self.name, "ready": self.ready}
+        """What ``/readyz`` shows for the channel: ``reason`` says why it is not ready."""
+        ready = self.ready
+        return {"name": self.name, "ready": ready, "reason": None if ready else "not started"}

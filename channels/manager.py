@@ -9,6 +9,7 @@ from typing import Any
 import structlog
 
 from channels.base import Channel, ChannelSendError
+from config.settings import ConfigError
 from gateway.bus import MessageBus, OutboundMessage
 from gateway.runtime import BackgroundTasks, KeyedSerial, retrying
 
@@ -67,6 +68,10 @@ class ChannelManager:
         for channel in self.channels.values():
             try:
                 await channel.start()
+            except ConfigError:
+                # Says what to fix; whoever reports configuration errors shows it once.
+                await self._stop_channels()
+                raise
             except BaseException:
                 log.error("channel.start_failed", channel=channel.name)
                 await self._stop_channels()

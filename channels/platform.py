@@ -6,6 +6,8 @@
   ``/api/channels/<name>/failed`` (protected like every ``/api/`` path by the server).
 * ``until_it_works``: connect (or restart) on the gateway's one backoff policy, logging
   each failure.
+* ``same_secret`` / ``UsedOnce``: the constant-time comparison of a token or signature
+  from a request, and the memory of signatures and nonces already used (replays).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import hmac
 import threading
 import time
 from collections import deque
@@ -22,6 +25,7 @@ from typing import Any, TypeVar
 
 import structlog
 from aiohttp import web
+from cachetools import TTLCache
 from tenacity import RetryCallState
 
 from gateway.runtime import retrying
@@ -29,6 +33,39 @@ from gateway.runtime import retrying
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
+
+
+def same_secret(given: str, expected: str) -> bool:
+    """Whether a token or signature from a request equals ours, in constant time.
+
+    On bytes: ``hmac.compare_digest`` raises TypeError on a ``str`` with non-ASCII
+    characters, so a token like "令牌" in a request body was a 500 instead of a 401.
+    ``surrogatepass`` turns a lone surrogate (JSON ``"\\ud800"``, or an undecodable
+    header byte) into bytes as well: they can never match, and never raise.
+    """
+    return hmac.compare_digest(
+        given.encode("utf-8", "surrogatepass"), expected.encode("utf-8", "surrogatepass")
+    )
+
+
+class UsedOnce:
+    """Keys (request signatures, nonces) each accepted once within ``seconds``.
+
+    Bounded: past ``size`` keys the oldest are forgotten first. Size it above the number
+    of requests a platform can sign within the window.
+    """
+
+    def __init__(
+        self, *, seconds: float, size: int = 100_000, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._seen: TTLCache[str, bool] = TTLCache(maxsize=size, ttl=seconds, timer=clock)
+
+    def first_use(self, key: str) -> bool:
+        """True the first time ``key`` is seen within the window; it is then remembered."""
+        if key in self._seen:
+            return False
+        self._seen[key] = True
+        return True
 
 
 class CachedToken:

@@ -251,6 +251,13 @@ class WebChatSettings(_Section):
     enabled: bool = True
     max_text_length: int = Field(default=4000, ge=1)
     history_size: int = Field(default=500, ge=10)
+    # History is also bounded by bytes (UTF-8 text plus a small allowance per entry), per
+    # room and over all rooms; the oldest entries go first.
+    history_bytes_per_room: int = Field(default=1 << 20, ge=64 << 10)
+    history_bytes_total: int = Field(default=64 << 20, ge=1 << 20)
+    # Messages one sender (by name) may post per minute, over all rooms; beyond it they are
+    # answered with a request to slow down (REST: 429 with Retry-After). 0 turns it off.
+    messages_per_minute: int = Field(default=30, ge=0)
     approvers: list[str] = Field(default_factory=list)
     # Rooms kept in memory; the least recently used room without open sockets goes first.
     max_sessions: int = Field(default=1000, ge=1)
@@ -308,6 +315,12 @@ class DingTalkSettings(PlatformReceiveSettings):
     openapi_endpoint: str = "https://api.dingtalk.com"
     signature_window_seconds: float = 300.0
     webhook_path: str = "/webhook/dingtalk"
+    # The only places a message's sessionWebhook URL may point to (it comes from the
+    # request body): exact host names, or host:port for a port other than the scheme's
+    # default. Anything else is refused and the reply goes through the robot OpenAPI.
+    webhook_hosts: list[str] = Field(default_factory=lambda: ["oapi.dingtalk.com"])
+    # "http" only for a loopback test platform or a trusted proxy inside your network.
+    webhook_schemes: list[Literal["https", "http"]] = Field(default=["https"])
     # OpenAPI calls: per-request timeout, attempts and backoff on 429 / 5xx.
     request_timeout_seconds: float = Field(default=10.0, gt=0)
     send_attempts: int = Field(default=4, ge=1)
@@ -317,6 +330,21 @@ class DingTalkSettings(PlatformReceiveSettings):
     reconnect_base_seconds: float = Field(default=1.0, gt=0)
     reconnect_max_seconds: float = Field(default=60.0, gt=0)
     stop_timeout_seconds: float = Field(default=5.0, gt=0)
+
+    @field_validator("webhook_hosts")
+    @classmethod
+    def _hosts(cls, value: list[str]) -> list[str]:
+        hosts = [host.strip().lower() for host in value]
+        for host in hosts:
+            if not _WEBHOOK_HOST.fullmatch(host):
+                raise ValueError(
+                    f"{host!r} is not a host name: use e.g. oapi.dingtalk.com, or host:port"
+                )
+        return hosts
+
+
+# A host name, an IPv4 address or a bracketed IPv6 address, with an optional port.
+_WEBHOOK_HOST = re.compile(r"(?:[a-z0-9](?:[a-z0-9.\-]*[a-z0-9])?|\[[0-9a-f:.]+\])(?::\d{1,5})?")
 
 
 class ChannelsSettings(_Section):

@@ -44,6 +44,11 @@ TIMEOUT_REASON = "超时未确认 / no decision before the timeout"
 RESTART_REASON = "网关重启时已过期 / expired while the gateway was down"
 ERROR_REASON = "内部错误 / internal error: {error}"
 MESSAGE_TOO_LONG = "消息过长（上限 {limit} 字）/ message too long (limit {limit} characters)"
+WEBCHAT_UNREADABLE_FRAME = "无法读取这条消息（{error}）/ this message could not be read: {error}"
+WEBCHAT_SLOW_DOWN = (
+    "请稍慢一点：每分钟最多 {limit} 条消息，{seconds} 秒后可以再发 / "
+    "Please slow down: at most {limit} messages a minute; you can send again in {seconds} s"
+)
 
 
 def _fmt_time(ts: float) -> str:

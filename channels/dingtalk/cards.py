@@ -17,6 +17,7 @@ from typing import Any
 
 from gateway import texts
 from gateway.confirm.model import Confirmation, Decision, Status, canonical_id
+from gateway.http.jsonapi import DEFAULT_MAX_JSON_DEPTH, JsonInputError, parse_json
 
 OUT_TRACK_PREFIX = "gwconf-"
 
@@ -65,8 +66,8 @@ def parse_card_callback(data: Mapping[str, Any]) -> CardClick:
     content: Any = data.get("content") or {}
     if isinstance(content, str):
         try:
-            content = json.loads(content)
-        except ValueError:
+            content = parse_json(content, max_depth=DEFAULT_MAX_JSON_DEPTH)
+        except JsonInputError:
             content = {}
     raw_private = content.get("cardPrivateData") if isinstance(content, dict) else None
     private: dict[str, Any] = raw_private if isinstance(raw_private, dict) else {}

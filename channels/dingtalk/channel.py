@@ -15,14 +15,15 @@ from channels.dingtalk.inbound import (
     ChatbotEvent,
     arrival,
     parse_chatbot_message,
-    verify_robot_request,
 )
 from channels.dingtalk.sender import DingTalkSender
+from channels.dingtalk.verify import RobotVerifier
 from channels.platform import DeadLetters
 from channels.receive import ReceiveRules, Verdict
 from gateway import texts
 from gateway.bus import InboundMessage, OutboundMessage
 from gateway.confirm.service import DecideOutcome
+from gateway.http.jsonapi import JsonInputError, parse_json
 from gateway.runtime import BackgroundTasks
 
 log = structlog.get_logger(__name__)
@@ -73,6 +74,10 @@ class DingTalkChannel(Channel):
             dead_letters=self.dead_letters,
             cards=settings.mode == "stream",
         )
+        self._max_json_depth = context.settings.server.max_json_depth
+        self._verifier = RobotVerifier(
+            secret=self._secret, window_seconds=settings.signature_window_seconds
+        )
         self._tasks = BackgroundTasks(CHANNEL)
         self._runner: Any = None  # StreamRunner, imported only in stream mode
         self._started = False
@@ -97,9 +102,15 @@ class DingTalkChannel(Channel):
         return True
 
     def status(self) -> dict[str, Any]:
+        reason = None
+        if not self._started:
+            reason = "not started"
+        elif not self.ready:
+            reason = "the stream connection to DingTalk is not open (see dingtalk.stream_open)"
         return {
             "name": self.name,
             "ready": self.ready,
+            "reason": reason,
             "mode": self._settings.mode,
             "connected": bool(self._runner.connected) if self._runner is not None else None,
             "failed": len(self.dead_letters),
@@ -184,20 +195,19 @@ class DingTalkChannel(Channel):
 
     async def _webhook_handler(self, request: web.Request) -> web.Response:
         """HTTP robot mode: DingTalk POSTs the chatbot message with timestamp + sign."""
-        problem = verify_robot_request(
-            timestamp=request.headers.get("timestamp"),
-            sign=request.headers.get("sign"),
-            secret=self._secret,
-            window_seconds=self._settings.signature_window_seconds,
+        problem = self._verifier.problem(
+            timestamp=request.headers.get("timestamp"), sign=request.headers.get("sign")
         )
         if problem is not None:
             log.warning("dingtalk.webhook_rejected", reason=problem, remote=request.remote)
             return web.json_response({"error": problem}, status=401)
         try:
-            data = await request.json()
-        except ValueError:
-            return web.json_response({"error": "body is not JSON"}, status=400)
+            data = parse_json(await request.read(), max_depth=self._max_json_depth)
+        except JsonInputError as exc:
+            log.info("dingtalk.webhook_bad_body", error=str(exc), remote=request.remote)
+            return web.json_response({"error": f"body: {exc}"}, status=400)
         if not isinstance(data, dict):
+            log.info("dingtalk.webhook_bad_body", error="not an object", remote=request.remote)
             return web.json_response({"error": "body is not a JSON object"}, status=400)
         # Acknowledge now; the agent's work happens after the response is sent.
         self._tasks.spawn(self._receive(data), name="dingtalk-webhook-receive")

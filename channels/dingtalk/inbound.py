@@ -7,10 +7,6 @@ key never raises (the SDK's ``ChatbotMessage.from_dict`` raises KeyError then).
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -49,7 +45,7 @@ def _text_of(data: Mapping[str, Any], msgtype: str) -> str | None:
         items = content.get("richText") if isinstance(content, Mapping) else None
         parts = [
             str(item["text"])
-            for item in items or []
+            for item in (items if isinstance(items, list) else [])
             if isinstance(item, Mapping) and item.get("text") is not None
         ]
         return "".join(parts) if parts else None
@@ -100,38 +96,5 @@ def arrival(event: ChatbotEvent) -> Arrival:
 def _ms_to_seconds(value: Any) -> float | None:
     try:
         return int(value) / 1000 if value is not None else None
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: Infinity
         return None
-
-
-def robot_signature(timestamp: str, secret: str) -> str:
-    """``base64(HMAC-SHA256(appSecret, timestamp + "\\n" + appSecret))``."""
-    digest = hmac.new(
-        secret.encode("utf-8"), f"{timestamp}\n{secret}".encode(), hashlib.sha256
-    ).digest()
-    return base64.b64encode(digest).decode("ascii")
-
-
-def verify_robot_request(
-    *,
-    timestamp: str | None,
-    sign: str | None,
-    secret: str,
-    window_seconds: float,
-    now: float | None = None,
-) -> str | None:
-    """Check an HTTP robot callback's headers; the reason it fails, or None when good."""
-    if not timestamp or not sign:
-        return "missing timestamp or sign header"
-    try:
-        ts_ms = int(timestamp)
-    except ValueError:
-        return "timestamp is not a number"
-    now = time.time() if now is None else now
-    if abs(now - ts_ms / 1000) > window_seconds:
-        # A captured request must not be replayable later.
-        return "timestamp outside the allowed window"
-    expected = robot_signature(timestamp, secret)
-    if not hmac.compare_digest(expected.encode("ascii"), sign.encode("utf-8", "replace")):
-        return "bad signature"
-    return None

@@ -1,7 +1,8 @@
 """What the DingTalk channel sends, and where: session webhook first, robot OpenAPI after.
 
 A reply goes through the asking message's ``sessionWebhook`` while it is valid (no token,
-~90 min); otherwise through the robot OpenAPI (group or one-to-one). Confirmation prompts
+~90 min) and allowed (``webhooks.py``); otherwise through the robot OpenAPI (group or
+one-to-one). Confirmation prompts
 are interactive cards whose clicks arrive on the stream; updates rewrite the card.
 """
 
@@ -19,6 +20,7 @@ from channels.base import ChannelSendError
 from channels.dingtalk.api import DingTalkApi, DingTalkApiError
 from channels.dingtalk.cards import STANDARD_TEMPLATE_ID, card_params, out_track_id
 from channels.dingtalk.inbound import ChatbotEvent
+from channels.dingtalk.webhooks import WebhookRule
 from channels.platform import DeadLetters
 from config.settings import DingTalkSettings
 from gateway import texts
@@ -70,6 +72,7 @@ class DingTalkSender:
         # Card clicks arrive on the stream connection, which HTTP mode does not open:
         # there a card would have dead buttons, so the text prompt is sent instead.
         self._cards = cards
+        self._webhooks = WebhookRule(hosts=settings.webhook_hosts, schemes=settings.webhook_schemes)
         # Latest reply route per conversation; a webhook lives ~90 min, so 2 h is plenty.
         self._routes: TTLCache[str, Route] = TTLCache(maxsize=50_000, ttl=7200)
 
@@ -160,7 +163,11 @@ class DingTalkSender:
         else:
             hook_payload = {"msgtype": "text", "text": {"content": text}}
             msg_key, msg_param = "sampleText", {"content": text}
-        if route.webhook is not None and route.webhook_usable:
+        if (
+            route.webhook is not None
+            and route.webhook_usable
+            and self._webhooks.allows(route.webhook)
+        ):
             try:
                 await self._api.send_session_webhook(route.webhook, hook_payload)
                 return

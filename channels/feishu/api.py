@@ -92,6 +92,18 @@ class TokenError(Exception):
         super().__init__(f"tenant token: HTTP {result.status}, code {result.code}: {result.msg}")
         self.result = result
 
+    @property
+    def credentials_refused(self) -> bool:
+        """Feishu answered, and said no to this app id and secret (not an outage).
+
+        Feishu answers HTTP 200 with a code of its own here (10014 "app id not exists" /
+        "app secret invalid", 10003 "invalid param"); no answer, a 5xx, a 429 or a rate
+        limit code is a platform problem that goes away by itself.
+        """
+        r = self.result
+        answered = 0 < r.status < 500 and r.status != 429
+        return answered and r.code not in (0, -1) and r.code not in RATE_LIMIT_CODES
+
 
 async def fetch_tenant_token(config: Any) -> tuple[str, float]:
     """``POST /open-apis/auth/v3/tenant_access_token/internal``: (token, seconds valid)."""

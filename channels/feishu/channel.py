@@ -5,14 +5,13 @@ the IM API, confirmation prompts as interactive cards whose buttons decide.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any, ClassVar
 
 import structlog
 
 from channels.base import Channel, ChannelContext
 from channels.feishu import render
-from channels.feishu.api import ApiResult, FeishuApi
+from channels.feishu.api import FeishuApi, TokenError
 from channels.feishu.inbound import (
     CHANNEL,
     CardAction,
@@ -25,14 +24,14 @@ from channels.feishu.outbound import Outbox
 from channels.feishu.sender import FeishuSender
 from channels.feishu.webhook import WebhookReceiver
 from channels.feishu.ws import LongConnection
-from channels.platform import DeadLetters
+from channels.platform import DeadLetters, until_it_works
 from channels.receive import ReceiveRules, Verdict
 from config.settings import ConfigError
 from gateway import texts
 from gateway.bus import OutboundMessage
 from gateway.confirm.model import Decision
 from gateway.confirm.service import DecideOutcome
-from gateway.runtime import BackgroundTasks, retrying
+from gateway.runtime import BackgroundTasks
 
 log = structlog.get_logger(__name__)
 
@@ -42,6 +41,15 @@ CARD_BUDGET_SECONDS = 2.5
 
 class _NotYet(Exception):
     """The bot identity call did not succeed (yet)."""
+
+
+def _credentials_refused(exc: TokenError) -> str:
+    return (
+        f"Feishu refused channels.feishu.app_id / app_secret (code {exc.result.code}:"
+        f" {exc.result.msg}): copy both from the app's Credentials page into"
+        " GATEWAY_CHANNELS__FEISHU__APP_ID / GATEWAY_CHANNELS__FEISHU__APP_SECRET (for a"
+        ' Lark app also set [channels.feishu] domain = "lark")'
+    )
 
 
 _TOASTS = {
@@ -92,6 +100,8 @@ class FeishuChannel(Channel):
         self._ws: LongConnection | None = None
         self._webhook: WebhookReceiver | None = None
         self._started = False
+        # Why the API cannot be used right now (no token, no answer); None when it can.
+        self._api_problem: str | None = None
         if settings.mode == "webhook":
             encrypt = settings.encrypt_key.get_secret_value() if settings.encrypt_key else None
             token = (
@@ -103,6 +113,7 @@ class FeishuChannel(Channel):
                 encrypt_key=encrypt,
                 verification_token=token,
                 replay_window_seconds=settings.replay_window_seconds,
+                max_json_depth=context.settings.server.max_json_depth,
                 on_message=self._accept,
                 on_card=self.handle_card_action,
             )
@@ -121,9 +132,33 @@ class FeishuChannel(Channel):
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        if not await self._fetch_bot_identity(attempts=3):
+        """Start receiving. Wrong credentials are a ConfigError; an unreachable API is not.
+
+        When Feishu cannot be reached (network down, Feishu answering 5xx), the channel
+        starts anyway, is not ready (``/readyz`` says why) and keeps trying on the one
+        backoff policy; sends retry on their own, and go out once the API is back.
+        """
+        try:
+            await self._learn_identity()
+        except _NotYet as exc:
+            refused = exc.__cause__
+            if isinstance(refused, TokenError) and refused.credentials_refused:
+                raise ConfigError(_credentials_refused(refused)) from exc
+            log.warning(
+                "feishu.not_ready_at_start",
+                reason=str(exc),
+                hint="the channel starts anyway and keeps trying",
+            )
             # Groups in "mention" mode need the bot's open_id; keep trying in the background.
-            self._tasks.spawn(self._fetch_bot_identity(attempts=None), name="feishu-bot-identity")
+            self._tasks.spawn(
+                until_it_works(
+                    self._learn_identity,
+                    event="feishu.bot_identity_failed",
+                    initial=self._settings.reconnect_base_seconds,
+                    maximum=self._settings.reconnect_max_seconds,
+                ),
+                name="feishu-bot-identity",
+            )
         if self._settings.mode == "ws":
             self._ws = LongConnection(
                 app_id=self._app_id,
@@ -150,46 +185,46 @@ class FeishuChannel(Channel):
 
     @property
     def ready(self) -> bool:
+        return self._not_ready_because() is None
+
+    def _not_ready_because(self) -> str | None:
         if not self._started:
-            return False
-        return self._ws.connected if self._ws is not None else True
+            return "not started"
+        if self._api_problem is not None:
+            return self._api_problem
+        if self._ws is not None and not self._ws.connected:
+            return "the long connection to Feishu is not open (see feishu.ws_connect_failed)"
+        return None
 
     def status(self) -> dict[str, Any]:
         return {
             "name": self.name,
             "ready": self.ready,
+            "reason": self._not_ready_because(),
             "mode": self._settings.mode,
             "bot_open_id": self.bot_open_id,
             "connections": self._ws.connections if self._ws is not None else None,
             "failed": len(self.dead_letters),
         }
 
-    async def _fetch_bot_identity(self, *, attempts: int | None) -> bool:
-        """The bot's open_id from ``/open-apis/bot/v3/info``; ``attempts=None``: until it works."""
-        result = ApiResult(0, -1, "not tried")
-        with contextlib.suppress(_NotYet):
-            async for attempt in retrying(
-                attempts=attempts,
-                initial=self._settings.reconnect_base_seconds,
-                maximum=self._settings.reconnect_max_seconds,
-                retry_on=lambda exc: isinstance(exc, _NotYet),
-            ):
-                with attempt:
-                    result = await self.api.bot_info()
-                    if not result.ok:
-                        raise _NotYet
+    async def _learn_identity(self) -> None:
+        """The bot's open_id from ``/open-apis/bot/v3/info``, or _NotYet saying why not."""
+        try:
+            result = await self.api.bot_info()
+        except TokenError as exc:
+            self._api_problem = f"Feishu API unavailable: {exc}"
+            raise _NotYet(self._api_problem) from exc
+        if result.status == 0 or result.status >= 500:
+            self._api_problem = f"Feishu API unavailable: HTTP {result.status}: {result.msg}"
+            raise _NotYet(self._api_problem)
+        self._api_problem = None
         bot = result.body.get("bot") if result.ok and isinstance(result.body, dict) else None
-        if isinstance(bot, dict) and bot.get("open_id"):
-            self.bot_open_id = str(bot["open_id"])
-            return True
-        log.error(
-            "feishu.bot_identity_failed",
-            status=result.status,
-            code=result.code,
-            error=result.msg,
-            hint="check app_id/app_secret and that the app has the bot capability",
-        )
-        return False
+        if not (isinstance(bot, dict) and bot.get("open_id")):
+            raise _NotYet(
+                f"bot info: HTTP {result.status}, code {result.code}: {result.msg} (check that"
+                " the app has the bot capability)"
+            )
+        self.bot_open_id = str(bot["open_id"])
 
     # ------------------------------------------------------------------ receiving
 
@@ -240,13 +275,13 @@ class FeishuChannel(Channel):
         """A button click: decide, answer with a toast and the card as it now is."""
         cid = action.value.get("confirmation_id")
         raw_decision = action.value.get("decision")
-        if not isinstance(cid, str) or raw_decision not in {d.value for d in Decision}:
-            log.warning("feishu.card_unknown_action", value=dict(action.value))
+        # Values come from the card JSON as clicked: any JSON at all, not only strings.
+        decision = next((d for d in Decision if d.value == raw_decision), None)
+        if not isinstance(cid, str) or decision is None:
+            log.warning("feishu.card_unknown_action", value=str(dict(action.value))[:200])
             return render.callback_response(toast=texts.FEISHU_CARD_UNKNOWN, kind="error")
         decide = self._tasks.spawn(
-            self._service.decide(
-                cid, Decision(raw_decision), actor=action.operator_open_id, via="card"
-            ),
+            self._service.decide(cid, decision, actor=action.operator_open_id, via="card"),
             name=f"feishu-decide-{cid}",
         )
         try:

@@ -8,7 +8,6 @@ shared ``channels.receive.ReceiveRules``, from the ``Arrival`` made here.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from typing import Any
 
 from channels.receive import Arrival
 from gateway.bus import InboundMessage
+from gateway.http.jsonapi import DEFAULT_MAX_JSON_DEPTH, JsonInputError, parse_json
 
 CHANNEL = "feishu"
 
@@ -115,9 +115,12 @@ def _post_text(content: Mapping[str, Any], mentions: Mapping[str, str]) -> str:
     title = body.get("title")
     if title:
         lines.append(str(title))
-    for paragraph in body.get("content") or []:
+    paragraphs = body.get("content")
+    for paragraph in paragraphs if isinstance(paragraphs, list) else []:
         parts: list[str] = []
-        for el in paragraph or []:
+        for el in paragraph if isinstance(paragraph, list) else []:
+            if not isinstance(el, dict):
+                continue
             tag = el.get("tag")
             if tag in ("text", "md", "a"):
                 parts.append(str(el.get("text", "")))
@@ -133,8 +136,8 @@ def _post_text(content: Mapping[str, Any], mentions: Mapping[str, str]) -> str:
 def message_text(msg: FeishuMessage, *, bot_open_id: str | None) -> str | None:
     """The text a person wrote, mentions of the bot removed; None for unsupported types."""
     try:
-        content = json.loads(msg.content)
-    except ValueError:
+        content = parse_json(msg.content, max_depth=DEFAULT_MAX_JSON_DEPTH)
+    except JsonInputError:
         return None
     if not isinstance(content, dict):
         return None

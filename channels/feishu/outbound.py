@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -17,6 +18,9 @@ log = structlog.get_logger(__name__)
 
 # Feishu allows 5 messages per second to one user or group (shared by all bots in it).
 CHAT_INTERVAL_SECONDS = 0.22
+# A message id goes into the URL path of reply and patch calls (the SDK does not escape
+# it): only ids shaped like Feishu's ("om_" + letters and digits) are used there.
+MESSAGE_ID = re.compile(r"[A-Za-z0-9_\-]{1,128}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +137,9 @@ class Outbox:
     ) -> ApiResult:
         """Create (or reply with) one message; one uuid for all attempts, so no duplicates."""
         idem = str(uuid.uuid4())
+        if reply_to and not MESSAGE_ID.fullmatch(reply_to):
+            log.warning("feishu.bad_message_id", chat_id=chat_id, op="reply")
+            reply_to = None
 
         async def call() -> ApiResult:
             if reply_to:
@@ -172,6 +179,10 @@ class Outbox:
         text: str,
         confirmation_id: str | None = None,
     ) -> ApiResult:
+        if not MESSAGE_ID.fullmatch(message_id):
+            log.warning("feishu.bad_message_id", chat_id=chat_id, op="patch")
+            return ApiResult(0, -1, "not a Feishu message id")
+
         async def call() -> ApiResult:
             return await self.api.patch(message_id=message_id, content=content)
 

@@ -14,7 +14,6 @@ failed authentication 401; nothing unverified reaches the bus.
 from __future__ import annotations
 
 import hashlib
-import hmac
 import json
 import time
 from collections.abc import Awaitable, Callable
@@ -22,8 +21,8 @@ from typing import Any
 
 import structlog
 from aiohttp import web
-from cachetools import TTLCache
 from lark_oapi.api.im.v1 import P2ImMessageReceiveV1
+from lark_oapi.core.exception import UnmarshalException
 from lark_oapi.core.json import JSON
 from lark_oapi.core.utils import AESCipher
 from lark_oapi.event.callback.model.p2_card_action_trigger import P2CardActionTrigger
@@ -34,6 +33,8 @@ from channels.feishu.inbound import (
     card_action_from_sdk,
     message_from_sdk,
 )
+from channels.platform import UsedOnce, same_secret
+from gateway.http.jsonapi import JsonInputError, parse_json
 
 log = structlog.get_logger(__name__)
 
@@ -57,18 +58,18 @@ class WebhookReceiver:
         encrypt_key: str | None,
         verification_token: str | None,
         replay_window_seconds: float,
+        max_json_depth: int,
         on_message: MessageSink,
         on_card: CardHandler,
     ) -> None:
         self._encrypt_key = encrypt_key or None
+        self._max_depth = max_json_depth
         self._token = verification_token or None
         self._window = replay_window_seconds
         self._on_message = on_message
         self._on_card = on_card
         # Nonces seen inside the window; older ones fail the timestamp check anyway.
-        self._nonces: TTLCache[str, bool] = TTLCache(
-            maxsize=100_000, ttl=max(2 * replay_window_seconds, 1.0)
-        )
+        self._nonces = UsedOnce(seconds=max(2 * replay_window_seconds, 1.0))
         self._cipher = AESCipher(self._encrypt_key) if self._encrypt_key else None
 
     async def handle(self, request: web.Request) -> web.Response:
@@ -85,9 +86,9 @@ class WebhookReceiver:
 
     def _decrypt(self, raw: bytes) -> dict[str, Any]:
         try:
-            outer = json.loads(raw)
-        except ValueError as exc:
-            raise _Reject(400, "body is not JSON") from exc
+            outer = parse_json(raw, max_depth=self._max_depth)
+        except JsonInputError as exc:
+            raise _Reject(400, f"body: {exc}") from exc
         if not isinstance(outer, dict):
             raise _Reject(400, "body is not a JSON object")
         encrypted = outer.get("encrypt")
@@ -98,9 +99,13 @@ class WebhookReceiver:
         if not isinstance(encrypted, str):
             raise _Reject(400, "expected an encrypted body (an encrypt_key is configured)")
         try:
-            plain = json.loads(self._cipher.decrypt_str(encrypted))
+            decrypted = self._cipher.decrypt_str(encrypted)
         except (ValueError, UnicodeDecodeError) as exc:
             raise _Reject(400, "cannot decrypt the body") from exc
+        try:
+            plain = parse_json(decrypted, max_depth=self._max_depth)
+        except JsonInputError as exc:
+            raise _Reject(400, f"decrypted body: {exc}") from exc
         if not isinstance(plain, dict):
             raise _Reject(400, "decrypted body is not a JSON object")
         return plain
@@ -108,7 +113,7 @@ class WebhookReceiver:
     def _check_token(self, token: Any) -> None:
         if self._token is None:
             return
-        if not isinstance(token, str) or not hmac.compare_digest(token, self._token):
+        if not isinstance(token, str) or not same_secret(token, self._token):
             raise _Reject(401, "invalid verification token")
 
     def _check_signature(self, request: web.Request, raw: bytes) -> None:
@@ -119,20 +124,17 @@ class WebhookReceiver:
         if self._encrypt_key is not None:
             if not (ts and nonce and sig):
                 raise _Reject(401, "missing signature headers")
-            expected = hashlib.sha256((ts + nonce + self._encrypt_key).encode() + raw).hexdigest()
-            if not hmac.compare_digest(expected, sig):
+            signed = (ts + nonce + self._encrypt_key).encode("utf-8", "surrogatepass") + raw
+            if not same_secret(sig, hashlib.sha256(signed).hexdigest()):
                 raise _Reject(401, "bad signature")
         if ts:
-            try:
-                age = abs(time.time() - float(ts))
-            except ValueError as exc:
-                raise _Reject(400, "bad timestamp") from exc
-            if age > self._window:
+            # Digits only: float() would take "nan", whose age compares as inside any window.
+            if not (ts.isascii() and ts.isdigit()):
+                raise _Reject(400, "bad timestamp")
+            if abs(time.time() - int(ts)) > self._window:
                 raise _Reject(401, "timestamp outside the replay window")
-        if nonce:
-            if nonce in self._nonces:
-                raise _Reject(401, "nonce already used")
-            self._nonces[nonce] = True
+        if nonce and not self._nonces.first_use(nonce):
+            raise _Reject(401, "nonce already used")
 
     async def _handle(self, request: web.Request) -> web.Response:
         raw = await request.read()
@@ -150,7 +152,7 @@ class WebhookReceiver:
         if event_type == "im.message.receive_v1":
             try:
                 msg = message_from_sdk(JSON.unmarshal(plain, P2ImMessageReceiveV1))
-            except (AttributeError, TypeError, ValueError) as exc:
+            except (AttributeError, TypeError, ValueError, UnmarshalException) as exc:
                 raise _Reject(400, "malformed message event") from exc
             # Acknowledge first: the agent's work happens after this response.
             self._on_message(msg)
@@ -158,7 +160,7 @@ class WebhookReceiver:
         if event_type == "card.action.trigger":
             try:
                 action = card_action_from_sdk(JSON.unmarshal(plain, P2CardActionTrigger))
-            except (AttributeError, TypeError, ValueError) as exc:
+            except (AttributeError, TypeError, ValueError, UnmarshalException) as exc:
                 raise _Reject(400, "malformed card callback") from exc
             return web.json_response(await self._on_card(action))
         log.debug("feishu.webhook_ignored", event_type=event_type)

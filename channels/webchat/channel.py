@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import time
 import uuid
 from collections.abc import Callable
@@ -18,14 +17,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import structlog
-from aiohttp import WSCloseCode, WSMsgType, web
+from aiohttp import WSCloseCode, web
 
 from channels.base import Channel
+from channels.webchat.limits import SenderRateLimit
+from channels.webchat.rest import ChatRest
 from channels.webchat.rooms import ChatEntry, EntryKind, Room, Rooms, Socket
-from gateway import texts
+from channels.webchat.websocket import ChatSockets
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage
 from gateway.confirm.model import Decision
-from gateway.http.jsonapi import ApiError, check_name, read_json_object, required_string
+from gateway.http.jsonapi import DEFAULT_MAX_JSON_DEPTH, ApiError, check_name
 
 if TYPE_CHECKING:
     from config.settings import WebChatSettings
@@ -36,9 +37,6 @@ log = structlog.get_logger(__name__)
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 SEND_TIMEOUT_SECONDS = 5.0
-MAX_REASON_LENGTH = 500
-# Ids are 4-5 Crockford characters; anything much longer is not an id.
-MAX_ID_LENGTH = 16
 
 PAGE_HEADERS = {
     # The page only talks to its own origin; user text is inserted as text, never HTML.
@@ -49,10 +47,6 @@ PAGE_HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Cache-Control": "no-cache",
 }
-
-
-class FrameError(Exception):
-    """A WebSocket frame that is not our protocol: the socket is closed with this reason."""
 
 
 class WebChatChannel(Channel):
@@ -68,13 +62,21 @@ class WebChatChannel(Channel):
         confirmations: ConfirmationService,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.time,
+        max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
     ) -> None:
         self.settings = settings
+        self.max_json_depth = max_json_depth
         self.bus = bus
         self.confirmations = confirmations
         self.metrics = metrics
         self.clock = clock
-        self.rooms = Rooms(max_rooms=settings.max_sessions, history_size=settings.history_size)
+        self.rooms = Rooms(
+            max_rooms=settings.max_sessions,
+            history_size=settings.history_size,
+            room_bytes=settings.history_bytes_per_room,
+            total_bytes=settings.history_bytes_total,
+        )
+        self.rate_limit = SenderRateLimit(per_minute=settings.messages_per_minute, clock=clock)
         self._started = False
         self._closing = False
 
@@ -83,9 +85,10 @@ class WebChatChannel(Channel):
     def register_routes(self, app: web.Application) -> None:
         app.router.add_get("/", self.page)
         app.router.add_static("/static/", STATIC_DIR, show_index=False)
-        app.router.add_get("/ws", self.websocket)
-        app.router.add_post("/api/chat/{session}/messages", self.post_message)
-        app.router.add_get("/api/chat/{session}/messages", self.get_messages)
+        sockets, rest = ChatSockets(self), ChatRest(self)
+        app.router.add_get("/ws", sockets.websocket)
+        app.router.add_post("/api/chat/{session}/messages", rest.post_message)
+        app.router.add_get("/api/chat/{session}/messages", rest.get_messages)
 
     async def start(self) -> None:
         self._started = True
@@ -112,6 +115,7 @@ class WebChatChannel(Channel):
         return {
             "name": self.name,
             "ready": self.ready,
+            "reason": None if self.ready else "not started",
             "rooms": len(self.rooms),
             "sockets": sockets,
         }
@@ -125,7 +129,8 @@ class WebChatChannel(Channel):
             kind = "confirmation"
         elif msg.confirmation is not None and msg.kind is OutboundKind.CONFIRMATION_UPDATE:
             kind = "confirmation_update"
-        entry = room.append(
+        entry = self.rooms.append(
+            room,
             kind=kind,
             text=msg.text,
             at=self.clock(),
@@ -138,7 +143,7 @@ class WebChatChannel(Channel):
         if not sockets:
             return
         results = await asyncio.gather(
-            *(self._send_frame(s, self._message_frame(entry, s.user)) for s in sockets),
+            *(self.send_frame(s, self.message_frame(entry, s.user)) for s in sockets),
             return_exceptions=True,
         )
         for sock, result in zip(sockets, results, strict=True):
@@ -147,12 +152,19 @@ class WebChatChannel(Channel):
                 log.info("webchat.socket_dropped", room=room.name, error=type(result).__name__)
                 room.sockets.discard(sock)
 
-    async def _send_frame(self, sock: Socket, frame: dict[str, Any]) -> None:
-        await asyncio.wait_for(
-            sock.ws.send_str(json.dumps(frame, ensure_ascii=False)), SEND_TIMEOUT_SECONDS
-        )
+    async def send_frame(self, sock: Socket, frame: dict[str, Any]) -> None:
+        """One JSON frame to one tab, bounded in time (a stuck tab must not stall a room)."""
+        try:
+            text = json.dumps(frame, ensure_ascii=False)
+            await asyncio.wait_for(sock.ws.send_str(text), SEND_TIMEOUT_SECONDS)
+        except UnicodeEncodeError:
+            # A lone surrogate that did not come through the edge (a model's output, say):
+            # escaped as \udXXX it is valid JSON, and the tab keeps working. send_str
+            # encodes before it writes, so nothing was sent yet.
+            await asyncio.wait_for(sock.ws.send_str(json.dumps(frame)), SEND_TIMEOUT_SECONDS)
 
-    def _message_frame(self, entry: ChatEntry, user: str | None) -> dict[str, Any]:
+    def message_frame(self, entry: ChatEntry, user: str | None) -> dict[str, Any]:
+        """A history entry as sent to ``user`` (with what they may decide on a prompt)."""
         frame = {"type": "message", **entry.to_dict()}
         c = entry.confirmation
         if c is not None and user is not None:
@@ -165,11 +177,15 @@ class WebChatChannel(Channel):
 
     # ------------------------------------------------------------------ inbound
 
-    async def _accept(self, room: Room, user: str, text: str) -> str:
-        """Show a person's message in the room, then hand it to the bus."""
+    async def accept(self, room: Room, user: str, text: str) -> str:
+        """Show a person's message in the room, then hand it to the bus.
+
+        Raises SlowDown when ``user`` is over ``messages_per_minute``: nothing is kept then.
+        """
+        self.rate_limit.take(user)
         message_id = uuid.uuid4().hex
-        entry = room.append(
-            kind="text", text=text, at=self.clock(), user=user, message_id=message_id
+        entry = self.rooms.append(
+            room, kind="text", text=text, at=self.clock(), user=user, message_id=message_id
         )
         await self._fan_out(room, entry)
         await self.bus.publish_inbound(
@@ -186,7 +202,8 @@ class WebChatChannel(Channel):
         )
         return message_id
 
-    def _check_text(self, value: str) -> str:
+    def check_text(self, value: str) -> str:
+        """The trimmed text of a REST message, or ApiError 400 / 413."""
         text = value.strip()
         if not text:
             raise ApiError(400, "text is empty", field="text")
@@ -202,198 +219,16 @@ class WebChatChannel(Channel):
     async def page(self, _: web.Request) -> web.StreamResponse:
         return web.FileResponse(STATIC_DIR / "index.html", headers=PAGE_HEADERS)
 
-    def _room_from(self, request: web.Request) -> Room:
+    def room_from(self, request: web.Request) -> Room:
         """The room named in the path (REST) or the query (WebSocket)."""
-        self._refuse_when_closing()
+        self.refuse_when_closing()
         name = request.match_info.get("session", request.query.get("session"))
         return self.rooms.get(check_name(name, "session"))
 
-    def _refuse_when_closing(self) -> None:
+    def refuse_when_closing(self) -> None:
+        """ApiError 503 while the gateway starts or stops."""
         if self._closing or not self._started:
             raise ApiError(503, "web chat is not running (gateway starting or stopping)")
 
-    async def post_message(self, request: web.Request) -> web.Response:
-        room = self._room_from(request)
-        data = await read_json_object(request)
-        user = check_name(data.get("user"), "user")
-        # The body is already bounded by the server's client_max_size; the limit is checked
-        # on the trimmed text, so the status is 413 however the text is padded.
-        raw = required_string(data, "text", max_length=1 << 20)
-        text = self._check_text(raw)
-        message_id = await self._accept(room, user, text)
-        return web.json_response({"message_id": message_id}, status=202)
-
-    async def get_messages(self, request: web.Request) -> web.Response:
-        room = self._room_from(request)
-        after = _int_param(request, "after", default=0)
-        wait = min(_float_param(request, "wait", default=0.0), self.settings.max_long_poll_seconds)
-        user_param = request.query.get("user")
-        user = check_name(user_param, "user") if user_param is not None else None
-        entries = await room.wait_after(after, wait)
-        messages = []
-        for e in entries:
-            item = self._message_frame(e, user)
-            del item["type"]
-            messages.append(item)
-        return web.json_response({"messages": messages, "last_seq": room.last_seq})
-
-    # ------------------------------------------------------------------ WebSocket
-
-    async def websocket(self, request: web.Request) -> web.StreamResponse:
-        room = self._room_from(request)
-        user = check_name(request.query.get("user"), "user")
-        after = _int_param(request, "after", default=0)
-        if len(room.sockets) >= self.settings.max_sockets_per_session:
-            raise ApiError(429, "too many open connections in this session")
-        ws = web.WebSocketResponse(
-            heartbeat=30.0,
-            # A frame holds one message; far bigger than the text limit is not ours.
-            max_msg_size=max(65536, self.settings.max_text_length * 4 + 4096),
-        )
-        await ws.prepare(request)
-        sock = Socket(ws=ws, user=user)
-        hello = {
-            "type": "hello",
-            "session": room.name,
-            "user": user,
-            "now": self.clock(),
-            "max_text_length": self.settings.max_text_length,
-            "last_seq": room.last_seq,
-        }
-        try:
-            await self._send_frame(sock, hello)
-            for entry in room.after(after):
-                await self._send_frame(sock, self._message_frame(entry, user))
-        except (ConnectionError, TimeoutError):
-            # The tab went away while catching up: nothing to clean up yet.
-            log.info("webchat.gone_during_backlog", room=room.name, user=user)
-            return ws
-        room.sockets.add(sock)
-        if self.metrics is not None:
-            self.metrics.webchat_sockets.inc()
-        log.info("webchat.connected", room=room.name, user=user)
-        try:
-            await self._read_frames(room, sock)
-        except (ConnectionError, TimeoutError) as exc:
-            # Replying to a tab that just closed: the tab's problem, not the gateway's.
-            log.info("webchat.reply_failed", room=room.name, error=type(exc).__name__)
-        finally:
-            room.sockets.discard(sock)
-            if self.metrics is not None:
-                self.metrics.webchat_sockets.dec()
-            log.info("webchat.disconnected", room=room.name, user=user)
-        return ws
-
-    async def _read_frames(self, room: Room, sock: Socket) -> None:
-        ws = sock.ws
-        async for frame in ws:
-            if frame.type is WSMsgType.TEXT:
-                try:
-                    await self._on_frame(room, sock, frame.data)
-                except FrameError as exc:
-                    # A client that does not speak the protocol: tell it why and hang up.
-                    log.info("webchat.bad_frame", room=room.name, error=str(exc))
-                    await ws.close(code=WSCloseCode.UNSUPPORTED_DATA, message=str(exc).encode())
-                    return
-            elif frame.type is WSMsgType.BINARY:
-                log.info("webchat.bad_frame", room=room.name, error="binary")
-                await ws.close(
-                    code=WSCloseCode.UNSUPPORTED_DATA, message=b"binary frames are not supported"
-                )
-                return
-            elif frame.type is WSMsgType.ERROR:
-                log.info("webchat.socket_error", room=room.name, error=str(ws.exception()))
-                return
-
-    async def _on_frame(self, room: Room, sock: Socket, raw: str) -> None:
-        try:
-            data = json.loads(raw)
-        except ValueError as exc:
-            raise FrameError("frame is not JSON") from exc
-        if not isinstance(data, dict):
-            raise FrameError("frame must be a JSON object")
-        kind = data.get("type")
-        if kind == "message":
-            text = data.get("text")
-            if not isinstance(text, str):
-                raise FrameError("message.text must be a string")
-            checked = text.strip()
-            if not checked:
-                return  # nothing to say, nothing to answer
-            limit = self.settings.max_text_length
-            if len(checked) > limit:
-                # Shown to the person in the page: their words, not an API error.
-                error = texts.MESSAGE_TOO_LONG.format(limit=limit)
-                await self._send_frame(sock, {"type": "error", "error": error})
-                return
-            await self._accept(room, sock.user, checked)
-        elif kind == "decide":
-            await self._on_decide(room, sock, data)
-        elif kind == "ping":
-            await self._send_frame(sock, {"type": "pong", "now": self.clock()})
-        else:
-            raise FrameError("unknown frame type: use message, decide or ping")
-
-    async def _on_decide(self, room: Room, sock: Socket, data: dict[str, Any]) -> None:
-        cid, decision, reason = data.get("id"), data.get("decision"), data.get("reason")
-        if not isinstance(cid, str) or not 0 < len(cid) <= MAX_ID_LENGTH:
-            raise FrameError("decide.id must be a confirmation id")
-        if decision not in ("approve", "reject"):
-            raise FrameError("decide.decision must be approve or reject")
-        if reason is not None and not isinstance(reason, str):
-            raise FrameError("decide.reason must be a string")
-        reason = (reason or "").strip()[:MAX_REASON_LENGTH] or None
-        current = await self.confirmations.get(cid)
-        # Only this room's confirmations: a web user must not reach another chat's by id.
-        if current is None or current.session_key != self._session_key(room):
-            await self._send_frame(
-                sock,
-                {
-                    "type": "decision",
-                    "id": cid,
-                    "outcome": "not_found",
-                    "message": texts.unknown_id(cid),
-                },
-            )
-            return
-        result = await self.confirmations.decide(
-            current.id, Decision(decision), actor=sock.user, via="web", reason=reason
-        )
-        await self._send_frame(
-            sock,
-            {
-                "type": "decision",
-                "id": current.id,
-                "outcome": result.outcome.value,
-                "message": result.message,
-            },
-        )
-
-    def _session_key(self, room: Room) -> str:
+    def session_key(self, room: Room) -> str:
         return f"{self.name}:{room.name}"
-
-
-def _int_param(request: web.Request, name: str, *, default: int) -> int:
-    raw = request.query.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise ApiError(400, f"{name} must be a whole number", field=name) from exc
-    if value < 0:
-        raise ApiError(400, f"{name} must not be negative", field=name)
-    return value
-
-
-def _float_param(request: web.Request, name: str, *, default: float) -> float:
-    raw = request.query.get(name)
-    if raw is None:
-        return default
-    try:
-        value = float(raw)
-    except ValueError as exc:
-        raise ApiError(400, f"{name} must be a number of seconds", field=name) from exc
-    if not math.isfinite(value) or value < 0:
-        raise ApiError(400, f"{name} must be a number of seconds, 0 or more", field=name)
-    return value

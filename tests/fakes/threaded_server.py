@@ -87,6 +87,7 @@ class ThreadedServer(Generic[R]):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
+        self._outage: int | None = None
 
     def add_routes(self, router: web.UrlDispatcher) -> None:
         raise NotImplementedError
@@ -191,6 +192,15 @@ class ThreadedServer(Generic[R]):
                 _Injection(status=status, body=body, remaining=times, delay=delay)
             )
 
+    def start_outage(self, status: int = 503) -> None:
+        """Answer every request (WebSocket upgrades too) with ``status`` until ``end_outage``."""
+        with self._lock:
+            self._outage = status
+
+    def end_outage(self) -> None:
+        with self._lock:
+            self._outage = None
+
     def _injection_key(self, request: web.Request) -> Hashable:
         """What ``_fail_next`` keys on: by default the name of the request's route."""
         return request.match_info.route.name or ""
@@ -214,9 +224,13 @@ class ThreadedServer(Generic[R]):
         request[BODY] = body
         with self._lock:
             self._arrivals.append(request.path)
-        injection = self._take_injection(request)
+        with self._lock:
+            outage = self._outage
+        injection = self._take_injection(request) if outage is None else None
         response: web.StreamResponse
-        if injection is not None:
+        if outage is not None:
+            response = web.json_response({"code": -1, "msg": "outage"}, status=outage)
+        elif injection is not None:
             if injection.delay:
                 await asyncio.sleep(injection.delay)
             response = web.json_response(injection.body, status=injection.status)

@@ -44,6 +44,9 @@ def make_settings(tmp_path: Path, fake: FakeDingTalk, **dingtalk: Any) -> Settin
         "reconnect_max_seconds": 0.2,
         "request_timeout_seconds": 3.0,
         "stop_timeout_seconds": 3.0,
+        # The fake serves session webhooks on loopback http: allow exactly that origin.
+        "webhook_hosts": [f"127.0.0.1:{fake.port}"],
+        "webhook_schemes": ["http"],
     }
     options.update(dingtalk)
     return Settings(

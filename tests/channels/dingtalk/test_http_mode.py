@@ -10,9 +10,10 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from channels.dingtalk.inbound import robot_signature
+from channels.dingtalk.verify import robot_signature
 from gateway.app import Gateway, build
-from tests.channels.dingtalk.conftest import make_settings, wait_pending, webhook_texts
+from gateway.confirm.model import Status
+from tests.channels.dingtalk.conftest import make_settings, wait_pending, wait_status, webhook_texts
 from tests.fakes.dingtalk import FakeDingTalk
 
 
@@ -116,3 +117,55 @@ async def test_a_redelivered_message_is_answered_once(
         lambda: any("没有待确认" in t for t in webhook_texts(fake)), what="/pending answer"
     )
     assert sum("/sql" in t for t in webhook_texts(fake)) == 1
+
+
+async def test_a_captured_header_pair_cannot_carry_another_body(
+    http_gateway: Gateway, fake: FakeDingTalk
+) -> None:
+    # DingTalk signs the timestamp, not the body: a pair seen once (a log, a proxy) must
+    # not approve a held call when sent again with a body of the attacker's choosing.
+    ts = _now_ms()
+    sign = robot_signature(ts, fake.client_secret)
+    ask = fake.chatbot_payload(text="/sql DELETE FROM orders WHERE id = 1", sender_staff_id="u9")
+    assert (await _post(http_gateway, ask, timestamp=ts, sign=sign))[0] == 200
+    [conf] = await wait_pending(http_gateway)
+    forged = fake.chatbot_payload(text=f"确认 {conf.id}", sender_staff_id="u9")
+    status, answer = await _post(http_gateway, forged, timestamp=ts, sign=sign)
+    assert (status, answer) == (401, {"error": "timestamp and sign already used"})
+    # Refused before anything was read: the confirmation is still waiting.
+    assert http_gateway.confirmations is not None
+    current = await http_gateway.confirmations.get(conf.id)
+    assert current is not None and current.status is Status.PENDING
+    # The same words with a pair of their own decide it.
+    ts = str(int(ts) + 1)
+    good = fake.chatbot_payload(text=f"确认 {conf.id}", sender_staff_id="u9")
+    status, _ = await _post(
+        http_gateway, good, timestamp=ts, sign=robot_signature(ts, fake.client_secret)
+    )
+    assert status == 200
+    await wait_status(http_gateway, conf.id, Status.APPROVED)
+
+
+@pytest.mark.parametrize(
+    "raw", [b"[" * 100_000, b'{"msgId": "m", "text": {"content": "\\ud800"}}', b"not json"]
+)
+async def test_deep_or_broken_json_is_400_not_500(
+    http_gateway: Gateway, fake: FakeDingTalk, raw: bytes
+) -> None:
+    assert http_gateway.http is not None
+    ts = _now_ms()
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            f"{http_gateway.http.url}/webhook/dingtalk",
+            data=raw,
+            headers={
+                "Content-Type": "application/json",
+                "timestamp": ts,
+                "sign": robot_signature(ts, fake.client_secret),
+            },
+        ) as resp,
+    ):
+        assert resp.status == 400
+        assert (await resp.json())["error"].startswith("body")
+    await _only_a_good_request_is_answered(http_gateway, fake)

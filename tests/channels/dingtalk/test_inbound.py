@@ -1,25 +1,16 @@
-"""Reading chatbot messages and checking HTTP robot signatures (no network)."""
+"""Reading chatbot messages and card callbacks (no network)."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import json
 import time
 
 import pytest
 
 from channels.dingtalk.cards import confirmation_id_from, out_track_id, parse_card_callback
-from channels.dingtalk.inbound import (
-    parse_chatbot_message,
-    robot_signature,
-    verify_robot_request,
-)
+from channels.dingtalk.inbound import parse_chatbot_message
 from gateway.confirm.model import Decision
 from tests.fakes.dingtalk import FakeDingTalk
-
-SECRET = "ding-secret"
 
 
 def _payload(**kw: object) -> dict[str, object]:
@@ -69,38 +60,6 @@ def test_message_without_ids_is_unreadable() -> None:
     data = _payload(text="x")
     del data["msgId"]
     assert parse_chatbot_message(data) is None
-
-
-def test_signature_matches_the_documented_formula() -> None:
-    ts = "1700000000000"
-    expected = base64.b64encode(
-        hmac.new(SECRET.encode(), f"{ts}\n{SECRET}".encode(), hashlib.sha256).digest()
-    ).decode()
-    assert robot_signature(ts, SECRET) == expected
-
-
-@pytest.mark.parametrize(
-    ("timestamp_offset", "good_sign", "problem"),
-    [
-        (0, True, None),
-        (0, False, "bad signature"),
-        (-301, True, "timestamp outside the allowed window"),
-        (301, True, "timestamp outside the allowed window"),
-    ],
-)
-def test_verify_robot_request(timestamp_offset: int, good_sign: bool, problem: str | None) -> None:
-    now = 1_700_000_000.0
-    ts = str(int((now + timestamp_offset) * 1000))
-    sign = robot_signature(ts, SECRET) if good_sign else robot_signature(ts, "other")
-    assert (
-        verify_robot_request(timestamp=ts, sign=sign, secret=SECRET, window_seconds=300, now=now)
-        == problem
-    )
-
-
-def test_verify_robot_request_needs_both_headers() -> None:
-    assert verify_robot_request(timestamp=None, sign="x", secret=SECRET, window_seconds=300)
-    assert verify_robot_request(timestamp="1", sign=None, secret=SECRET, window_seconds=300)
 
 
 def test_out_track_id_round_trip_and_foreign_cards() -> None:

@@ -29,7 +29,9 @@ from tests.channels.feishu.conftest import (
 from tests.fakes.feishu import (
     FakeFeishu,
     card_action_event,
+    encrypt,
     message_event,
+    signature,
     url_verification,
     webhook_request,
 )
@@ -161,3 +163,76 @@ async def test_replayed_nonce_and_old_timestamp_are_rejected(
     assert (await post(http, pending))[0] == 200
     await wait_until(lambda: any("没有待确认" in t for t in sent_texts(fake)), what="/pending")
     assert len(sent_texts(fake)) == 2
+
+
+async def test_a_non_ascii_token_or_signature_is_401_not_500(
+    gateway: Gateway, fake: FakeFeishu, http: tuple[aiohttp.ClientSession, str]
+) -> None:
+    # hmac.compare_digest raises TypeError on a non-ASCII str: that was a 500.
+    # A lone surrogate is not text at all: refused before the token is looked at.
+    for token, refused in (("令牌", 401), ("\ud800", 400)):
+        status, _ = await post(http, url_verification(challenge="c", token=token))
+        assert status == refused
+        forged = message_event(chat_id=P2P, sender=ALICE, text="/help", token=token)
+        status, _ = await post(http, forged)
+        assert status == refused
+    session, base = http
+    headers, body = webhook_request(
+        message_event(chat_id=P2P, sender=ALICE, text="/help", token=TOKEN),
+        encrypt_key=ENCRYPT_KEY,
+    )
+    headers["x-lark-signature"] = "签名"
+    async with session.post(base + EVENT_PATH, data=body, headers=headers) as resp:
+        assert resp.status == 401
+    # A non-numeric timestamp, correctly signed: "nan" once passed the window check.
+    headers, body = webhook_request(
+        message_event(chat_id=P2P, sender=ALICE, text="/help", token=TOKEN),
+        encrypt_key=ENCRYPT_KEY,
+    )
+    nonce = headers["x-lark-request-nonce"]
+    headers["x-lark-request-timestamp"] = "nan"
+    headers["x-lark-signature"] = signature("nan", nonce, ENCRYPT_KEY, body)
+    async with session.post(base + EVENT_PATH, data=body, headers=headers) as resp:
+        assert resp.status == 400
+    pending = message_event(chat_id=P2P, sender=ALICE, text="/pending", token=TOKEN)
+    assert (await post(http, pending))[0] == 200
+    await wait_until(lambda: any("没有待确认" in t for t in sent_texts(fake)), what="/pending")
+    assert len(sent_texts(fake)) == 1
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"[" * 100_000,
+        b'{"encrypt": ' + b"[" * 100_000,
+        b'{"encrypt": "\\ud800"}',
+    ],
+)
+async def test_deep_or_broken_json_is_400_not_500(
+    gateway: Gateway, fake: FakeFeishu, http: tuple[aiohttp.ClientSession, str], raw: bytes
+) -> None:
+    session, base = http
+    for path in (EVENT_PATH, CARD_PATH):
+        async with session.post(base + path, data=raw) as resp:
+            assert resp.status == 400
+            assert "body" in (await resp.json())["msg"]
+
+
+async def test_deep_or_broken_json_inside_the_encryption_is_400(
+    gateway: Gateway, fake: FakeFeishu, http: tuple[aiohttp.ClientSession, str]
+) -> None:
+    session, base = http
+    deep = "[" * 100_000
+    lone = '{"schema": "2.0", "header": {"token": "\\ud800"}}'
+    for plain in (deep, lone):
+        body = json.dumps({"encrypt": encrypt(plain, ENCRYPT_KEY)}).encode()
+        headers, _ = webhook_request({}, encrypt_key=ENCRYPT_KEY)
+        ts, nonce = headers["x-lark-request-timestamp"], headers["x-lark-request-nonce"]
+        headers["x-lark-signature"] = signature(ts, nonce, ENCRYPT_KEY, body)
+        async with session.post(base + EVENT_PATH, data=body, headers=headers) as resp:
+            assert resp.status == 400
+            assert "decrypted body" in (await resp.json())["msg"]
+    # Still answering what is good.
+    pending = message_event(chat_id=P2P, sender=ALICE, text="/pending", token=TOKEN)
+    assert (await post(http, pending))[0] == 200
+    await wait_until(lambda: any("没有待确认" in t for t in sent_texts(fake)), what="/pending")

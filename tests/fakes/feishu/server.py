@@ -256,7 +256,8 @@ class FakeFeishu(ThreadedServer[RecordedRequest]):
     async def _token(self, request: web.Request) -> web.Response:
         body = request[BODY] or {}
         if body.get("app_id") != self.app_id or body.get("app_secret") != self.app_secret:
-            return web.json_response({"code": 10014, "msg": "app secret invalid"}, status=400)
+            # Feishu answers HTTP 200 here, and says no in the code (10014, or 10003).
+            return web.json_response({"code": 10014, "msg": "app secret invalid"})
         token = f"t-{next(self._ids)}-{uuid.uuid4().hex[:6]}"
         with self._lock:
             self._state.valid_tokens.add(token)

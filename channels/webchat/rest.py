@@ -1,0 +1,94 @@
+"""The web chat's REST API for scripts: post a message, read the history (long poll)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import structlog
+from aiohttp import web
+
+from channels.webchat.limits import SlowDown
+from gateway import texts
+from gateway.http.jsonapi import ApiError, check_name, read_json_object, required_string
+
+if TYPE_CHECKING:
+    from channels.webchat.channel import WebChatChannel
+
+log = structlog.get_logger(__name__)
+
+
+class ChatRest:
+    """``POST`` / ``GET /api/chat/{session}/messages``."""
+
+    def __init__(self, channel: WebChatChannel) -> None:
+        self.channel = channel
+
+    async def post_message(self, request: web.Request) -> web.Response:
+        channel = self.channel
+        room = channel.room_from(request)
+        data = await read_json_object(request)
+        user = check_name(data.get("user"), "user")
+        # The body is already bounded by the server's client_max_size; the limit is checked
+        # on the trimmed text, so the status is 413 however the text is padded.
+        raw = required_string(data, "text", max_length=1 << 20)
+        text = channel.check_text(raw)
+        try:
+            message_id = await channel.accept(room, user, text)
+        except SlowDown as exc:
+            return slow_down_response(exc, limit=channel.rate_limit.per_minute, user=user)
+        return web.json_response({"message_id": message_id}, status=202)
+
+    async def get_messages(self, request: web.Request) -> web.Response:
+        channel = self.channel
+        room = channel.room_from(request)
+        after = int_param(request, "after", default=0)
+        wait = min(
+            _float_param(request, "wait", default=0.0), channel.settings.max_long_poll_seconds
+        )
+        user_param = request.query.get("user")
+        user = check_name(user_param, "user") if user_param is not None else None
+        entries = await room.wait_after(after, wait)
+        messages = []
+        for e in entries:
+            item = channel.message_frame(e, user)
+            del item["type"]
+            messages.append(item)
+        return web.json_response({"messages": messages, "last_seq": room.last_seq})
+
+
+def slow_down_response(exc: SlowDown, *, limit: int, user: str) -> web.Response:
+    """429 with Retry-After, and the same polite words the page shows."""
+    log.info("webchat.rate_limited", user=user, retry_after=exc.retry_after)
+    return web.json_response(
+        {"error": texts.WEBCHAT_SLOW_DOWN.format(limit=limit, seconds=exc.retry_after)},
+        status=429,
+        headers={"Retry-After": str(exc.retry_after)},
+    )
+
+
+def int_param(request: web.Request, name: str, *, default: int) -> int:
+    """A whole number 0 or more from the query string, or ApiError 400 naming it."""
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise ApiError(400, f"{name} must be a whole number", field=name) from exc
+    if value < 0:
+        raise ApiError(400, f"{name} must not be negative", field=name)
+    return value
+
+
+def _float_param(request: web.Request, name: str, *, default: float) -> float:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ApiError(400, f"{name} must be a number of seconds", field=name) from exc
+    if not math.isfinite(value) or value < 0:
+        raise ApiError(400, f"{name} must be a number of seconds, 0 or more", field=name)
+    return value
