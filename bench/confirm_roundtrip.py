@@ -44,10 +44,11 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout: make `gateway`
 from config.keywords import KeywordStore  # noqa: E402
 from config.settings import ConfirmationSettings  # noqa: E402
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage  # noqa: E402
+from gateway.confirm.memory_store import MemoryConfirmationStore  # noqa: E402
 from gateway.confirm.model import Confirmation, Risk, Status, ToolCall  # noqa: E402
 from gateway.confirm.service import ConfirmationService  # noqa: E402
 from gateway.confirm.sqlite_store import SqliteConfirmationStore  # noqa: E402
-from gateway.confirm.store import ConfirmationStore, MemoryConfirmationStore  # noqa: E402
+from gateway.confirm.store import ConfirmationStore  # noqa: E402
 
 KEYWORDS_FILE = ROOT / "config" / "keywords.toml"
 # Long enough that nothing expires during a run; the timer is still armed per request.

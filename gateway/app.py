@@ -34,10 +34,11 @@ from gateway import extras, texts
 from gateway.agent.commands import CommandAgent
 from gateway.agent.loop import Agent, AgentLoop
 from gateway.bus import MessageBus, OutboundMessage
+from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.model import Confirmation
 from gateway.confirm.replicas import OrphanHandler
 from gateway.confirm.service import ConfirmationService
-from gateway.confirm.store import ConfirmationStore, MemoryConfirmationStore
+from gateway.confirm.store import ConfirmationStore
 from gateway.http.admin import AdminApi
 from gateway.http.jsonapi import one_line
 from gateway.http.server import HttpServer, admin_token_problem
