@@ -121,13 +121,6 @@ class Instance:
     def alive(self, now: float, lease: float) -> bool:
         return now - self.seen_at < lease
 
-    def skipped(self, at: float) -> Confirmation:
-        """This record with its execution ``skipped``: what a store writes with any end but
-        ``approved``."""
-        return replace(
-            self, execution=replace(self.execution, state=ExecState.SKIPPED, finished_at=at)
-        )
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,

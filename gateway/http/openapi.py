@@ -45,6 +45,18 @@ class ToolCallView(Answer):
     call_id: str
 
 
+class ExecutionView(Answer):
+    """What became of the call after the decision (the execution ledger)."""
+
+    state: Literal["waiting", "claimed", "running", "succeeded", "failed", "interrupted", "skipped"]
+    claimed_by: str | None
+    lease_until: float | None
+    attempts: int
+    started_at: float | None
+    finished_at: float | None
+    result: str | None
+
+
 class Confirmation(Answer):
     """A held tool call and what became of it."""
 
@@ -71,6 +83,10 @@ class Confirmation(Answer):
     reason: str | None
     feedback: bool
     prompt_refs: dict[str, str]
+    execution: ExecutionView
+    owner: str | None
+    idempotent: bool
+    continuation: dict[str, Any] | None
 
 
 class ConfirmationList(Answer):
