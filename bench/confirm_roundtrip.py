@@ -331,7 +331,7 @@ def _area(frames: list[tuple[str, int]], baseline_lines: range) -> str:
             # Not logging's own state (the total is the same with logging off): blocks
             # first allocated inside a log call and reused for something that stays.
             return "other: blocks first allocated during a log call"
-        if name.endswith("/gateway/confirm/store.py"):
+        if name.endswith(("/gateway/confirm/store.py", "/gateway/confirm/memory_store.py")):
             return "service: store entries"
         if "/gateway/" in name:
             if "/asyncio/" in top:
