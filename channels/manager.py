@@ -11,7 +11,7 @@ import structlog
 from channels.base import Channel, ChannelSendError
 from config.settings import ConfigError
 from gateway.bus import MessageBus, OutboundMessage
-from gateway.runtime import BackgroundTasks, KeyedSerial, retrying
+from gateway.runtime import BackgroundTasks, KeyedSerial, after_failure_retrying
 
 log = structlog.get_logger(__name__)
 
@@ -100,16 +100,20 @@ class ChannelManager:
             self._failed(msg.channel, msg, LookupError(f"no channel {msg.channel}"))
             return
         attempts = 0
+
+        async def send() -> None:
+            nonlocal attempts
+            attempts += 1
+            await channel.send(msg)
+
         try:
-            async for attempt in retrying(
+            await after_failure_retrying(
+                send,
                 attempts=self._max_attempts,
                 initial=self._backoff_initial,
                 maximum=self._backoff_max,
                 retry_on=_retryable,
-            ):
-                with attempt:
-                    attempts += 1
-                    await channel.send(msg)
+            )
         except Exception as exc:  # a failed send is reported, never the dispatcher's end
             log.error(
                 "outbound.send_failed",

@@ -123,6 +123,8 @@ class Gateway:
             "gateway.started",
             channels=list(self.channels.channels),
             agent=type(self.agent).__name__,
+            data_dir=str(self.settings.data_dir),
+            keywords_file=str(self.keywords.path),
         )
 
     def request_stop(self) -> None:
@@ -199,7 +201,7 @@ async def build(
 
         bus = MessageBus()
         metrics = Metrics()
-        keywords = KeywordStore(settings.keywords.file)
+        keywords = KeywordStore.open(settings.keywords_file)
         confirmations = ConfirmationService(
             store=store, bus=bus, settings=settings.confirmation, keywords=keywords, clock=clock
         )

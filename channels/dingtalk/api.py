@@ -16,7 +16,7 @@ import aiohttp
 import structlog
 
 from channels.platform import CachedToken
-from gateway.runtime import retrying
+from gateway.runtime import after_failure_retrying
 
 log = structlog.get_logger(__name__)
 
@@ -157,24 +157,25 @@ class DingTalkApi:
     ) -> dict[str, Any]:
         """One API call (a path on the endpoint, or a full URL), retried on 429 / 5xx."""
         tries = 0
+
+        async def once() -> dict[str, Any]:
+            nonlocal tries
+            tries += 1
+            if tries > 1:
+                log.info("dingtalk.api_retry", method=method, path=_path(url), attempt=tries)
+            return await self._once(method, url, body, auth=auth)
+
         try:
-            async for attempt in retrying(
+            return await after_failure_retrying(
+                once,
                 attempts=self._attempts,
                 initial=self._retry_base,
                 maximum=self._retry_max,
                 retry_on=_is_retryable,
-            ):
-                with attempt:
-                    tries += 1
-                    if tries > 1:
-                        log.info(
-                            "dingtalk.api_retry", method=method, path=_path(url), attempt=tries
-                        )
-                    return await self._once(method, url, body, auth=auth)
+            )
         except DingTalkApiError as exc:
             exc.attempts = tries
             raise
-        raise AssertionError("unreachable: the retry policy re-raises the last error")
 
     # -------------------------------------------------------------------- sends
 

@@ -12,7 +12,7 @@ import structlog
 
 from channels.feishu.api import ApiResult, FeishuApi, TokenError
 from channels.platform import DeadLetters
-from gateway.runtime import retrying
+from gateway.runtime import after_failure_retrying
 
 log = structlog.get_logger(__name__)
 
@@ -81,31 +81,35 @@ class Outbox:
         self, chat_id: str, call: Callable[[], Awaitable[ApiResult]]
     ) -> tuple[ApiResult, int]:
         attempts = 0
-        result = ApiResult(0, -1, "not sent")
+
+        async def once() -> ApiResult:
+            nonlocal attempts
+            attempts += 1
+            await self.pacer.wait(chat_id)
+            try:
+                result = await call()
+            except TokenError as exc:
+                result = exc.result
+            if not result.ok and result.retryable:
+                log.warning(
+                    "feishu.send_retry",
+                    chat_id=chat_id,
+                    status=result.status,
+                    code=result.code,
+                    error=result.msg,
+                    attempt=attempts,
+                )
+                raise _Retry(result)
+            return result
+
         try:
-            async for attempt in retrying(
+            result = await after_failure_retrying(
+                once,
                 attempts=self._max_attempts,
                 initial=self._backoff_initial,
                 maximum=self._backoff_max,
                 retry_on=lambda exc: isinstance(exc, _Retry),
-            ):
-                with attempt:
-                    attempts += 1
-                    await self.pacer.wait(chat_id)
-                    try:
-                        result = await call()
-                    except TokenError as exc:
-                        result = exc.result
-                    if not result.ok and result.retryable:
-                        log.warning(
-                            "feishu.send_retry",
-                            chat_id=chat_id,
-                            status=result.status,
-                            code=result.code,
-                            error=result.msg,
-                            attempt=attempts,
-                        )
-                        raise _Retry(result)
+            )
         except _Retry as exc:
             result = exc.result
         return result, attempts

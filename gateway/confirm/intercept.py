@@ -68,7 +68,8 @@ class ReplyIntercept:
 
         A bare "ok" with nothing pending is ordinary conversation and goes to the agent.
         """
-        if len(msg.text) > _LATE_REPLY_MAX:
+        # Without a digit the text names no id (every id has one): no parse, the common case.
+        if len(msg.text) > _LATE_REPLY_MAX or not any(ch.isdigit() for ch in msg.text):
             return False
         parsed = self._service.parser.parse(msg.text)
         if parsed.intent not in (ReplyIntent.CONFIRM, ReplyIntent.CANCEL):

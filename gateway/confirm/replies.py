@@ -1,10 +1,12 @@
 """Text -> reply intent, by whole configured words only (never substrings).
 
 A reply decides only when it consists of decision words of one kind, optionally fillers
-("请", "please") and one confirmation id. Anything else that contains decision words is
+("吧", "thanks") and one confirmation id. Anything else that contains decision words is
 ``unclear`` (ask again); text without decision words is ``none`` (ordinary chat).
 Negations, questions, mixed words and conditions therefore never confirm: "不确认" is
 [不, 确认] (mixed), "确认吗" has a question particle, "确认，但只删前10条" has extra words.
+A request form before a confirm word ("请确认", "please confirm") asks someone to confirm,
+so it is ``unclear``; before a cancel word ("请取消") it stays a cancel (fails safe).
 """
 
 from __future__ import annotations
@@ -35,8 +37,12 @@ class ParsedReply:
 
 
 # Words that add nothing to a decision: "确认吧", "yes please".
-FILLERS_CJK = frozenset({"请", "吧", "了", "啊", "呀", "哦", "噢", "嗯", "哈", "呗", "的", "哟"})
-FILLERS_ASCII = frozenset({"please", "pls", "plz", "thanks", "thx", "thank", "you"})
+FILLERS_CJK = frozenset({"吧", "了", "啊", "呀", "哦", "噢", "嗯", "哈", "呗", "的", "哟"})
+FILLERS_ASCII = frozenset({"thanks", "thx", "thank", "you"})
+# Request forms: "请确认" / "please confirm" asks someone (often another member) to confirm;
+# it is not the confirm itself. After the word ("yes please") they are mere politeness.
+REQUESTS_CJK = frozenset({"请", "請", "麻烦", "麻煩", "劳驾", "烦请", "恳请", "敬请", "务必"})
+REQUESTS_ASCII = frozenset({"please", "pls", "plz", "kindly"})
 QUESTION_PARTICLES = frozenset({"吗", "么", "嘛", "呢", "吧?"})
 TRAILING = ".。!！~～…·、,，;；"
 QUESTION_MARKS = "?？"
@@ -63,7 +69,7 @@ def _looks_like_id(token: str) -> bool:
 @dataclass(slots=True)
 class _Token:
     text: str
-    kind: str  # "confirm" | "cancel" | "id" | "filler" | "question" | "unknown"
+    kind: str  # "confirm" | "cancel" | "id" | "filler" | "request" | "question" | "unknown"
     start: int
     end: int
 
@@ -79,7 +85,7 @@ class ReplyParser:
         self._confirm = frozenset(words.confirm)
         self._cancel = frozenset(words.cancel)
         cjk = {w for w in (*words.confirm, *words.cancel) if w and _is_cjk(w[0])}
-        self._cjk_vocab = cjk | FILLERS_CJK | QUESTION_PARTICLES
+        self._cjk_vocab = cjk | FILLERS_CJK | REQUESTS_CJK | QUESTION_PARTICLES
         self._cjk_max = max((len(w) for w in self._cjk_vocab), default=1)
         # Multi-word ASCII phrases ("go ahead") are matched over token runs.
         self._ascii_max_words = max(
@@ -93,6 +99,8 @@ class ReplyParser:
             return "cancel"
         if word in FILLERS_CJK or word in FILLERS_ASCII:
             return "filler"
+        if word in REQUESTS_CJK or word in REQUESTS_ASCII:
+            return "request"
         if word in QUESTION_PARTICLES:
             return "question"
         return "unknown"
@@ -227,12 +235,16 @@ class ReplyParser:
                 matched,
                 why=f"other words besides the decision: {' '.join(t.text for t in unknown)}",
             )
+        if confirms and any(t.kind == "request" and t.start < confirms[-1].start for t in tokens):
+            return ParsedReply(
+                ReplyIntent.UNCLEAR, conf_id, matched, why="a request to confirm, not a confirm"
+            )
         intent = ReplyIntent.CONFIRM if confirms else ReplyIntent.CANCEL
         return ParsedReply(intent, conf_id, matched, why="clean decision")
 
     def _cancel_reason(self, tokens: list[_Token], text: str) -> str | None:
         """'取消，太危险了' -> '太危险了'; only when the reply starts with a cancel word."""
-        meaningful = [t for t in tokens if t.kind not in ("filler", "id")]
+        meaningful = [t for t in tokens if t.kind not in ("filler", "request", "id")]
         if not meaningful or meaningful[0].kind != "cancel":
             return None
         first = meaningful[0]

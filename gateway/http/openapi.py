@@ -22,6 +22,7 @@ from gateway.http.jsonapi import (
     ChatMessageBody,
     ConfirmationQuery,
     DecisionBody,
+    KeywordBody,
     KeywordsBody,
 )
 from gateway.http.server import needs_admin
@@ -244,6 +245,20 @@ ROUTES = (
             422: Reply("invalid word lists (empty, or a word in both)", Error),
         },
         body=KeywordsBody,
+    ),
+    Route(
+        "post",
+        "/api/keywords/{list}",
+        "add one word to the confirm or cancel list, keeping the file's comments and order",
+        {
+            200: Reply("the words now in force", Keywords),
+            400: BAD,
+            404: Reply("no such list (use confirm or cancel)", Error),
+            409: Reply("the word is already in that list; nothing changed", Error),
+            422: Reply("the word is in the other list", Error),
+        },
+        body=KeywordBody,
+        path_params={"list": {"type": "string", "enum": ["confirm", "cancel"]}},
     ),
     *(
         Route(

@@ -11,7 +11,9 @@ from hypothesis import strategies as st
 
 from gateway import texts
 from gateway.bus import OutboundKind, PublishResult
+from gateway.confirm import service as service_module
 from gateway.confirm.model import Decision, Status
+from gateway.confirm.replies import ParsedReply, ReplyParser
 from gateway.confirm.service import DecideOutcome
 from tests.core.harness import Harness
 
@@ -336,3 +338,28 @@ def test_no_message_disappears(text: str, sender: str) -> None:
         await asyncio.gather(task, return_exceptions=True)
 
     asyncio.run(scenario())
+
+
+async def test_parser_runs_only_when_something_is_pending_or_an_id_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 14: ordinary chat with nothing pending is not parsed as a reply."""
+    calls: list[str] = []
+
+    class CountingParser(ReplyParser):
+        def parse(self, text: str) -> ParsedReply:
+            calls.append(text)
+            return super().parse(text)
+
+    monkeypatch.setattr(service_module, "ReplyParser", CountingParser)
+    h = Harness()
+    for text in ("hello", "确认", "ok", "帮我查一下订单"):
+        assert await h.reply(text) is PublishResult.QUEUED
+    assert calls == []
+    # A late reply naming an id is still read (and answered) with nothing pending.
+    assert await h.reply("确认 K7Q2") is PublishResult.INTERCEPTED
+    assert calls == ["确认 K7Q2"]
+    task, _ = await h.ask()
+    assert await h.reply("确认") is PublishResult.INTERCEPTED
+    assert calls[-1] == "确认"
+    assert (await task).status is Status.APPROVED

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 import structlog
 
-from gateway.runtime import BackgroundTasks, KeyedSerial, retrying
+from gateway.runtime import BackgroundTasks, KeyedSerial, after_failure_retrying, retrying
 
 
 async def test_a_crashed_task_is_logged_with_its_name() -> None:
@@ -105,3 +105,45 @@ async def test_retrying_retries_what_it_is_told_and_reraises_the_last_error() ->
     with pytest.raises(KeyError):
         await not_retried()
     assert tries == 1
+
+
+async def test_after_failure_retrying_counts_the_first_failure_as_attempt_one() -> None:
+    calls: list[int] = []
+    slept: list[int] = []
+
+    async def flaky() -> str:
+        calls.append(len(calls) + 1)
+        if len(calls) < 3:
+            raise OSError("down")
+        return "sent"
+
+    def before_sleep(state: object) -> None:
+        slept.append(state.attempt_number)  # type: ignore[attr-defined]
+
+    result = await after_failure_retrying(
+        flaky,
+        attempts=3,
+        initial=0.001,
+        maximum=0.001,
+        retry_on=lambda e: isinstance(e, OSError),
+        before_sleep=before_sleep,
+    )
+    assert result == "sent" and calls == [1, 2, 3] and slept == [1, 2]
+
+    calls.clear()
+    with pytest.raises(OSError, match="down"):
+        await after_failure_retrying(
+            flaky, attempts=2, initial=0.001, maximum=0.001, retry_on=lambda e: True
+        )
+    assert calls == [1, 2]  # the policy's stop counts the first try
+
+    async def refused() -> None:
+        calls.append(0)
+        raise ValueError("not retryable")
+
+    calls.clear()
+    with pytest.raises(ValueError, match="not retryable"):
+        await after_failure_retrying(
+            refused, attempts=4, initial=0.001, maximum=0.001, retry_on=lambda e: False
+        )
+    assert calls == [0]
