@@ -92,10 +92,20 @@ class ConfirmationSettings(_Section):
 
 
 class KeywordsSettings(_Section):
-    """The confirm/cancel words file admins edit; reloaded on change."""
+    """The confirm/cancel words file admins edit; reloaded on change.
 
-    file: Path = DEFAULT_KEYWORDS_FILE
+    None means ``<data_dir>/keywords.toml``. The first start copies the shipped words
+    (``DEFAULT_KEYWORDS_FILE``) there: edits never go into the installed package, which an
+    upgrade replaces and a hardened service cannot write.
+    """
+
+    file: Path | None = None
     watch: bool = True
+
+    @field_validator("file")
+    @classmethod
+    def _absolute(cls, value: Path | None) -> Path | None:
+        return value.expanduser().absolute() if value is not None else None
 
 
 class SqlToolSettings(_Section):
@@ -381,7 +391,14 @@ class Settings(BaseSettings):
     @field_validator("data_dir")
     @classmethod
     def _expand(cls, value: Path) -> Path:
-        return value.expanduser()
+        # Absolute at load: a later chdir (or a test) cannot move the data, and the
+        # start-up log names the real place.
+        return value.expanduser().absolute()
+
+    @property
+    def keywords_file(self) -> Path:
+        """The keyword file in force: ``keywords.file``, else ``<data_dir>/keywords.toml``."""
+        return self.keywords.file or self.data_dir / "keywords.toml"
 
     @classmethod
     def settings_customise_sources(

@@ -34,10 +34,11 @@ from gateway import extras, texts
 from gateway.agent.commands import CommandAgent
 from gateway.agent.loop import Agent, AgentLoop
 from gateway.bus import MessageBus, OutboundMessage
+from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.model import Confirmation
 from gateway.confirm.replicas import OrphanHandler
 from gateway.confirm.service import ConfirmationService
-from gateway.confirm.store import ConfirmationStore, MemoryConfirmationStore
+from gateway.confirm.store import ConfirmationStore
 from gateway.http.admin import AdminApi
 from gateway.http.jsonapi import one_line
 from gateway.http.page import AdminPage
@@ -123,6 +124,8 @@ class Gateway:
             "gateway.started",
             channels=list(self.channels.channels),
             agent=type(self.agent).__name__,
+            data_dir=str(self.settings.data_dir),
+            keywords_file=str(self.keywords.path),
         )
 
     def request_stop(self) -> None:
@@ -199,7 +202,7 @@ async def build(
 
         bus = MessageBus()
         metrics = Metrics()
-        keywords = KeywordStore(settings.keywords.file)
+        keywords = KeywordStore.open(settings.keywords_file)
         confirmations = ConfirmationService(
             store=store, bus=bus, settings=settings.confirmation, keywords=keywords, clock=clock
         )

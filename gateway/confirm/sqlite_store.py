@@ -21,7 +21,7 @@ from typing import Any
 import aiosqlite
 import structlog
 
-from gateway.confirm.model import Confirmation, Status
+from gateway.confirm.model import AuditEvent, Confirmation, ExecState, Instance, Status
 from gateway.confirm.store import ConfirmationExistsError, ConfirmationStore, FinishedIds
 
 log = structlog.get_logger(__name__)
@@ -238,7 +238,7 @@ class SqliteConfirmationStore(ConfirmationStore):
             (session_key,),
         )
 
-    async def list(
+    async def _list_first(
         self,
         *,
         status: Status | None = None,
@@ -379,6 +379,74 @@ class SqliteConfirmationStore(ConfirmationStore):
             )
             rows = await cursor.fetchall()
         return [_row_to_confirmation(r) for r in rows]
+
+    # ------------------------------------------------------------ the execution ledger
+    # Not yet on this backend: the ledger lands here next (issue 12). The service does not
+    # call these yet; the ledger contract suite lists only the backends that have them.
+
+    async def claim(
+        self, confirmation_id: str, *, instance: str, now: float, lease: float
+    ) -> Confirmation | None:
+        raise NotImplementedError
+
+    async def start_execution(
+        self, confirmation_id: str, *, instance: str, now: float
+    ) -> Confirmation | None:
+        raise NotImplementedError
+
+    async def finish_execution(
+        self,
+        confirmation_id: str,
+        *,
+        instance: str,
+        state: ExecState,
+        result: str | None,
+        now: float,
+    ) -> Confirmation | None:
+        raise NotImplementedError
+
+    async def adopt(
+        self, confirmation_id: str, *, from_owner: str | None, to_owner: str
+    ) -> Confirmation | None:
+        raise NotImplementedError
+
+    async def list_unsettled(self, *, instance: str) -> builtins.list[Confirmation]:
+        raise NotImplementedError
+
+    async def list_approved_waiting(self) -> builtins.list[Confirmation]:
+        raise NotImplementedError
+
+    async def heartbeat(self, instance: Instance, *, lease: float) -> None:
+        raise NotImplementedError
+
+    async def list_instances(self) -> builtins.list[Instance]:
+        raise NotImplementedError
+
+    async def forget_instance(self, instance_id: str) -> None:
+        raise NotImplementedError
+
+    async def add_event(self, event: AuditEvent) -> None:
+        raise NotImplementedError
+
+    async def events(self, confirmation_id: str) -> builtins.list[AuditEvent]:
+        raise NotImplementedError
+
+    async def purge(self, *, before: float) -> int:
+        raise NotImplementedError
+
+    async def page(
+        self,
+        *,
+        status: Status | None = None,
+        session_key: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> tuple[builtins.list[Confirmation], str | None]:
+        items = await self._list_first(status=status, session_key=session_key, limit=limit)
+        return items, None
+
+    async def count(self, status: Status) -> int:
+        raise NotImplementedError
 
 
 class _Transaction:

@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from config.keywords import KeywordsError, KeywordSet, KeywordStore
+from config.keywords import KeywordsError, KeywordSet, KeywordStore, ListName, WordExists
 from config.settings import AdminSettings
 from gateway.confirm.model import Confirmation, Decision
 from gateway.confirm.service import ConfirmationEvent, ConfirmationService, DecideOutcome
@@ -25,6 +25,7 @@ from gateway.http.jsonapi import (
     ApiError,
     ConfirmationQuery,
     DecisionBody,
+    KeywordBody,
     KeywordsBody,
     read_body,
     read_query,
@@ -94,6 +95,7 @@ class AdminApi:
         app.router.add_get("/api/events", self.events)
         app.router.add_get("/api/keywords", self.get_keywords)
         app.router.add_put("/api/keywords", self.put_keywords)
+        app.router.add_post("/api/keywords/{list}", self.add_keyword)
         app.on_shutdown.append(self._close_streams)
 
     # ------------------------------------------------------------------ health
@@ -232,14 +234,31 @@ class AdminApi:
             words = KeywordSet.build(body.confirm, body.cancel)
         except KeywordsError as exc:
             raise ApiError(422, str(exc)) from exc
+        return self._saved(lambda: self.keywords.replace(words), "admin.keywords_replaced")
+
+    async def add_keyword(self, request: web.Request) -> web.Response:
+        which = request.match_info["list"]
+        if which not in ("confirm", "cancel"):
+            raise ApiError(404, f"no word list {which!r}: use /api/keywords/confirm or /cancel")
+        body = await read_body(request, KeywordBody)
+        list_name: ListName = "confirm" if which == "confirm" else "cancel"
+        return self._saved(lambda: self.keywords.add(list_name, body.word), "admin.keyword_added")
+
+    def _saved(self, edit: Callable[[], object], event: str) -> web.Response:
+        """Run an edit of the keyword file and answer with the words now in force."""
+        path = self.keywords.path
         try:
-            self.keywords.replace(words)
+            edit()
+        except WordExists as exc:
+            raise ApiError(409, str(exc)) from exc
+        except KeywordsError as exc:
+            raise ApiError(422, str(exc)) from exc
         except OSError as exc:
-            path = self.keywords.path
             log.error("admin.keywords_write_failed", path=str(path), error=str(exc))
             return web.json_response({"error": f"cannot write {path}: {exc.strerror}"}, status=500)
-        log.info("admin.keywords_replaced", confirm=len(words.confirm), cancel=len(words.cancel))
-        return web.json_response({**words.to_dict(), "file": str(self.keywords.path)})
+        words = self.keywords.words
+        log.info(event, confirm=len(words.confirm), cancel=len(words.cancel))
+        return web.json_response({**words.to_dict(), "file": str(path)})
 
 
 # Tool and person are filtered here, not in the store: read this many, keep the matches.

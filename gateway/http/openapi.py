@@ -22,6 +22,7 @@ from gateway.http.jsonapi import (
     ChatMessageBody,
     ConfirmationQuery,
     DecisionBody,
+    KeywordBody,
     KeywordsBody,
     PolicyTestBody,
     ReplyTestBody,
@@ -45,6 +46,18 @@ class ToolCallView(Answer):
     name: str
     args: dict[str, Any]
     call_id: str
+
+
+class ExecutionView(Answer):
+    """What became of the call after the decision (the execution ledger)."""
+
+    state: Literal["waiting", "claimed", "running", "succeeded", "failed", "interrupted", "skipped"]
+    claimed_by: str | None
+    lease_until: float | None
+    attempts: int
+    started_at: float | None
+    finished_at: float | None
+    result: str | None
 
 
 class Confirmation(Answer):
@@ -73,6 +86,10 @@ class Confirmation(Answer):
     reason: str | None
     feedback: bool
     prompt_refs: dict[str, str]
+    execution: ExecutionView
+    owner: str | None
+    idempotent: bool
+    continuation: dict[str, Any] | None
 
 
 class ConfirmationList(Answer):
@@ -250,6 +267,20 @@ ROUTES = (
             422: Reply("invalid word lists (empty, or a word in both)", Error),
         },
         body=KeywordsBody,
+    ),
+    Route(
+        "post",
+        "/api/keywords/{list}",
+        "add one word to the confirm or cancel list, keeping the file's comments and order",
+        {
+            200: Reply("the words now in force", Keywords),
+            400: BAD,
+            404: Reply("no such list (use confirm or cancel)", Error),
+            409: Reply("the word is already in that list; nothing changed", Error),
+            422: Reply("the word is in the other list", Error),
+        },
+        body=KeywordBody,
+        path_params={"list": {"type": "string", "enum": ["confirm", "cancel"]}},
     ),
     Route(
         "post",

@@ -86,10 +86,16 @@ async function decide(button, decision) {
 }
 
 async function changeWord(list, word, add) {
+  if (add) {
+    // One word added in place: the file keeps its comments and order.
+    const added = await send("POST", `/api/keywords/${encodeURIComponent(list)}`, { word });
+    if (!added.ok) notice(added.data.error || "cannot add the word", true);
+    return refresh("keywords", "#keywords-lists");
+  }
   const got = await send("GET", "/api/keywords");
   if (!got.ok) return notice(got.data.error || "cannot read keywords", true);
   const words = { confirm: got.data.confirm, cancel: got.data.cancel };
-  words[list] = add ? [...words[list], word] : words[list].filter((w) => w !== word);
+  words[list] = words[list].filter((w) => w !== word);
   const put = await send("PUT", "/api/keywords", words);
   if (!put.ok) notice(put.data.error || "cannot save keywords", true);
   await refresh("keywords", "#keywords-lists");
