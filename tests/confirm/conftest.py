@@ -33,8 +33,11 @@ BACKENDS = [
     pytest.param("redis", marks=pytest.mark.services),
 ]
 # Backends with the execution ledger (claims, instances, audit, paging). Issue 12 adds
-# SQLite and Redis here as their ledger lands.
-LEDGER_BACKENDS = ["memory"]
+# SQLite here as its ledger lands.
+LEDGER_BACKENDS = [
+    "memory",
+    pytest.param("redis", marks=pytest.mark.services),
+]
 DURABLE_BACKENDS = [
     "sqlite",
     pytest.param("redis", marks=pytest.mark.services),
