@@ -34,7 +34,7 @@ BACKENDS = [
 ]
 # Backends with the execution ledger (claims, instances, audit, paging). Issue 12 adds
 # SQLite and Redis here as their ledger lands.
-LEDGER_BACKENDS = ["memory"]
+LEDGER_BACKENDS = ["memory", "sqlite"]
 DURABLE_BACKENDS = [
     "sqlite",
     pytest.param("redis", marks=pytest.mark.services),
