@@ -41,6 +41,7 @@ from gateway.confirm.service import ConfirmationService
 from gateway.confirm.store import ConfirmationStore
 from gateway.http.admin import AdminApi
 from gateway.http.jsonapi import one_line
+from gateway.http.page import AdminPage
 from gateway.http.server import HttpServer, admin_token_problem
 from gateway.metrics import Metrics
 from gateway.tools.base import PluginError, ToolRegistry
@@ -235,6 +236,15 @@ async def build(
                 settings=settings.admin,
                 ready=lambda: channels.ready,
                 channel_status=channels.status,
+            ).register(http.app)
+            AdminPage(
+                confirmations=confirmations,
+                keywords=keywords,
+                registry=registry,
+                policy=runner.policy,
+                admin_token=http.admin_token,
+                channel_status=channels.status,
+                clock=clock,
             ).register(http.app)
         context = ChannelContext(
             settings=settings,

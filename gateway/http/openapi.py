@@ -24,6 +24,8 @@ from gateway.http.jsonapi import (
     DecisionBody,
     KeywordBody,
     KeywordsBody,
+    PolicyTestBody,
+    ReplyTestBody,
 )
 from gateway.http.server import needs_admin
 
@@ -110,6 +112,26 @@ class Keywords(Answer):
     cancel: list[str]
     file: str
     last_error: str | None = None
+
+
+class ReplyReading(Answer):
+    intent: Literal["confirm", "cancel", "unclear", "none"]
+    confirmation_id: str | None
+    matched: list[str] = Field(description="the decision words found")
+    reason: str | None = Field(description="a cancel's reason ('取消，太危险了')")
+    why: str
+
+
+class PolicyAnswer(Answer):
+    tool: str
+    summary: str
+    level: str = Field(examples=["confirm"])
+    risk: str
+    rule: str = Field(description="what decided the level")
+    risk_rule: str | None
+    four_eyes: bool
+    matched: list[str] = Field(description="every rule that matched, most specific first")
+    refused: str | None = Field(description="the tool refused the call before the policy")
 
 
 class Health(Answer):
@@ -259,6 +281,25 @@ ROUTES = (
         },
         body=KeywordBody,
         path_params={"list": {"type": "string", "enum": ["confirm", "cancel"]}},
+    ),
+    Route(
+        "post",
+        "/api/replies/test",
+        "how a chat reply would be read with the keywords in force",
+        {200: Reply("the reading", ReplyReading), 400: BAD},
+        body=ReplyTestBody,
+    ),
+    Route(
+        "post",
+        "/api/policy/test",
+        "how the policy would decide a call (nothing runs); as `gateway policy test`",
+        {
+            200: Reply("the decision", PolicyAnswer),
+            400: BAD,
+            404: Reply("no such tool", Error),
+            422: Reply("arguments the tool refuses", Error),
+        },
+        body=PolicyTestBody,
     ),
     *(
         Route(

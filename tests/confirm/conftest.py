@@ -34,7 +34,11 @@ BACKENDS = [
 ]
 # Backends with the execution ledger (claims, instances, audit, paging). Issue 12 adds
 # SQLite and Redis here as their ledger lands.
-LEDGER_BACKENDS = ["memory", "sqlite"]
+LEDGER_BACKENDS = [
+    "memory",
+    "sqlite",
+    pytest.param("redis", marks=pytest.mark.services),
+]
 DURABLE_BACKENDS = [
     "sqlite",
     pytest.param("redis", marks=pytest.mark.services),
