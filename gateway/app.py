@@ -43,6 +43,7 @@ from gateway.http.admin import AdminApi
 from gateway.http.jsonapi import one_line
 from gateway.http.page import AdminPage
 from gateway.http.server import HttpServer, admin_token_problem
+from gateway.inbox import Inbox, open_inbox
 from gateway.metrics import Metrics
 from gateway.tools.base import PluginError, ToolRegistry
 from gateway.tools.policy import Policy
@@ -112,6 +113,7 @@ class Gateway:
             if self.settings.keywords.watch:
                 await self.keywords.start_watching()
             await self.confirmations.recover()
+            await self.bus.start()  # replays the inbox: before channels bring new messages
             await self.channels.start()
             await self.loop.start()
             if self.http is not None:
@@ -147,6 +149,7 @@ class Gateway:
         if self.http is not None:
             await self.http.stop()
         await self.keywords.stop_watching()
+        await self.bus.stop()
         await self.store.close()
         await self.sql_db.close()
         self._started = False
@@ -160,11 +163,12 @@ async def build(
     console_streams: tuple[TextIO, TextIO] | None = None,
     serve_http: bool = True,
     store: ConfirmationStore | None = None,
+    inbox: Inbox | None = None,
     clock: Callable[[], float] = time.time,
 ) -> Gateway:
     """Every part of one gateway, wired; raises ConfigError saying what to fix.
 
-    ``store`` replaces the configured one (tests); the Gateway closes it on stop.
+    ``store`` and ``inbox`` replace the configured ones (tests); the Gateway closes them.
     """
     problems = check_settings(settings, serve_http=serve_http)
     if problems:
@@ -186,6 +190,9 @@ async def build(
         if store is None:
             store = await open_store(settings)
         opened.push_async_callback(store.close)
+        if inbox is None:
+            inbox = await open_inbox(settings)
+        opened.push_async_callback(inbox.close)
         sql_db = SqlDatabase(
             settings.sql_url,
             max_rows=settings.tools.sql.max_rows,
@@ -200,7 +207,7 @@ async def build(
         except PluginError as exc:
             raise ConfigError(str(exc)) from exc
 
-        bus = MessageBus()
+        bus = MessageBus(inbox=inbox)
         metrics = Metrics()
         keywords = KeywordStore.open(settings.keywords_file)
         confirmations = ConfirmationService(
