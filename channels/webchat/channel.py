@@ -37,7 +37,7 @@ from gateway.http.identity import identity_of
 from gateway.http.jsonapi import DEFAULT_MAX_JSON_DEPTH, ApiError, check_name
 
 if TYPE_CHECKING:
-    from config.settings import WebChatSettings
+    from config.channel_settings import WebChatSettings
     from gateway.confirm.service import ConfirmationService
     from gateway.metrics import Metrics
 
