@@ -24,6 +24,7 @@ from config.settings import ConfirmationSettings
 from gateway import texts
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage
 from gateway.confirm.deadlines import Deadlines
+from gateway.confirm.grants import GrantBook, MemoryGrantStore
 from gateway.confirm.intercept import ReplyIntercept
 from gateway.confirm.model import (
     Confirmation,
@@ -65,9 +66,12 @@ class ConfirmationService:
         settings: ConfirmationSettings,
         keywords: KeywordStore | KeywordSet,
         clock: Callable[[], float] = time.time,
+        grants: GrantBook | None = None,
     ) -> None:
         self.store = store
         self.bus = bus
+        # Replies such as "确认 30分钟" give grants here (intercept.py); the runner reads them.
+        self.grants = grants or GrantBook(MemoryGrantStore(), clock=clock)
         self.settings = settings
         self.clock = clock
         if isinstance(keywords, KeywordStore):

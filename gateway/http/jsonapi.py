@@ -86,8 +86,23 @@ Word = Annotated[str, Field(max_length=64)]
 WordList = Annotated[list[Word], Field(max_length=MAX_WORDS)]
 
 
+class GrantBody(JsonBody):
+    """Don't ask again: this session's calls of the tool by the requester, or this exact call."""
+
+    scope: Literal["session", "call"]
+    minutes: int = Field(ge=1, le=30 * 24 * 60, description="session: at most 1440")
+
+
+class RevokeBody(JsonBody):
+    actor: str | None = Field(default=None, max_length=128)
+
+
 class DecisionBody(JsonBody):
     """Approve or reject a pending confirmation as the operator (via=admin)."""
+
+    grant: GrantBody | None = Field(
+        default=None, description="with approve: also skip asking for such calls for a while"
+    )
 
     decision: Literal["approve", "reject"]
     actor: str | None = Field(

@@ -13,6 +13,7 @@ from typing import Any, Literal
 import structlog
 
 from gateway import texts
+from gateway.confirm.grants import GrantBook, MemoryGrantStore, covered_call
 from gateway.confirm.model import Confirmation, Status, ToolCall
 from gateway.confirm.service import ConfirmationService
 from gateway.tools.base import ToolArgumentsError, ToolRegistry
@@ -89,10 +90,12 @@ class ToolRunner:
         registry: ToolRegistry,
         policy: Policy,
         confirmations: ConfirmationService,
+        grants: GrantBook | None = None,
     ) -> None:
         self.registry = registry
         self.policy = policy
         self.confirmations = confirmations
+        self.grants = grants or GrantBook(MemoryGrantStore())
 
     async def invoke(self, call: ToolCall, turn: TurnContext) -> ToolOutcome:
         tool = self.registry.get(call.name)
@@ -125,6 +128,12 @@ class ToolRunner:
             )
             return ToolOutcome("manual", preview.summary, decision=decision)
         if decision.level == "confirm":
+            grant = await self.grants.covering(
+                **covered_call(call, turn.session_key, turn.sender_id, decision)
+            )
+            if grant is not None:  # an approver said "don't ask again" for this (grants.py)
+                await turn.say(texts.grant_used(call.name, grant))
+                return await self._execute(call, args, turn, decision, None)
             final = await self.confirmations.request(
                 session_key=turn.session_key,
                 channel=turn.channel,
