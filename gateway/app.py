@@ -44,6 +44,7 @@ from gateway.http.admin import AdminApi
 from gateway.http.jsonapi import one_line
 from gateway.http.page import AdminPage
 from gateway.http.server import HttpServer, admin_token_problem
+from gateway.inbox import Inbox, open_inbox
 from gateway.metrics import Metrics
 from gateway.tools.base import PluginError, ToolRegistry
 from gateway.tools.policy import Policy
@@ -115,6 +116,7 @@ class Gateway:
             if self.settings.keywords.watch:
                 await self.keywords.start_watching()
             await self.confirmations.recover()
+            await self.bus.start()  # replays the inbox: before channels bring new messages
             await self.channels.start()
             await self.loop.start()
             if self.http is not None:
@@ -150,6 +152,7 @@ class Gateway:
         if self.http is not None:
             await self.http.stop()
         await self.keywords.stop_watching()
+        await self.bus.stop()
         await self.store.close()
         await self.sql_db.close()
         if self.data_lock is not None:
@@ -165,11 +168,12 @@ async def build(
     console_streams: tuple[TextIO, TextIO] | None = None,
     serve_http: bool = True,
     store: ConfirmationStore | None = None,
+    inbox: Inbox | None = None,
     clock: Callable[[], float] = time.time,
 ) -> Gateway:
     """Every part of one gateway, wired; raises ConfigError saying what to fix.
 
-    ``store`` replaces the configured one (tests); the Gateway closes it on stop.
+    ``store`` and ``inbox`` replace the configured ones (tests); the Gateway closes them.
     """
     problems = check_settings(settings, serve_http=serve_http)
     if problems:
@@ -195,6 +199,9 @@ async def build(
                 opened.callback(data_lock.release)
             store = await open_store(settings)
         opened.push_async_callback(store.close)
+        if inbox is None:
+            inbox = await open_inbox(settings)
+        opened.push_async_callback(inbox.close)
         sql_db = SqlDatabase(
             settings.sql_url,
             max_rows=settings.tools.sql.max_rows,
@@ -209,7 +216,7 @@ async def build(
         except PluginError as exc:
             raise ConfigError(str(exc)) from exc
 
-        bus = MessageBus()
+        bus = MessageBus(inbox=inbox)
         metrics = Metrics()
         keywords = KeywordStore.open(settings.keywords_file)
         confirmations = ConfirmationService(
