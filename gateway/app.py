@@ -20,16 +20,15 @@ import structlog
 from channels.base import Channel, ChannelContext
 from channels.console import ConsoleChannel
 from channels.manager import ChannelManager
-from config.keywords import KeywordStore
-from config.settings import (
-    ConfigError,
-    Settings,
+from config.checks import (
     channel_warnings,
     check_channel_settings,
     data_dir_problem,
     masked_url,
     sql_url_problem,
 )
+from config.keywords import KeywordStore
+from config.settings import ConfigError, Settings
 from gateway import extras, texts
 from gateway.agent.commands import CommandAgent
 from gateway.agent.loop import Agent, AgentLoop
