@@ -30,6 +30,7 @@ from gateway.http.jsonapi import (
 from gateway.http.openapi_models import (
     Accepted,
     ChatHistory,
+    ConfirmationEvents,
     ConfirmationList,
     DeadLetters,
     DecisionResult,
@@ -104,6 +105,16 @@ ROUTES = (
         "/api/confirmations/{id}",
         "one confirmation",
         {200: Reply("the record", OneConfirmation), 404: Reply("unknown id", Error)},
+        path_params=ID,
+    ),
+    Route(
+        "get",
+        "/api/confirmations/{id}/events",
+        "the audit trail of one confirmation: every transition with its time",
+        {
+            200: Reply("the events, oldest first", ConfirmationEvents),
+            404: Reply("unknown id", Error),
+        },
         path_params=ID,
     ),
     Route(

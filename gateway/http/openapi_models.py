@@ -73,47 +73,36 @@ class Confirmation(Answer):
 
 class ConfirmationList(Answer):
     confirmations: list[Confirmation]
+    next_cursor: str | None = Field(
+        description="pass as ?cursor= for the next page; null on the last page"
+    )
+
+
+class AuditEventView(Answer):
+    """One transition of a confirmation."""
+
+    confirmation_id: str
+    at: float = Field(description="Unix time, seconds")
+    kind: str = Field(
+        examples=["requested"],
+        description=(
+            "requested, prompt_sent, reply_read, decided, claimed, started, finished, "
+            "interrupted, prompt_reposted, adopted"
+        ),
+    )
+    actor: str | None
+    detail: dict[str, Any] = Field(
+        description="by kind: reply_read {intent, how}, decided {via}, finished {state, result}"
+    )
+
+
+class ConfirmationEvents(Answer):
+    confirmation_id: str
+    events: list[AuditEventView] = Field(description="oldest first")
 
 
 class OneConfirmation(Answer):
     confirmation: Confirmation
-
-
-class DecisionResult(Answer):
-    outcome: Literal["decided", "already_decided", "not_found", "forbidden", "expired"]
-    message: str
-    confirmation: Confirmation | None
-    error: str | None = None
-    grant: GrantView | None = Field(
-        default=None, description="with a grant asked for: the grant given, or null if refused"
-    )
-
-
-class Keywords(Answer):
-    confirm: list[str]
-    cancel: list[str]
-    file: str
-    last_error: str | None = None
-
-
-class ReplyReading(Answer):
-    intent: Literal["confirm", "cancel", "unclear", "none"]
-    confirmation_id: str | None
-    matched: list[str] = Field(description="the decision words found")
-    reason: str | None = Field(description="a cancel's reason ('取消，太危险了')")
-    why: str
-
-
-class PolicyAnswer(Answer):
-    tool: str
-    summary: str
-    level: str = Field(examples=["confirm"])
-    risk: str
-    rule: str = Field(description="what decided the level")
-    risk_rule: str | None
-    four_eyes: bool
-    matched: list[str] = Field(description="every rule that matched, most specific first")
-    refused: str | None = Field(description="the tool refused the call before the policy")
 
 
 class GrantView(Answer):
@@ -153,6 +142,43 @@ class GrantList(Answer):
 class OneGrant(Answer):
     grant: GrantView
     events: list[GrantEventView] | None = None
+
+
+class DecisionResult(Answer):
+    outcome: Literal["decided", "already_decided", "not_found", "forbidden", "expired"]
+    message: str
+    confirmation: Confirmation | None
+    error: str | None = None
+    grant: GrantView | None = Field(
+        default=None, description="with a grant asked for: the grant given, or null if refused"
+    )
+
+
+class Keywords(Answer):
+    confirm: list[str]
+    cancel: list[str]
+    file: str
+    last_error: str | None = None
+
+
+class ReplyReading(Answer):
+    intent: Literal["confirm", "cancel", "unclear", "none"]
+    confirmation_id: str | None
+    matched: list[str] = Field(description="the decision words found")
+    reason: str | None = Field(description="a cancel's reason ('取消，太危险了')")
+    why: str
+
+
+class PolicyAnswer(Answer):
+    tool: str
+    summary: str
+    level: str = Field(examples=["confirm"])
+    risk: str
+    rule: str = Field(description="what decided the level")
+    risk_rule: str | None
+    four_eyes: bool
+    matched: list[str] = Field(description="every rule that matched, most specific first")
+    refused: str | None = Field(description="the tool refused the call before the policy")
 
 
 class Health(Answer):
