@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import tomllib
 import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -11,7 +10,8 @@ from pathlib import Path
 from typing import Literal
 
 import structlog
-import tomli_w
+import tomlkit
+from tomlkit.exceptions import TOMLKitError
 
 log = structlog.get_logger(__name__)
 
@@ -20,6 +20,10 @@ ListName = Literal["confirm", "cancel"]
 
 class KeywordsError(ValueError):
     """The keywords file or an edit of it is invalid; the message says what to fix."""
+
+
+class WordExists(KeywordsError):
+    """The word is already in that list: nothing to add."""
 
 
 def normalize_word(text: str) -> str:
@@ -52,6 +56,8 @@ class KeywordSet:
         return cls(confirm=conf, cancel=canc)
 
     def with_word(self, which: ListName, word: str) -> KeywordSet:
+        if normalize_word(word) in getattr(self, which):
+            raise WordExists(f"{word!r} is already in the {which} list")
         conf, canc = list(self.confirm), list(self.cancel)
         (conf if which == "confirm" else canc).append(word)
         return KeywordSet.build(conf, canc)
@@ -88,32 +94,89 @@ def parse_keywords(data: object) -> KeywordSet:
     return KeywordSet.build(lists["confirm"], lists["cancel"])
 
 
+SHIPPED_KEYWORDS_FILE = Path(__file__).resolve().parent / "keywords.toml"
+
+
 def load_keywords(path: Path) -> KeywordSet:
+    return parse_keywords(_parse(_read(path), path).unwrap())
+
+
+def _read(path: Path) -> str:
     try:
-        raw = path.read_bytes()
+        return path.read_bytes().decode("utf-8")
     except OSError as exc:
         raise KeywordsError(f"cannot read {path}: {exc.strerror}") from exc
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+    except UnicodeDecodeError as exc:
         raise KeywordsError(f"{path} is not valid TOML: {exc}") from exc
-    return parse_keywords(data)
 
 
-HEADER = (
-    "# Words that decide a pending confirmation (see the shipped file for the rules).\n"
-    "# Matching is exact, never substring. The gateway reloads this file on change.\n\n"
-)
+def _parse(text: str, path: Path) -> tomlkit.TOMLDocument:
+    try:
+        return tomlkit.parse(text)
+    except TOMLKitError as exc:
+        raise KeywordsError(f"{path} is not valid TOML: {exc}") from exc
 
 
-def save_keywords(path: Path, words: KeywordSet) -> None:
-    """Write atomically (temp file + rename) so a watcher never reads half a file."""
-    body = HEADER + tomli_w.dumps(
-        {"confirm": {"words": list(words.confirm)}, "cancel": {"words": list(words.cancel)}}
-    )
+def ensure_keywords_file(path: Path) -> bool:
+    """Copy the shipped words to ``path`` when it does not exist yet; True when copied.
+
+    The copy keeps the shipped comments. The package's own file is only ever read.
+    """
+    if path.exists():
+        return False
+    _write_atomically(path, SHIPPED_KEYWORDS_FILE.read_text(encoding="utf-8"))
+    log.info("keywords.file_created", path=str(path), source=str(SHIPPED_KEYWORDS_FILE))
+    return True
+
+
+def save_keywords(path: Path, words: KeywordSet) -> KeywordSet:
+    """Write ``words`` into the file, keeping its comments, layout and word order.
+
+    Words already in a list keep their place (and their spelling); new ones are appended;
+    removed ones are taken out. Returns the words as the file now holds them.
+    """
+    try:
+        doc = _parse(_read(path), path)
+    except KeywordsError:  # a missing or broken file: start again from the shipped one
+        doc = tomlkit.parse(SHIPPED_KEYWORDS_FILE.read_text(encoding="utf-8"))
+    for name, wanted in (("confirm", words.confirm), ("cancel", words.cancel)):
+        table = doc.get(name)
+        if not isinstance(table, dict):
+            table = tomlkit.table()
+            doc[name] = table
+        array = table.get("words")
+        if not isinstance(array, list):
+            table["words"] = list(wanted)
+            continue
+        _sync(array, wanted)
+    saved = parse_keywords(doc.unwrap())
+    _write_atomically(path, tomlkit.dumps(doc))
+    return saved
+
+
+def _sync(array: list[object], wanted: tuple[str, ...]) -> None:
+    """Make ``array`` hold ``wanted`` (normalised words) in place, editing as little as can be."""
+    keep = set(wanted)
+    seen: set[str] = set()
+    for i in reversed(range(len(array))):
+        item = array[i]
+        word = normalize_word(item) if isinstance(item, str) else None
+        if word is None or word not in keep:
+            del array[i]
+    for item in array:
+        seen.add(normalize_word(str(item)))
+    # a duplicate spelling ("OK" and "ok") stays as the admin wrote it; dedupe is in KeywordSet
+    for word in wanted:
+        if word not in seen:
+            array.append(word)
+            seen.add(word)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    """Temp file + rename, so a watcher never reads half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(body, encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
 
 
@@ -122,6 +185,12 @@ class KeywordStore:
 
     An invalid file never replaces valid words: the old set stays and the reason is logged.
     """
+
+    @classmethod
+    def open(cls, path: Path) -> KeywordStore:
+        """The store on ``path``, first copying the shipped words there if it is missing."""
+        ensure_keywords_file(path)
+        return cls(path)
 
     def __init__(self, path: Path, *, initial: KeywordSet | None = None) -> None:
         self.path = path
@@ -160,18 +229,16 @@ class KeywordStore:
 
     def replace(self, words: KeywordSet) -> None:
         """Save new (already validated) words to the file and apply them now."""
-        save_keywords(self.path, words)
-        self._apply(words)
+        self._apply(save_keywords(self.path, words))
 
     def add(self, which: ListName, word: str) -> KeywordSet:
-        words = self._words.with_word(which, word)
-        self.replace(words)
-        return words
+        """Add one word; WordExists when it is already in that list."""
+        self.replace(self._words.with_word(which, word))
+        return self._words
 
     def remove(self, word: str) -> KeywordSet:
-        words = self._words.without_word(word)
-        self.replace(words)
-        return words
+        self.replace(self._words.without_word(word))
+        return self._words
 
     async def start_watching(self) -> None:
         if self._task is None:

@@ -10,15 +10,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from config.keywords import KeywordsError, KeywordStore, load_keywords
-from config.settings import (
-    ConfigError,
-    Settings,
-    channel_warnings,
-    environment_problems,
-    load_settings,
-    masked_dump,
+import structlog
+
+from config.checks import channel_warnings, environment_problems
+from config.keywords import (
+    SHIPPED_KEYWORDS_FILE,
+    KeywordsError,
+    KeywordStore,
+    WordExists,
+    load_keywords,
 )
+from config.settings import ConfigError, Settings, load_settings, masked_dump, resolve_config_path
 from gateway.logs import configure_logging
 
 EXIT_CONFIG = 2
@@ -38,8 +40,6 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _warn_unknown_environment() -> None:
-    import structlog
-
     for problem in environment_problems(os.environ)[0]:
         structlog.get_logger(__name__).warning("config.unknown_env", detail=problem)
 
@@ -51,6 +51,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from gateway.app import Gateway, build, run_until_stopped
 
     settings = _settings(args)
+    config_file = resolve_config_path(args.config)
     if args.host or args.port is not None:
         server = settings.server.model_copy(
             update={k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
@@ -60,6 +61,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     _warn_unknown_environment()
 
     def started(gw: Gateway) -> None:
+        # Once running, so a start-up error stays the one line on stderr.
+        structlog.get_logger(__name__).info(
+            "config.loaded",
+            file=str(config_file.absolute()) if config_file else None,
+            data_dir=str(settings.data_dir),
+            keywords_file=str(gw.keywords.path),
+        )
         url = gw.http.url if gw.http else "(no HTTP server)"
         print(f"gateway is running: open {url}  (Ctrl-C to stop)", flush=True)
 
@@ -114,7 +122,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     if settings is not None:
         problems += check_settings(settings)
         try:
-            load_keywords(settings.keywords.file)
+            kw = settings.keywords_file
+            load_keywords(kw if kw.exists() else SHIPPED_KEYWORDS_FILE)
         except KeywordsError as exc:
             problems.append(f"keywords.file: {exc}")
         if not problems:  # the store's server, only once everything else is right
@@ -155,30 +164,28 @@ async def _store_problems(settings: Settings) -> list[str]:
 # ---------------------------------------------------------------------- keywords
 
 
-def _keyword_store(args: argparse.Namespace) -> KeywordStore:
-    path = Path(args.file) if args.file else _settings(args).keywords.file
-    return KeywordStore(path)
+def _keywords_path(args: argparse.Namespace) -> Path:
+    return Path(args.file).expanduser().absolute() if args.file else _settings(args).keywords_file
 
 
 def cmd_keywords(args: argparse.Namespace) -> int:
-    store = _keyword_store(args)
+    path = _keywords_path(args)
+    if args.action in ("add", "remove"):
+        try:
+            return _edit_keywords(args, KeywordStore.open(path))
+        except OSError as exc:
+            print(f"cannot write {path}: {exc.strerror}", file=sys.stderr)
+            return EXIT_CONFIG
+    # Reading needs no copy: before the first start the shipped words are in force.
+    words = load_keywords(path if path.exists() else SHIPPED_KEYWORDS_FILE)
     if args.action == "list":
-        words = store.words
         print("confirm:", " ".join(words.confirm))
         print("cancel: ", " ".join(words.cancel))
-        return 0
-    if args.action == "add":
-        store.add(args.list, args.word)
-        print(f"added {args.word!r} to {args.list} in {store.path}")
-        return 0
-    if args.action == "remove":
-        store.remove(args.word)
-        print(f"removed {args.word!r} from {store.path}")
         return 0
     # test
     from gateway.confirm.replies import ReplyParser
 
-    parsed = ReplyParser(store.words).parse(args.text)
+    parsed = ReplyParser(words).parse(args.text)
     parts = [parsed.intent.value]
     if parsed.matched:
         parts.append("words=" + ",".join(parsed.matched))
@@ -188,4 +195,19 @@ def cmd_keywords(args: argparse.Namespace) -> int:
         parts.append(f"reason={parsed.reason!r}")
     parts.append(f"({parsed.why})")
     print(" ".join(parts))
+    return 0
+
+
+def _edit_keywords(args: argparse.Namespace, store: KeywordStore) -> int:
+    """``add`` / ``remove`` on the data dir's copy; comments and order are kept."""
+    if args.action == "remove":
+        store.remove(args.word)
+        print(f"removed {args.word!r} from {store.path}")
+        return 0
+    try:
+        store.add(args.list, args.word)
+    except WordExists as exc:
+        print(f"{exc} of {store.path}; nothing changed", file=sys.stderr)
+        return 1
+    print(f"added {args.word!r} to the {args.list} list of {store.path}")
     return 0

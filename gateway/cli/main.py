@@ -10,12 +10,31 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from gateway.cli import admin, policy
+from gateway.cli import admin, init, policy
 
 EXIT_CONFIG = 2
 
 Handler = Callable[[argparse.Namespace], int]
+CONFIG_HELP = "TOML settings file (default ./gateway.toml if present)"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``: the installed distribution's version, looked up only when asked."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("chat-gateway")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            found = "unknown (not installed)"
+        print(f"gateway {found}")  # on stdout, like argparse's own version action
+        parser.exit()
 
 
 def _command(name: str) -> Handler:
@@ -38,9 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="gateway",
         description="Chat gateway that holds an agent's risky tool calls until a person approves.",
     )
-    parser.add_argument(
-        "--config", "-c", help="TOML settings file (default ./gateway.toml if present)"
-    )
+    parser.add_argument("--version", action=_VersionAction, help="print the version and exit")
+    parser.add_argument("--config", "-c", help=CONFIG_HELP)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("serve", help="run the daemon (web chat, admin API, enabled channels)")
@@ -63,7 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_command("cmd_check_config"))
 
     p = sub.add_parser("keywords", help="list, edit or test the confirm/cancel words")
-    p.add_argument("--file", help="keywords file (default: keywords.file setting)")
+    p.add_argument(
+        "--file", help="keywords file (default: keywords.file, else <data_dir>/keywords.toml)"
+    )
     ks = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     ks.add_parser("list", help="show both lists")
     a = ks.add_parser("add", help="add a word: keywords add confirm|cancel WORD")
@@ -77,7 +97,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     admin.register(sub)
     policy.register(sub)
+    init.register(sub)
+    _accept_config_anywhere(parser)
     return parser
+
+
+def _accept_config_anywhere(parser: argparse.ArgumentParser) -> None:
+    """Let every subcommand take ``--config`` too: ``gateway serve --config x.toml``.
+
+    SUPPRESS as the default keeps a subcommand from overwriting a ``--config`` given
+    before it with None.
+    """
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                child.add_argument("--config", "-c", default=argparse.SUPPRESS, help=CONFIG_HELP)
+                _accept_config_anywhere(child)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -97,10 +97,21 @@ class DecisionBody(JsonBody):
 
 
 class KeywordsBody(JsonBody):
-    """Both word lists, replaced together."""
+    """Both word lists, replaced together. A misspelt field is an error, not ignored: a PUT
+    of ``{"confrim": [...]}`` must not read as "no change"."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
 
     confirm: WordList
     cancel: WordList
+
+
+class KeywordBody(JsonBody):
+    """One word to add to the list named in the path."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    word: Annotated[str, Field(min_length=1, max_length=64)]
 
 
 class ChatMessageBody(JsonBody):
@@ -123,7 +134,24 @@ class ConfirmationQuery(QueryParams):
     session: str | None = Field(
         default=None, max_length=256, description="a session key, e.g. webchat:lobby"
     )
+    tool: str | None = Field(default=None, max_length=128, description="a tool name")
+    person: str | None = Field(
+        default=None, max_length=128, description="who asked for the call or decided it"
+    )
     limit: int = Field(default=200, ge=1, le=1000)
+
+
+class ReplyTestBody(JsonBody):
+    """A chat reply to read with the keywords in force, as the gateway would."""
+
+    text: str = Field(max_length=4000)
+
+
+class PolicyTestBody(JsonBody):
+    """A tool call to put through the policy without running it."""
+
+    tool: str = Field(min_length=1, max_length=128)
+    args: dict[str, Any] = Field(default_factory=dict)
 
 
 class ChatHistoryQuery(QueryParams):
@@ -260,7 +288,11 @@ def validate(model: type[Model], data: Mapping[str, Any]) -> Model:
     except ValidationError as exc:
         error = exc.errors(include_url=False, include_input=False)[0]
         field = str(error["loc"][0]) if error["loc"] else None
-        raise ApiError(400, describe(error), field=field) from exc
+        message = describe(error)
+        if error["type"] == "extra_forbidden":
+            known = ", ".join(model.model_fields)
+            message = f"{field} is not a field of this request (expected {known})"
+        raise ApiError(400, message, field=field) from exc
 
 
 # What a person reads for pydantic's error types: "<field> <phrase>".

@@ -22,7 +22,10 @@ from gateway.http.jsonapi import (
     ChatMessageBody,
     ConfirmationQuery,
     DecisionBody,
+    KeywordBody,
     KeywordsBody,
+    PolicyTestBody,
+    ReplyTestBody,
 )
 from gateway.http.server import needs_admin
 
@@ -43,6 +46,18 @@ class ToolCallView(Answer):
     name: str
     args: dict[str, Any]
     call_id: str
+
+
+class ExecutionView(Answer):
+    """What became of the call after the decision (the execution ledger)."""
+
+    state: Literal["waiting", "claimed", "running", "succeeded", "failed", "interrupted", "skipped"]
+    claimed_by: str | None
+    lease_until: float | None
+    attempts: int
+    started_at: float | None
+    finished_at: float | None
+    result: str | None
 
 
 class Confirmation(Answer):
@@ -71,6 +86,10 @@ class Confirmation(Answer):
     reason: str | None
     feedback: bool
     prompt_refs: dict[str, str]
+    execution: ExecutionView
+    owner: str | None
+    idempotent: bool
+    continuation: dict[str, Any] | None
 
 
 class ConfirmationList(Answer):
@@ -93,6 +112,26 @@ class Keywords(Answer):
     cancel: list[str]
     file: str
     last_error: str | None = None
+
+
+class ReplyReading(Answer):
+    intent: Literal["confirm", "cancel", "unclear", "none"]
+    confirmation_id: str | None
+    matched: list[str] = Field(description="the decision words found")
+    reason: str | None = Field(description="a cancel's reason ('取消，太危险了')")
+    why: str
+
+
+class PolicyAnswer(Answer):
+    tool: str
+    summary: str
+    level: str = Field(examples=["confirm"])
+    risk: str
+    rule: str = Field(description="what decided the level")
+    risk_rule: str | None
+    four_eyes: bool
+    matched: list[str] = Field(description="every rule that matched, most specific first")
+    refused: str | None = Field(description="the tool refused the call before the policy")
 
 
 class Health(Answer):
@@ -228,6 +267,39 @@ ROUTES = (
             422: Reply("invalid word lists (empty, or a word in both)", Error),
         },
         body=KeywordsBody,
+    ),
+    Route(
+        "post",
+        "/api/keywords/{list}",
+        "add one word to the confirm or cancel list, keeping the file's comments and order",
+        {
+            200: Reply("the words now in force", Keywords),
+            400: BAD,
+            404: Reply("no such list (use confirm or cancel)", Error),
+            409: Reply("the word is already in that list; nothing changed", Error),
+            422: Reply("the word is in the other list", Error),
+        },
+        body=KeywordBody,
+        path_params={"list": {"type": "string", "enum": ["confirm", "cancel"]}},
+    ),
+    Route(
+        "post",
+        "/api/replies/test",
+        "how a chat reply would be read with the keywords in force",
+        {200: Reply("the reading", ReplyReading), 400: BAD},
+        body=ReplyTestBody,
+    ),
+    Route(
+        "post",
+        "/api/policy/test",
+        "how the policy would decide a call (nothing runs); as `gateway policy test`",
+        {
+            200: Reply("the decision", PolicyAnswer),
+            400: BAD,
+            404: Reply("no such tool", Error),
+            422: Reply("arguments the tool refuses", Error),
+        },
+        body=PolicyTestBody,
     ),
     *(
         Route(
