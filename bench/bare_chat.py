@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 from typing import Any
 
@@ -47,10 +48,8 @@ def make_app() -> web.Application:
         after = int(request.query.get("after", 0))
         wait = float(request.query.get("wait", 0))
         if len(room.entries) <= after and wait > 0:
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(room.changed.wait(), wait)
-            except TimeoutError:
-                pass
         messages = room.entries[after:]
         return web.json_response({"messages": messages, "last_seq": len(room.entries)})
 

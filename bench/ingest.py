@@ -81,7 +81,7 @@ async def one_room(session: aiohttp.ClientSession, url: str, room: str, messages
     user = f"u{room}"
     answered = 0
     after = 0
-    for i in range(messages):
+    for _i in range(messages):
         async with session.post(
             f"{url}/api/chat/{room}/messages", json={"user": user, "text": "/help"}
         ) as resp:
