@@ -20,27 +20,29 @@ import structlog
 from channels.base import Channel, ChannelContext
 from channels.console import ConsoleChannel
 from channels.manager import ChannelManager
-from config.keywords import KeywordStore
-from config.settings import (
-    ConfigError,
-    Settings,
+from config.checks import (
     channel_warnings,
     check_channel_settings,
     data_dir_problem,
     masked_url,
     sql_url_problem,
 )
+from config.keywords import KeywordStore
+from config.settings import ConfigError, Settings
 from gateway import extras, texts
 from gateway.agent.commands import CommandAgent
 from gateway.agent.loop import Agent, AgentLoop
 from gateway.bus import MessageBus, OutboundMessage
+from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.model import Confirmation
 from gateway.confirm.replicas import OrphanHandler
 from gateway.confirm.service import ConfirmationService
-from gateway.confirm.store import ConfirmationStore, MemoryConfirmationStore
+from gateway.confirm.store import ConfirmationStore
 from gateway.http.admin import AdminApi
 from gateway.http.jsonapi import one_line
+from gateway.http.page import AdminPage
 from gateway.http.server import HttpServer, admin_token_problem
+from gateway.inbox import Inbox, open_inbox
 from gateway.metrics import Metrics
 from gateway.tools.base import PluginError, ToolRegistry
 from gateway.tools.policy import Policy
@@ -110,6 +112,7 @@ class Gateway:
             if self.settings.keywords.watch:
                 await self.keywords.start_watching()
             await self.confirmations.recover()
+            await self.bus.start()  # replays the inbox: before channels bring new messages
             await self.channels.start()
             await self.loop.start()
             if self.http is not None:
@@ -145,6 +148,7 @@ class Gateway:
         if self.http is not None:
             await self.http.stop()
         await self.keywords.stop_watching()
+        await self.bus.stop()
         await self.store.close()
         await self.sql_db.close()
         self._started = False
@@ -158,11 +162,12 @@ async def build(
     console_streams: tuple[TextIO, TextIO] | None = None,
     serve_http: bool = True,
     store: ConfirmationStore | None = None,
+    inbox: Inbox | None = None,
     clock: Callable[[], float] = time.time,
 ) -> Gateway:
     """Every part of one gateway, wired; raises ConfigError saying what to fix.
 
-    ``store`` replaces the configured one (tests); the Gateway closes it on stop.
+    ``store`` and ``inbox`` replace the configured ones (tests); the Gateway closes them.
     """
     problems = check_settings(settings, serve_http=serve_http)
     if problems:
@@ -184,6 +189,9 @@ async def build(
         if store is None:
             store = await open_store(settings)
         opened.push_async_callback(store.close)
+        if inbox is None:
+            inbox = await open_inbox(settings)
+        opened.push_async_callback(inbox.close)
         sql_db = SqlDatabase(
             settings.sql_url,
             max_rows=settings.tools.sql.max_rows,
@@ -198,7 +206,7 @@ async def build(
         except PluginError as exc:
             raise ConfigError(str(exc)) from exc
 
-        bus = MessageBus()
+        bus = MessageBus(inbox=inbox)
         metrics = Metrics()
         keywords = KeywordStore.open(settings.keywords_file)
         confirmations = ConfirmationService(
@@ -238,6 +246,15 @@ async def build(
                 settings=settings.admin,
                 ready=lambda: channels.ready,
                 channel_status=channels.status,
+            ).register(http.app)
+            AdminPage(
+                confirmations=confirmations,
+                keywords=keywords,
+                registry=registry,
+                policy=runner.policy,
+                admin_token=http.admin_token,
+                channel_status=channels.status,
+                clock=clock,
             ).register(http.app)
         context = ChannelContext(
             settings=settings,

@@ -29,7 +29,7 @@ from gateway.confirm.model import Decision
 from gateway.http.jsonapi import DEFAULT_MAX_JSON_DEPTH, ApiError, check_name
 
 if TYPE_CHECKING:
-    from config.settings import WebChatSettings
+    from config.channel_settings import WebChatSettings
     from gateway.confirm.service import ConfirmationService
     from gateway.metrics import Metrics
 

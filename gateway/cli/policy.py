@@ -52,6 +52,7 @@ async def _test(settings: Settings, name: str, call_args: dict[str, Any], *, as_
     from config.settings import ConfigError
     from gateway.tools.base import PluginError, ToolArgumentsError, ToolRegistry
     from gateway.tools.policy import Policy, four_eyes_problem
+    from gateway.tools.policy_check import UnknownToolError, explain
     from gateway.tools.sql import SqlDatabase, SqlModifyTool, SqlQueryTool
 
     db = SqlDatabase(
@@ -69,49 +70,33 @@ async def _test(settings: Settings, name: str, call_args: dict[str, Any], *, as_
             registry.load_plugins(settings.tools.plugins)
         except PluginError as exc:
             raise ConfigError(str(exc)) from exc
-        tool = registry.get(name)
-        if tool is None:
-            print(f"no tool named {name!r}; tools: {', '.join(registry.names)}", file=sys.stderr)
-            return EXIT_USAGE
-        try:
-            parsed = tool.parse_args(call_args)
-        except ToolArgumentsError as exc:
-            print(str(exc), file=sys.stderr)
-            return EXIT_USAGE
-        preview = await tool.preview(parsed)
-        if preview.error:
-            print(f"refused before the policy: {preview.error}")
-            return EXIT_REFUSED
         policy = Policy(settings.policy)
         eyes = four_eyes_problem(settings)
         for problem in [*policy.problems(registry.names), *([eyes] if eyes else [])]:
             print(f"warning: {problem}", file=sys.stderr)
-        dumped = parsed.model_dump()
-        decision = policy.evaluate(tool, dumped, preview)
-        matched = [r.label for r in policy.matching_rules(tool, dumped, preview)]
+        try:
+            report = await explain(registry, policy, name, call_args)
+        except (UnknownToolError, ToolArgumentsError) as exc:
+            print(str(exc), file=sys.stderr)
+            return EXIT_USAGE
     finally:
         await db.close()
+    if report.refused:
+        print(f"refused before the policy: {report.refused}")
+        return EXIT_REFUSED
+    matched = report.matched
     if as_json:
-        out = {
-            "tool": name,
-            "summary": preview.summary,
-            "level": decision.level,
-            "risk": decision.risk.value,
-            "rule": decision.rule,
-            "risk_rule": decision.risk_rule,
-            "four_eyes": decision.four_eyes,
-            "matched": matched,
-        }
+        out = report.to_dict()
+        del out["refused"]
         print(json.dumps(out, ensure_ascii=False, indent=2))
         return 0
     print(f"tool:      {name}")
-    print(f"call:      {preview.summary}")
-    print(f"level:     {decision.level}")
+    print(f"call:      {report.summary}")
+    print(f"level:     {report.level}")
     print(
-        f"risk:      {decision.risk.value}"
-        + (f"  (set by {decision.risk_rule})" if decision.risk_rule else "")
+        f"risk:      {report.risk}" + (f"  (set by {report.risk_rule})" if report.risk_rule else "")
     )
-    print(f"rule:      {decision.rule}")
-    print(f"four-eyes: {'yes' if decision.four_eyes else 'no'}")
+    print(f"rule:      {report.rule}")
+    print(f"four-eyes: {'yes' if report.four_eyes else 'no'}")
     print(f"matched:   {', '.join(matched) if matched else '(no rule)'}")
     return 0

@@ -40,6 +40,137 @@ class DecideOutcome(StrEnum):
     EXPIRED = "expired"
 
 
+class ExecState(StrEnum):
+    """What became of the call after the decision: the execution ledger.
+
+    ``waiting`` -> ``claimed`` -> ``running`` -> ``succeeded`` | ``failed`` | ``interrupted``;
+    ``skipped`` when the confirmation ended in anything but ``approved``.
+    """
+
+    WAITING = "waiting"
+    CLAIMED = "claimed"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    SKIPPED = "skipped"
+
+    @property
+    def is_final(self) -> bool:
+        return self in _FINAL_STATES
+
+    @property
+    def in_flight(self) -> bool:
+        """Claimed or running: a process has taken the call and not yet said how it ended."""
+        return self in (ExecState.CLAIMED, ExecState.RUNNING)
+
+
+_FINAL_STATES = frozenset(
+    {ExecState.SUCCEEDED, ExecState.FAILED, ExecState.INTERRUPTED, ExecState.SKIPPED}
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Execution:
+    """The ledger of one approved call: who took it, when it ran, how it ended."""
+
+    state: ExecState = ExecState.WAITING
+    claimed_by: str | None = None
+    lease_until: float | None = None
+    attempts: int = 0
+    started_at: float | None = None
+    finished_at: float | None = None
+    result: str | None = None  # a summary of the output, or the error text
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "state": self.state.value,
+            "claimed_by": self.claimed_by,
+            "lease_until": self.lease_until,
+            "attempts": self.attempts,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "result": self.result,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> Execution:
+        if not data:
+            return cls()
+        return cls(
+            state=ExecState(data.get("state", "waiting")),
+            claimed_by=data.get("claimed_by"),
+            lease_until=data.get("lease_until"),
+            attempts=int(data.get("attempts") or 0),
+            started_at=data.get("started_at"),
+            finished_at=data.get("finished_at"),
+            result=data.get("result"),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Instance:
+    """A running ``gateway serve`` process, as its heartbeat in the store shows it."""
+
+    id: str
+    pid: int
+    host: str
+    started_at: float
+    seen_at: float
+
+    def alive(self, now: float, lease: float) -> bool:
+        return now - self.seen_at < lease
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "pid": self.pid,
+            "host": self.host,
+            "started_at": self.started_at,
+            "seen_at": self.seen_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Instance:
+        return cls(
+            id=str(data["id"]),
+            pid=int(data["pid"]),
+            host=str(data["host"]),
+            started_at=float(data["started_at"]),
+            seen_at=float(data["seen_at"]),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AuditEvent:
+    """One line of a confirmation's audit trail: what happened, when, by whom, how."""
+
+    confirmation_id: str
+    at: float
+    kind: str  # requested, prompt_sent, reply_read, decided, claimed, started, finished, ...
+    actor: str | None = None
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "confirmation_id": self.confirmation_id,
+            "at": self.at,
+            "kind": self.kind,
+            "actor": self.actor,
+            "detail": dict(self.detail),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> AuditEvent:
+        return cls(
+            confirmation_id=str(data["confirmation_id"]),
+            at=float(data["at"]),
+            kind=str(data["kind"]),
+            actor=data.get("actor"),
+            detail=dict(data.get("detail") or {}),
+        )
+
+
 class Risk(StrEnum):
     LOW = "low"
     MEDIUM = "medium"
@@ -122,6 +253,13 @@ class Confirmation:
     reason: str | None = None
     feedback: bool = False
     prompt_refs: Mapping[str, str] = field(default_factory=dict)
+    # The execution ledger and who answers for the record.
+    execution: Execution = field(default_factory=Execution)
+    owner: str | None = None  # instance id of the process that holds the deadline / turn
+    idempotent: bool = False  # the tool may be re-claimed once after its claimer died
+    # What the turn needs to go on after the decision when the process that asked is gone:
+    # for a model turn, the conversation up to the tool call (see gateway/agent/).
+    continuation: Mapping[str, Any] | None = None
 
     def seconds_left(self, now: float) -> float:
         return max(0.0, self.expires_at - now)
@@ -147,6 +285,13 @@ class Confirmation:
             feedback=feedback,
         )
 
+    def skipped(self, at: float) -> Confirmation:
+        """This record with its execution ``skipped``: what a store writes with any end but
+        ``approved``."""
+        return replace(
+            self, execution=replace(self.execution, state=ExecState.SKIPPED, finished_at=at)
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
@@ -170,6 +315,10 @@ class Confirmation:
             "reason": self.reason,
             "feedback": self.feedback,
             "prompt_refs": dict(self.prompt_refs),
+            "execution": self.execution.to_dict(),
+            "owner": self.owner,
+            "idempotent": self.idempotent,
+            "continuation": None if self.continuation is None else dict(self.continuation),
         }
 
     @classmethod
@@ -196,6 +345,10 @@ class Confirmation:
             reason=data.get("reason"),
             feedback=bool(data.get("feedback", False)),
             prompt_refs=dict(data.get("prompt_refs") or {}),
+            execution=Execution.from_dict(data.get("execution")),
+            owner=data.get("owner"),
+            idempotent=bool(data.get("idempotent", False)),
+            continuation=data.get("continuation"),
         )
 
 

@@ -1,10 +1,9 @@
 """Redis backend: for several gateway replicas behind one bot.
 
-Each confirmation is a hash (``{prefix}:c:{id}``): the record as JSON at creation, plus
-the fields that change (``status``, ``decision`` JSON, ``ref:<key>`` prompt refs). Pending
-ids sit in sorted sets (per session and overall) scored by ``created_at``. Create, finish
-and set_prompt_ref are Lua scripts, so each is atomic on the server whichever replica
-calls it. Finished records get an explicit TTL (30 days by default).
+Each confirmation is a hash (``{prefix}:c:{id}``) with sorted-set indexes beside it; every
+change is a Lua script, so each is atomic on the server whichever replica calls it (the
+layout is described in redis_scripts.py; the ledger half lives in redis_ledger.py).
+Finished records get an explicit TTL (30 days by default), their audit trail with them.
 
 For Redis Cluster, put the prefix in braces (``{gateway}``) so every key of the store
 hashes to one slot, as multi-key scripts require.
@@ -13,100 +12,34 @@ hashes to one slot, as multi-key scripts require.
 from __future__ import annotations
 
 import builtins
-import json
 import math
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
-from typing import Any, ClassVar
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from typing import Any, ClassVar, cast
 
-import structlog
 from redis.asyncio import Redis
-from redis.asyncio.client import PubSub
 
-from gateway.confirm.model import Confirmation, Status
+from gateway.confirm import redis_scripts as lua
+from gateway.confirm.model import Confirmation, ExecState, Status
+from gateway.confirm.redis_codec import (
+    RedisKeys,
+    decode,
+    dumps,
+    hash_fields,
+    load,
+    number,
+    pairs,
+    text,
+)
+from gateway.confirm.redis_feed import STREAM_MAXLEN, FinishedStream
+from gateway.confirm.redis_ledger import RedisLedger
 from gateway.confirm.store import ConfirmationExistsError, ConfirmationStore
-
-log = structlog.get_logger(__name__)
 
 DEFAULT_PREFIX = "gateway:confirm"
 DEFAULT_FINISHED_TTL_SECONDS = 30 * 24 * 3600.0
 
-# KEYS: record, session pending, all pending, index, session index
-# ARGV: id, created_at, record JSON, status, expires_at, session_key, ttl seconds
-_CREATE = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-redis.call('HSET', KEYS[1], 'record', ARGV[3], 'status', ARGV[4],
-           'expires_at', ARGV[5], 'session_key', ARGV[6])
-if ARGV[4] == 'pending' then
-  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
-  redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
-end
-redis.call('ZADD', KEYS[4], ARGV[2], ARGV[1])
-redis.call('ZADD', KEYS[5], ARGV[2], ARGV[1])
-redis.call('EXPIRE', KEYS[1], ARGV[7])
-return 1
-"""
 
-# KEYS: record, session pending, all pending
-# ARGV: id, new status, needs deadline ('1'/'0'), now, decision JSON, finished ttl seconds,
-#       pub/sub channel announcing finished ids
-# Returns {code, HGETALL}: 0 missing, 1 changed, 2 already terminal, 3 past the deadline.
-_FINISH = """
-local status = redis.call('HGET', KEYS[1], 'status')
-if not status then return {0, {}} end
-if status ~= 'pending' then return {2, redis.call('HGETALL', KEYS[1])} end
-if ARGV[3] == '1' then
-  local expires_at = tonumber(redis.call('HGET', KEYS[1], 'expires_at'))
-  if not (expires_at > tonumber(ARGV[4])) then
-    return {3, redis.call('HGETALL', KEYS[1])}
-  end
-end
-redis.call('HSET', KEYS[1], 'status', ARGV[2], 'decision', ARGV[5])
-redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
-redis.call('EXPIRE', KEYS[1], ARGV[6])
-redis.call('PUBLISH', ARGV[7], ARGV[1])
-return {1, redis.call('HGETALL', KEYS[1])}
-"""
-
-# KEYS: record; ARGV: ref key, ref value
-_SET_REF = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-redis.call('HSET', KEYS[1], 'ref:' .. ARGV[1], ARGV[2])
-return 1
-"""
-
-
-def _text(value: str | bytes) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _json(value: Any) -> str:
-    # default=str: tool details may hold a Decimal or a date; keep the record rather than fail.
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
-
-
-def _pairs(flat: Sequence[Any] | Mapping[Any, Any]) -> dict[str, str]:
-    """HGETALL as a dict of str, from a script's flat list or the client's mapping."""
-    if isinstance(flat, Mapping):
-        return {_text(k): _text(v) for k, v in flat.items()}
-    return {_text(flat[i]): _text(flat[i + 1]) for i in range(0, len(flat), 2)}
-
-
-def _decode(fields: Mapping[str, str]) -> Confirmation | None:
-    if "record" not in fields:
-        return None
-    data = json.loads(fields["record"])
-    data["status"] = fields.get("status", data.get("status"))
-    if "decision" in fields:
-        data.update(json.loads(fields["decision"]))
-    refs = dict(data.get("prompt_refs") or {})
-    refs.update({k[4:]: v for k, v in fields.items() if k.startswith("ref:")})
-    data["prompt_refs"] = refs
-    return Confirmation.from_dict(data)
-
-
-class RedisConfirmationStore(ConfirmationStore):
+class RedisConfirmationStore(RedisLedger, ConfirmationStore):
     """Confirmations in Redis, shared by every replica that uses the same prefix.
 
     Takes an injected ``redis.asyncio.Redis`` client (closed by ``close()`` only when the
@@ -126,12 +59,13 @@ class RedisConfirmationStore(ConfirmationStore):
         if finished_ttl_seconds <= 0:
             raise ValueError("finished_ttl_seconds must be positive")
         self._redis = redis
-        self._prefix = prefix
+        self._keys = RedisKeys(prefix)
         self._finished_ttl = max(1, math.ceil(finished_ttl_seconds))
         self._close_client = close_client
-        self._create = redis.register_script(_CREATE)
-        self._finish = redis.register_script(_FINISH)
-        self._set_ref = redis.register_script(_SET_REF)
+        self._create = redis.register_script(lua.CREATE)
+        self._finish = redis.register_script(lua.FINISH)
+        self._set_ref = redis.register_script(lua.SET_REF)
+        self._register_ledger_scripts(redis)
 
     @classmethod
     async def from_url(
@@ -157,105 +91,50 @@ class RedisConfirmationStore(ConfirmationStore):
         if self._close_client:
             await self._redis.aclose()
 
-    # -- keys ------------------------------------------------------------------------------
-
-    def _record_key(self, confirmation_id: str) -> str:
-        return f"{self._prefix}:c:{confirmation_id}"
-
-    def _session_pending_key(self, session_key: str) -> str:
-        return f"{self._prefix}:pending:{session_key}"
-
-    def _all_pending_key(self) -> str:
-        return f"{self._prefix}:pending-all"
-
-    def _index_key(self) -> str:
-        return f"{self._prefix}:index"
-
-    def _session_index_key(self, session_key: str) -> str:
-        return f"{self._prefix}:session:{session_key}"
-
     # -- the contract ----------------------------------------------------------------------
 
     async def create(self, confirmation: Confirmation) -> None:
-        c = confirmation
-        record = c.to_dict()
+        c, keys = confirmation, self._keys
         if c.status is Status.PENDING:
             # A pending record outlives its deadline by the finished TTL, so one that no
             # replica ever finishes (all crashed) does not stay forever.
             ttl = math.ceil(max(0.0, c.expires_at - c.created_at)) + self._finished_ttl
         else:
             ttl = self._finished_ttl
+        indexes = [keys.index, keys.session_index(c.session_key), keys.status_index(c.status)]
+        if c.status is Status.PENDING:
+            indexes.append(keys.session_pending(c.session_key))
+        ex = c.execution
+        unsettled = c.status is Status.PENDING or (
+            c.status is Status.APPROVED and not ex.state.is_final
+        )
+        if c.owner is not None and unsettled:
+            indexes.append(keys.owned(c.owner))
+        if c.status is Status.APPROVED and ex.state is ExecState.WAITING:
+            indexes.append(keys.approved_waiting)
+        if ex.claimed_by is not None and ex.state.in_flight:
+            indexes.append(keys.claims(ex.claimed_by))
+        flat = [item for pair in hash_fields(c).items() for item in pair]
         created = await self._create(
-            keys=[
-                self._record_key(c.id),
-                self._session_pending_key(c.session_key),
-                self._all_pending_key(),
-                self._index_key(),
-                self._session_index_key(c.session_key),
-            ],
-            args=[
-                c.id,
-                repr(c.created_at),
-                _json(record),
-                c.status.value,
-                repr(c.expires_at),
-                c.session_key,
-                ttl,
-            ],
+            keys=[keys.record(c.id), *indexes],
+            args=[c.id, number(c.created_at), ttl, *flat],
         )
         if not int(created):
             raise ConfirmationExistsError(c.id)
 
     async def get(self, confirmation_id: str) -> Confirmation | None:
-        fields = await self._redis.hgetall(self._record_key(confirmation_id))
-        return _decode(_pairs(fields))
+        fields = await self._redis.hgetall(self._keys.record(confirmation_id))
+        return decode(pairs(fields))
 
     async def list_pending(self, session_key: str) -> builtins.list[Confirmation]:
-        key = self._session_pending_key(session_key)
-        ids = await self._redis.zrange(key, 0, -1)
-        found = await self._load(key, ids)
-        return [c for c in found if c.status is Status.PENDING]
+        return await self._pending(self._keys.session_pending(session_key))
 
     async def list_all_pending(self) -> builtins.list[Confirmation]:
-        key = self._all_pending_key()
-        ids = await self._redis.zrange(key, 0, -1)
-        found = await self._load(key, ids)
-        return [c for c in found if c.status is Status.PENDING]
+        return await self._pending(self._keys.all_pending)
 
-    async def list(
-        self,
-        *,
-        status: Status | None = None,
-        session_key: str | None = None,
-        limit: int = 200,
-    ) -> builtins.list[Confirmation]:
-        if status is Status.PENDING:
-            key = (
-                self._session_pending_key(session_key)
-                if session_key is not None
-                else self._all_pending_key()
-            )
-        elif session_key is not None:
-            key = self._session_index_key(session_key)
-        else:
-            key = self._index_key()
-        out: builtins.list[Confirmation] = []
-        page = max(limit, 100)
-        start = 0
-        while len(out) < limit:
-            ids = await self._redis.zrevrange(key, start, start + page - 1)
-            if not ids:
-                break
-            start += len(ids)
-            for c in await self._load(key, ids):
-                if status is not None and c.status is not status:
-                    continue
-                if session_key is not None and c.session_key != session_key:
-                    continue
-                out.append(c)
-                if len(out) >= limit:
-                    break
-        return out
+    async def _pending(self, key: str) -> builtins.list[Confirmation]:
+        found = await load(self._redis, self._keys, key, await self._redis.zrange(key, 0, -1))
+        return [c for c in found if c.status is Status.PENDING]
 
     async def finish(
         self,
@@ -270,12 +149,6 @@ class RedisConfirmationStore(ConfirmationStore):
     ) -> tuple[Confirmation | None, bool]:
         if not status.is_terminal:
             raise ValueError("finish() moves a confirmation to a terminal status")
-        record_key = self._record_key(confirmation_id)
-        # The session key never changes, so reading it before the script is safe; the
-        # script needs it up front because every key it touches must be declared.
-        session_key = await self._redis.hget(record_key, "session_key")
-        if session_key is None:
-            return None, False
         decision = {
             "decided_by": by,
             "decided_at": now,
@@ -284,85 +157,101 @@ class RedisConfirmationStore(ConfirmationStore):
             "feedback": feedback,
         }
         code, flat = await self._finish(
-            keys=[
-                record_key,
-                self._session_pending_key(_text(session_key)),
-                self._all_pending_key(),
-            ],
+            keys=[self._keys.record(confirmation_id)],
             args=[
+                self._keys.prefix,
                 confirmation_id,
                 status.value,
                 "1" if status in (Status.APPROVED, Status.REJECTED) else "0",
-                repr(now),
-                _json(decision),
+                number(now),
+                dumps(decision),
                 self._finished_ttl,
-                self.finished_channel,
+                self._keys.finished_stream,
+                STREAM_MAXLEN,
             ],
         )
-        return _decode(_pairs(flat)), int(code) == 1
+        return decode(pairs(flat)), int(code) == 1
 
     async def set_prompt_ref(self, confirmation_id: str, key: str, value: str) -> None:
-        await self._set_ref(keys=[self._record_key(confirmation_id)], args=[key, value])
+        await self._set_ref(keys=[self._keys.record(confirmation_id)], args=[key, value])
+
+    # -- listing and counting ----------------------------------------------------------------
+
+    async def page(
+        self,
+        *,
+        status: Status | None = None,
+        session_key: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> tuple[builtins.list[Confirmation], str | None]:
+        """Walk the narrowest created-at index from the cursor down, newest first.
+
+        The cursor is ``created_at:id`` of the last item given: records created later sit
+        above it, so inserts do not shift later pages.
+        """
+        keys = self._keys
+        if status is Status.PENDING and session_key is not None:
+            key = keys.session_pending(session_key)
+        elif status is not None and session_key is None:
+            key = keys.status_index(status)
+        elif session_key is not None:
+            key = keys.session_index(session_key)
+        else:
+            key = keys.index
+        top: float | str = "+inf"
+        after_id: str | None = None
+        if cursor:
+            score, _, after_id = cursor.partition(":")
+            top = float(score)
+        batch = min(max(limit + 1, 50), 1000)
+        out: builtins.list[tuple[Confirmation, float]] = []
+        offset = 0
+        while len(out) <= limit:
+            rows = cast(
+                "builtins.list[tuple[bytes, float]]",
+                await self._redis.zrange(
+                    key,
+                    top,
+                    "-inf",
+                    desc=True,
+                    byscore=True,
+                    offset=offset,
+                    num=batch,
+                    withscores=True,
+                ),
+            )
+            offset += len(rows)
+            # Same created_at as the cursor: members come in descending id order; the
+            # ones at or above the cursor's id were on earlier pages.
+            scores = {
+                text(m): float(s)
+                for m, s in rows
+                if not (after_id and s == top and text(m) >= after_id)
+            }
+            for c in await load(self._redis, keys, key, scores):
+                if (status is None or c.status is status) and (
+                    session_key is None or c.session_key == session_key
+                ):
+                    out.append((c, scores[c.id]))
+            if len(rows) < batch:
+                break
+        items = [c for c, _ in out[:limit]]
+        if len(out) <= limit or not items:
+            return items, None
+        last, last_score = out[limit - 1]
+        return items, f"{number(last_score)}:{last.id}"
+
+    async def count(self, status: Status) -> int:
+        return int(await self._redis.zcard(self._keys.status_index(status)))
 
     # -- cross-replica notification ----------------------------------------------------------
 
-    @property
-    def finished_channel(self) -> str:
-        """The pub/sub channel on which every successful ``finish`` publishes the id."""
-        return f"{self._prefix}:finished"
-
-    @asynccontextmanager
-    async def finished_feed(self) -> AsyncIterator[AsyncIterator[str]]:
-        """Ids of confirmations finished by any replica, as they happen.
+    def finished_feed(self) -> AbstractAsyncContextManager[AsyncIterator[str]]:
+        """Ids of confirmations finished by any replica, from entry on, across disconnects.
 
         A turn waits on a future in the process that asked; the decision may land on
         another replica (the reply reached that one). This feed lets the asking replica
-        wake its turn. Subscribed before it is yielded: nothing finished after entry is
-        missed (pub/sub does not replay what came before).
+        wake its turn (redis_feed.py: a stream read on from the last id after a reconnect).
         """
-        pubsub = self._redis.pubsub()
-        try:
-            await pubsub.subscribe(self.finished_channel)
-            while True:
-                message = await pubsub.get_message(timeout=5.0)
-                if message is None:
-                    raise TimeoutError("Redis did not confirm the subscription")
-                if message["type"] == "subscribe":
-                    break
-            yield self._finished_ids(pubsub)
-        finally:
-            await pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py 8
-
-    @staticmethod
-    async def _finished_ids(pubsub: PubSub) -> AsyncIterator[str]:
-        # get_message with a timeout instead of listen(): a cancelled follower ends at the
-        # next poll even if redis-py swallows the cancellation inside a blocking read.
-        while True:
-            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-            if message is not None and message["type"] == "message":
-                yield _text(message["data"])
-
-    # -- internals -------------------------------------------------------------------------
-
-    async def _load(self, index_key: str, ids: Iterable[Any]) -> builtins.list[Confirmation]:
-        """Fetch records in index order; drop ids whose record has expired from the index."""
-        id_list = [_text(i) for i in ids]
-        if not id_list:
-            return []
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for confirmation_id in id_list:
-                pipe.hgetall(self._record_key(confirmation_id))
-            results = await pipe.execute()
-        found: builtins.list[Confirmation] = []
-        gone: builtins.list[str] = []
-        for confirmation_id, fields in zip(id_list, results, strict=True):
-            c = _decode(_pairs(fields))
-            if c is None:
-                gone.append(confirmation_id)
-            else:
-                found.append(c)
-        if gone:
-            # The record's TTL ran out; sorted sets have no per-member TTL, so tidy here.
-            await self._redis.zrem(index_key, *gone)
-            log.debug("confirm.redis_pruned", index=index_key, count=len(gone))
-        return found
+        return FinishedStream(self._redis, self._keys.finished_stream).feed()

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import replace
 from typing import ClassVar
 
-from gateway.confirm.model import Confirmation, Status
+from gateway.confirm.model import AuditEvent, Confirmation, ExecState, Instance, Status
 
 # An alias: inside the store classes `list` is also a method name.
 Confirmations = list[Confirmation]
@@ -41,16 +39,6 @@ class ConfirmationStore(ABC):
     @abstractmethod
     async def list_pending(self, session_key: str) -> Confirmations:
         """Pending confirmations of one session, oldest first."""
-
-    @abstractmethod
-    async def list(
-        self,
-        *,
-        status: Status | None = None,
-        session_key: str | None = None,
-        limit: int = 200,
-    ) -> Confirmations:
-        """Newest first."""
 
     @abstractmethod
     async def finish(
@@ -89,6 +77,118 @@ class ConfirmationStore(ABC):
         waits in the process that asked, so this is how another replica's decision wakes it.
         """
 
+    # ------------------------------------------------------------ the execution ledger
+
+    @abstractmethod
+    async def claim(
+        self, confirmation_id: str, *, instance: str, now: float, lease: float
+    ) -> Confirmation | None:
+        """Compare-and-set "approved and unclaimed -> claimed by ``instance``".
+
+        Unclaimed means ``execution.state == waiting``; or, for an ``idempotent`` record
+        claimed exactly once whose ``lease_until`` has passed while still in flight (its
+        claimer died), one more claim. Sets ``claimed_by``, ``lease_until = now + lease``
+        and counts ``attempts``. Returns the claimed record, or None when this call lost
+        (another process has it, it is not approved, or it is settled). Of any number of
+        concurrent claimers on any number of handles exactly one wins.
+        """
+
+    @abstractmethod
+    async def start_execution(
+        self, confirmation_id: str, *, instance: str, now: float
+    ) -> Confirmation | None:
+        """``claimed`` by ``instance`` -> ``running`` with ``started_at``; None otherwise."""
+
+    @abstractmethod
+    async def finish_execution(
+        self,
+        confirmation_id: str,
+        *,
+        instance: str,
+        state: ExecState,
+        result: str | None,
+        now: float,
+    ) -> Confirmation | None:
+        """``claimed`` or ``running`` by ``instance`` -> ``state`` (succeeded, failed or
+        interrupted) with ``finished_at`` and ``result``. None when the record is not in
+        flight under that instance (someone else settled or re-claimed it).
+        """
+
+    @abstractmethod
+    async def adopt(
+        self, confirmation_id: str, *, from_owner: str | None, to_owner: str
+    ) -> Confirmation | None:
+        """Compare-and-set ``owner`` ``from_owner`` -> ``to_owner``; None when it moved."""
+
+    @abstractmethod
+    async def list_unsettled(self, *, instance: str) -> Confirmations:
+        """What ``instance`` answers for and is not settled, oldest first.
+
+        Records it owns that are pending or approved with an execution not yet final, and
+        records it has claimed that are still in flight. Indexed: the cost follows the
+        instance's own records, not the whole backlog.
+        """
+
+    @abstractmethod
+    async def list_approved_waiting(self) -> Confirmations:
+        """Approved records nobody has claimed yet, oldest first (few: claims follow fast)."""
+
+    # ------------------------------------------------------------ instances
+
+    @abstractmethod
+    async def heartbeat(self, instance: Instance, *, lease: float) -> None:
+        """Record that ``instance`` lives (``seen_at``) and extend the lease of its claims
+        still in flight to ``seen_at + lease``."""
+
+    @abstractmethod
+    async def list_instances(self) -> list[Instance]: ...
+
+    @abstractmethod
+    async def forget_instance(self, instance_id: str) -> None:
+        """Drop an instance's heartbeat (clean stop, or adopted after death)."""
+
+    # ------------------------------------------------------------ audit trail
+
+    @abstractmethod
+    async def add_event(self, event: AuditEvent) -> None: ...
+
+    @abstractmethod
+    async def events(self, confirmation_id: str) -> list[AuditEvent]:
+        """The audit trail of one confirmation, oldest first."""
+
+    @abstractmethod
+    async def purge(self, *, before: float) -> int:
+        """Drop settled records decided before ``before`` and their events; how many."""
+
+    # ------------------------------------------------------------ listing and counting
+
+    @abstractmethod
+    async def page(
+        self,
+        *,
+        status: Status | None = None,
+        session_key: str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> tuple[Confirmations, str | None]:
+        """Newest first, ``limit`` at a time: the page and the cursor of the next (None at
+        the end). The cursor is opaque to callers and stable under inserts."""
+
+    async def list(
+        self,
+        *,
+        status: Status | None = None,
+        session_key: str | None = None,
+        limit: int = 200,
+    ) -> Confirmations:
+        """Newest first: the first page."""
+        items, _ = await self.page(status=status, session_key=session_key, limit=limit)
+        return items
+
+    @abstractmethod
+    async def count(self, status: Status) -> int:
+        """How many records have ``status``: one indexed query, never a full load."""
+
     async def close(self) -> None:  # noqa: B027 - optional hook, most backends need it
         """Release connections."""
 
@@ -118,7 +218,9 @@ async def _drain(queue: asyncio.Queue[str]) -> AsyncIterator[str]:
         yield await queue.get()
 
 
-def _allowed(current: Confirmation, status: Status, now: float) -> bool:
+def decision_allowed(current: Confirmation, status: Status, now: float) -> bool:
+    """The rule of ``finish``: only a pending record changes; a person's decision only
+    before ``expires_at``."""
     if current.status is not Status.PENDING:
         return False
     if status in (Status.APPROVED, Status.REJECTED):
@@ -126,89 +228,18 @@ def _allowed(current: Confirmation, status: Status, now: float) -> bool:
     return True
 
 
-class MemoryConfirmationStore(ConfirmationStore):
-    """In-process store: the default for tests and for ``gateway chat``.
-
-    Operations never await between read and write, so each is atomic on the event loop.
-    """
-
-    def __init__(self, *, keep_finished: int = 10_000) -> None:
-        self._items: dict[str, Confirmation] = {}
-        self._pending_by_session: dict[str, dict[str, None]] = {}
-        self._finished_order: deque[str] = deque()
-        self._keep_finished = keep_finished
-        self._finished = FinishedIds()
-
-    async def create(self, confirmation: Confirmation) -> None:
-        if confirmation.id in self._items:
-            raise ConfirmationExistsError(confirmation.id)
-        self._items[confirmation.id] = confirmation
-        if confirmation.status is Status.PENDING:
-            self._pending_by_session.setdefault(confirmation.session_key, {})[confirmation.id] = (
-                None
-            )
-
-    async def get(self, confirmation_id: str) -> Confirmation | None:
-        return self._items.get(confirmation_id)
-
-    async def list_pending(self, session_key: str) -> Confirmations:
-        ids = self._pending_by_session.get(session_key)
-        if not ids:
-            return []
-        return [self._items[i] for i in ids]
-
-    async def list(
-        self,
-        *,
-        status: Status | None = None,
-        session_key: str | None = None,
-        limit: int = 200,
-    ) -> Confirmations:
-        items: Iterable[Confirmation] = self._items.values()
-        if status is not None:
-            items = (c for c in items if c.status is status)
-        if session_key is not None:
-            items = (c for c in items if c.session_key == session_key)
-        return sorted(items, key=lambda c: c.created_at, reverse=True)[:limit]
-
-    async def list_all_pending(self) -> Confirmations:
-        return [self._items[i] for ids in self._pending_by_session.values() for i in ids]
-
-    async def finish(
-        self,
-        confirmation_id: str,
-        status: Status,
-        *,
-        by: str | None,
-        via: str | None,
-        reason: str | None,
-        now: float,
-        feedback: bool = False,
-    ) -> tuple[Confirmation | None, bool]:
-        current = self._items.get(confirmation_id)
-        if current is None:
-            return None, False
-        if not _allowed(current, status, now):
-            return current, False
-        done = current.finished(status, by=by, at=now, via=via, reason=reason, feedback=feedback)
-        self._items[confirmation_id] = done
-        session = self._pending_by_session.get(current.session_key)
-        if session is not None:
-            session.pop(confirmation_id, None)
-            if not session:
-                del self._pending_by_session[current.session_key]
-        self._finished_order.append(confirmation_id)
-        if len(self._finished_order) > self._keep_finished:
-            old = self._finished_order.popleft()
-            self._items.pop(old, None)
-        self._finished.announce(confirmation_id)
-        return done, True
-
-    async def set_prompt_ref(self, confirmation_id: str, key: str, value: str) -> None:
-        current = self._items.get(confirmation_id)
-        if current is not None:
-            refs = {**current.prompt_refs, key: value}
-            self._items[confirmation_id] = replace(current, prompt_refs=refs)
-
-    def finished_feed(self) -> AbstractAsyncContextManager[AsyncIterator[str]]:
-        return self._finished.feed()
+def may_claim(current: Confirmation, now: float) -> bool:
+    """The rule of ``claim``, for every backend (the Redis script repeats it in Lua)."""
+    if current.status is not Status.APPROVED:
+        return False
+    ex = current.execution
+    if ex.state is ExecState.WAITING:
+        return True
+    # An idempotent call whose one claimer died (lease ran out while in flight): once more.
+    return (
+        current.idempotent
+        and ex.state.in_flight
+        and ex.attempts == 1
+        and ex.lease_until is not None
+        and ex.lease_until <= now
+    )

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from config.keywords import KeywordsError, KeywordSet, KeywordStore, ListName, WordExists
 from config.settings import AdminSettings
-from gateway.confirm.model import Decision
+from gateway.confirm.model import Confirmation, Decision
 from gateway.confirm.service import ConfirmationEvent, ConfirmationService, DecideOutcome
 from gateway.confirm.store import ConfirmationStore
 from gateway.http.jsonapi import (
@@ -128,10 +128,7 @@ class AdminApi:
     # ------------------------------------------------------------------ confirmations
 
     async def list_confirmations(self, request: web.Request) -> web.Response:
-        query = read_query(request, ConfirmationQuery)
-        found = await self.confirmations.list(
-            status=query.status, session_key=query.session or None, limit=query.limit
-        )
+        found = await search(self.confirmations, read_query(request, ConfirmationQuery))
         return web.json_response({"confirmations": [c.to_dict() for c in found]})
 
     async def get_confirmation(self, request: web.Request) -> web.Response:
@@ -262,6 +259,27 @@ class AdminApi:
         words = self.keywords.words
         log.info(event, confirm=len(words.confirm), cancel=len(words.cancel))
         return web.json_response({**words.to_dict(), "file": str(path)})
+
+
+# Tool and person are filtered here, not in the store: read this many, keep the matches.
+SEARCH_WINDOW = 1000
+
+
+async def search(
+    confirmations: ConfirmationService, query: ConfirmationQuery
+) -> list[Confirmation]:
+    """Confirmations matching ``query``, newest first (the API's list and the admin page)."""
+    narrowed = bool(query.tool or query.person)
+    found = await confirmations.list(
+        status=query.status,
+        session_key=query.session or None,
+        limit=SEARCH_WINDOW if narrowed else query.limit,
+    )
+    if query.tool:
+        found = [c for c in found if c.tool_call.name == query.tool]
+    if query.person:
+        found = [c for c in found if query.person in (c.requester, c.decided_by)]
+    return found[: query.limit]
 
 
 def _end_stream(queue: asyncio.Queue[ConfirmationEvent | None]) -> None:

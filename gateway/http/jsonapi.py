@@ -134,7 +134,24 @@ class ConfirmationQuery(QueryParams):
     session: str | None = Field(
         default=None, max_length=256, description="a session key, e.g. webchat:lobby"
     )
+    tool: str | None = Field(default=None, max_length=128, description="a tool name")
+    person: str | None = Field(
+        default=None, max_length=128, description="who asked for the call or decided it"
+    )
     limit: int = Field(default=200, ge=1, le=1000)
+
+
+class ReplyTestBody(JsonBody):
+    """A chat reply to read with the keywords in force, as the gateway would."""
+
+    text: str = Field(max_length=4000)
+
+
+class PolicyTestBody(JsonBody):
+    """A tool call to put through the policy without running it."""
+
+    tool: str = Field(min_length=1, max_length=128)
+    args: dict[str, Any] = Field(default_factory=dict)
 
 
 class ChatHistoryQuery(QueryParams):

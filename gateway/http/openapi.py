@@ -24,6 +24,8 @@ from gateway.http.jsonapi import (
     DecisionBody,
     KeywordBody,
     KeywordsBody,
+    PolicyTestBody,
+    ReplyTestBody,
 )
 from gateway.http.server import needs_admin
 
@@ -44,6 +46,18 @@ class ToolCallView(Answer):
     name: str
     args: dict[str, Any]
     call_id: str
+
+
+class ExecutionView(Answer):
+    """What became of the call after the decision (the execution ledger)."""
+
+    state: Literal["waiting", "claimed", "running", "succeeded", "failed", "interrupted", "skipped"]
+    claimed_by: str | None
+    lease_until: float | None
+    attempts: int
+    started_at: float | None
+    finished_at: float | None
+    result: str | None
 
 
 class Confirmation(Answer):
@@ -72,6 +86,10 @@ class Confirmation(Answer):
     reason: str | None
     feedback: bool
     prompt_refs: dict[str, str]
+    execution: ExecutionView
+    owner: str | None
+    idempotent: bool
+    continuation: dict[str, Any] | None
 
 
 class ConfirmationList(Answer):
@@ -94,6 +112,26 @@ class Keywords(Answer):
     cancel: list[str]
     file: str
     last_error: str | None = None
+
+
+class ReplyReading(Answer):
+    intent: Literal["confirm", "cancel", "unclear", "none"]
+    confirmation_id: str | None
+    matched: list[str] = Field(description="the decision words found")
+    reason: str | None = Field(description="a cancel's reason ('取消，太危险了')")
+    why: str
+
+
+class PolicyAnswer(Answer):
+    tool: str
+    summary: str
+    level: str = Field(examples=["confirm"])
+    risk: str
+    rule: str = Field(description="what decided the level")
+    risk_rule: str | None
+    four_eyes: bool
+    matched: list[str] = Field(description="every rule that matched, most specific first")
+    refused: str | None = Field(description="the tool refused the call before the policy")
 
 
 class Health(Answer):
@@ -243,6 +281,25 @@ ROUTES = (
         },
         body=KeywordBody,
         path_params={"list": {"type": "string", "enum": ["confirm", "cancel"]}},
+    ),
+    Route(
+        "post",
+        "/api/replies/test",
+        "how a chat reply would be read with the keywords in force",
+        {200: Reply("the reading", ReplyReading), 400: BAD},
+        body=ReplyTestBody,
+    ),
+    Route(
+        "post",
+        "/api/policy/test",
+        "how the policy would decide a call (nothing runs); as `gateway policy test`",
+        {
+            200: Reply("the decision", PolicyAnswer),
+            400: BAD,
+            404: Reply("no such tool", Error),
+            422: Reply("arguments the tool refuses", Error),
+        },
+        body=PolicyTestBody,
     ),
     *(
         Route(

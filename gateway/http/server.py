@@ -1,11 +1,12 @@
 """The one aiohttp server: web chat, admin API and platform webhooks register routes on it.
 
 Admin protection is decided here, once, by path, and safe by default: every route under
-``/api/`` needs the bearer token except the web chat's ``/api/chat/...`` and
-``/api/openapi.json``; ``/metrics`` and ``/admin`` need it too. ``/healthz``, ``/readyz``,
-the web chat page, its WebSocket, static files and platform webhooks are public (webhooks
-verify their own signatures). A route that registers itself under ``/api/`` later (a
-channel's dead letters, say) is protected without doing anything.
+``/api/`` needs the admin token except the web chat's ``/api/chat/...`` and
+``/api/openapi.json``; ``/metrics`` and ``/admin`` need it too (but not the login form).
+The token comes as a bearer header (scripts, the CLI) or as the admin page's cookie.
+``/healthz``, ``/readyz``, the web chat page, its WebSocket, static files and platform
+webhooks are public (webhooks verify their own signatures). A route that registers itself
+under ``/api/`` later (a channel's dead letters, say) is protected without doing anything.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
+import time
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,7 +36,14 @@ from gateway.http.jsonapi import (
 log = structlog.get_logger(__name__)
 
 PUBLIC_API_PREFIXES = ("/api/chat/", "/api/openapi.json")
+PUBLIC_ADMIN_PAGES = ("/admin/login", "/admin/logout")
 UNAUTHORIZED = "missing or wrong bearer token: send Authorization: Bearer <admin token>"
+ADMIN_COOKIE = "gateway_admin"
+ADMIN_COOKIE_SECONDS = 12 * 3600
+# Sent by the admin page's script with every request that changes something.
+CSRF_HEADER = "X-Requested-With"
+CSRF_VALUE = "gateway-admin"
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def is_loopback(host: str) -> bool:
@@ -50,6 +59,8 @@ def needs_admin(path: str) -> bool:
     """Whether a route (its pattern, e.g. ``/api/confirmations/{id}``) is admin-only."""
     if path.startswith("/api/"):
         return not path.startswith(PUBLIC_API_PREFIXES)
+    if path in PUBLIC_ADMIN_PAGES or path.startswith("/admin/static/"):
+        return False  # the login form, and the page's script and style (no data in them)
     return path == "/metrics" or path == "/admin" or path.startswith("/admin/")
 
 
@@ -65,24 +76,65 @@ def bearer_matches(header: str, token: bytes) -> bool:
     return hmac.compare_digest(given.strip().encode("utf-8", "surrogatepass"), token)
 
 
+def admin_cookie(token: bytes, expires: int) -> str:
+    """The admin page's cookie: its expiry and an HMAC of it under the admin token.
+
+    Not the token itself, so the cookie (which the browser stores) cannot be replayed as
+    a bearer token, and it ends at ``expires`` even if a browser keeps it longer. Changing
+    the token invalidates every cookie.
+    """
+    mac = hmac.new(token, f"gateway-admin-cookie:{expires}".encode(), "sha256").hexdigest()
+    return f"{expires}.{mac}"
+
+
+def cookie_matches(value: str, token: bytes, now: float) -> bool:
+    expires, _, _ = value.partition(".")
+    if not (expires.isascii() and expires.isdigit() and len(expires) < 12):
+        return False
+    if int(expires) <= now:
+        return False
+    given = value.encode("utf-8", "surrogatepass")
+    return hmac.compare_digest(admin_cookie(token, int(expires)).encode(), given)
+
+
 def require_admin(token: str | None) -> Middleware:
-    """The one bearer check. No token configured (loopback only) means nothing to check."""
+    """The one admin check: a bearer header, or the admin page's cookie.
+
+    No token configured (loopback only) means nothing to check. A cookie is sent by the
+    browser on its own, so a request it authenticates is open to cross-site request
+    forgery; it is refused unless (a) the cookie is ``SameSite=Strict`` (set by the login
+    form), so browsers do not attach it to requests started by another site at all, and
+    (b) a request that changes something carries ``X-Requested-With: gateway-admin``.
+    Another site's page can only add a custom header through a CORS preflight, which this
+    server never grants. A custom header was chosen over a double-submit token because it
+    needs no token in the page or state on the server, and over an Origin check alone
+    because some browsers and privacy proxies drop Origin (``same_origin`` still refuses
+    a foreign one). Bearer requests are not open to CSRF: browsers never add that header.
+    """
     expected = token.encode("utf-8", "surrogatepass") if token else None
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if (
-            expected is not None
-            and needs_admin(_route_path(request))
-            and not bearer_matches(request.headers.get("Authorization", ""), expected)
-        ):
-            log.info("admin.unauthorized", path=request.path[:200])
-            return web.json_response(
-                {"error": UNAUTHORIZED},
-                status=401,
-                headers={"WWW-Authenticate": 'Bearer realm="gateway"'},
+        if expected is None or not needs_admin(_route_path(request)):
+            return await handler(request)
+        if bearer_matches(request.headers.get("Authorization", ""), expected):
+            return await handler(request)
+        if cookie_matches(request.cookies.get(ADMIN_COOKIE, ""), expected, time.time()):
+            if request.method in SAFE_METHODS or request.headers.get(CSRF_HEADER) == CSRF_VALUE:
+                return await handler(request)
+            log.info("admin.csrf_refused", path=request.path[:200])
+            return error_response(
+                403, f"requests with the admin cookie that change something need {CSRF_HEADER}"
             )
-        return await handler(request)
+        log.info("admin.unauthorized", path=request.path[:200])
+        if request.method == "GET" and request.path.startswith("/admin"):
+            # A person opening the page (or a link to a record): show the login form.
+            raise web.HTTPSeeOther("/admin/login")
+        return web.json_response(
+            {"error": UNAUTHORIZED},
+            status=401,
+            headers={"WWW-Authenticate": 'Bearer realm="gateway"'},
+        )
 
     return middleware
 

@@ -41,6 +41,10 @@ class Tool(ABC):
     params: ClassVar[type[BaseModel]]
     default_level: ClassVar[Level] = "auto"
     risk: ClassVar[Risk] = Risk.LOW
+    # True when running the call twice has the effect of running it once, or when a run cut
+    # short leaves no effect (one statement in one transaction). Such a call may be claimed
+    # once more after its claimer died; any other call is reported interrupted instead.
+    idempotent: ClassVar[bool] = False
 
     def parse_args(self, args: Mapping[str, Any]) -> BaseModel:
         try:

@@ -161,7 +161,7 @@ def test_which_routes_need_the_token() -> None:
         "/api/anything-added-later",
         "/metrics",
         "/admin",
-        "/admin/login",
+        "/admin/confirmations/{id}",
     ]
     public = [
         "/",
@@ -174,6 +174,9 @@ def test_which_routes_need_the_token() -> None:
         "/webhook/feishu/event",
         "/webhook/dingtalk",
         "/administrator",
+        "/admin/login",
+        "/admin/logout",
+        "/admin/static/admin.js",
     ]
     assert [p for p in admin if not needs_admin(p)] == []
     assert [p for p in public if needs_admin(p)] == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.model import (
     ID_ALPHABET,
     Confirmation,
@@ -12,7 +13,7 @@ from gateway.confirm.model import (
     canonical_id,
     new_confirmation_id,
 )
-from gateway.confirm.store import ConfirmationExistsError, MemoryConfirmationStore
+from gateway.confirm.store import ConfirmationExistsError
 from tests.core.harness import Harness
 
 

@@ -10,9 +10,10 @@ from typing import Any
 from config.keywords import load_keywords
 from config.settings import DEFAULT_KEYWORDS_FILE, ConfirmationSettings
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage, PublishResult
+from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.model import Confirmation, ToolCall
 from gateway.confirm.service import ConfirmationService
-from gateway.confirm.store import ConfirmationStore, MemoryConfirmationStore
+from gateway.confirm.store import ConfirmationStore
 
 CHANNEL = "test"
 

@@ -11,8 +11,8 @@ import asyncio
 import time
 
 from gateway.bus import OutboundKind
+from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.model import Confirmation, Status, ToolCall
-from gateway.confirm.store import MemoryConfirmationStore
 from tests.core.harness import Harness
 
 

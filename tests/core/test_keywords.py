@@ -12,9 +12,9 @@ import pytest
 from config.keywords import KeywordsError, KeywordSet, KeywordStore, load_keywords
 from config.settings import ConfirmationSettings
 from gateway.bus import MessageBus
+from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.replies import ReplyIntent
 from gateway.confirm.service import ConfirmationService
-from gateway.confirm.store import MemoryConfirmationStore
 
 ROOT = Path(__file__).resolve().parents[2]
 

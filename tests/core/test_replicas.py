@@ -16,9 +16,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from gateway.bus import OutboundKind
+from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.model import Confirmation, Status, ToolCall
 from gateway.confirm.redis_store import RedisConfirmationStore
-from gateway.confirm.store import MemoryConfirmationStore
 from tests.core.harness import Harness
 from tests.services import mask_url, require_service
 

@@ -1,0 +1,203 @@
+"""The Lua scripts of the Redis store: each change to a record is one atomic step on the server.
+
+Layout (``P`` = the store's prefix; see ``RedisKeys``):
+
+- ``P:c:{id}`` hash: ``record`` (the JSON at creation), the fields that change (``status``,
+  ``decision`` JSON, ``decided_at``, ``owner``, ``ref:<key>``) and the execution ledger as
+  ``x_state``, ``x_by``, ``x_lease``, ``x_attempts``, ``x_started``, ``x_finished``,
+  ``x_result``. Floats travel as Python ``repr`` strings and are only compared here
+  (``tonumber``), never formatted by Lua, which would round them to 14 digits.
+- ``P:ev:{id}`` list: the audit trail, with the record's TTL.
+- Sorted sets scored by ``created_at``: ``index``, ``session:{key}``, ``pending:{key}``,
+  ``pending-all``, ``status:{status}`` (terminal ones), ``approved-waiting``,
+  ``owned:{instance}`` (unsettled records it owns), ``claims:{instance}`` (its claims in
+  flight). ``settled`` is scored by ``decided_at``; its members are ``id|status|session``
+  so ``purge`` can clean the indexes of records whose TTL already ran out.
+- ``P:instances`` hash (id -> JSON) and ``P:alive:{id}`` (a key with TTL = the lease).
+- ``P:finished`` stream: one entry per successful ``finish`` (redis_feed.py reads it).
+
+The scripts build index keys from the prefix (ARGV) beside the record key (KEYS[1]): on
+Redis Cluster the prefix must carry a hash tag (``{gateway}``) so that all keys share a slot.
+"""
+
+from __future__ import annotations
+
+# Shared Lua helpers, prepended to the scripts that need them.
+_LIB = """
+local function unsettled(status, state)
+  if status == 'pending' then return true end
+  return status == 'approved' and (state == 'waiting' or state == 'claimed'
+                                   or state == 'running')
+end
+local function settle(p, rec, id)
+  local f = redis.call('HMGET', rec, 'status', 'session_key', 'decided_at', 'created_at')
+  local at = f[3] or f[4]
+  redis.call('ZADD', p .. ':settled', at, id .. '|' .. f[1] .. '|' .. f[2])
+end
+"""
+
+# KEYS: record, then every index the new record joins. ARGV: id, created_at, ttl seconds,
+# then field/value pairs of the hash.
+CREATE = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local fields = {}
+for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
+redis.call('HSET', KEYS[1], unpack(fields))
+for i = 2, #KEYS do redis.call('ZADD', KEYS[i], ARGV[2], ARGV[1]) end
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+
+# KEYS: record. ARGV: prefix, id, new status, needs deadline ('1'/'0'), now, decision JSON,
+# finished ttl seconds, finished stream, its MAXLEN.
+# Returns {code, HGETALL}: 0 missing, 1 changed, 2 already terminal, 3 past the deadline.
+FINISH = (
+    _LIB
+    + """
+local p, id, new, now = ARGV[1], ARGV[2], ARGV[3], ARGV[5]
+local rec = KEYS[1]
+local f = redis.call('HMGET', rec, 'status', 'expires_at', 'session_key', 'owner',
+                     'created_at')
+if not f[1] then return {0, {}} end
+if f[1] ~= 'pending' then return {2, redis.call('HGETALL', rec)} end
+if ARGV[4] == '1' and not (tonumber(f[2]) > tonumber(now)) then
+  return {3, redis.call('HGETALL', rec)}
+end
+redis.call('HSET', rec, 'status', new, 'decision', ARGV[6], 'decided_at', now)
+redis.call('ZREM', p .. ':pending:' .. f[3], id)
+redis.call('ZREM', p .. ':pending-all', id)
+redis.call('ZADD', p .. ':status:' .. new, f[5], id)
+if new == 'approved' then
+  redis.call('ZADD', p .. ':approved-waiting', f[5], id)
+else
+  redis.call('HSET', rec, 'x_state', 'skipped', 'x_finished', now)
+  if f[4] then redis.call('ZREM', p .. ':owned:' .. f[4], id) end
+  settle(p, rec, id)
+end
+redis.call('EXPIRE', rec, ARGV[7])
+redis.call('EXPIRE', p .. ':ev:' .. id, ARGV[7])
+redis.call('XADD', ARGV[8], 'MAXLEN', '~', ARGV[9], '*', 'id', id)
+return {1, redis.call('HGETALL', rec)}
+"""
+)
+
+# KEYS: record; ARGV: ref key, ref value
+SET_REF = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'ref:' .. ARGV[1], ARGV[2])
+return 1
+"""
+
+# store.may_claim in Lua: approved and waiting; or idempotent, in flight, claimed once and
+# its lease ran out (its claimer died): once more.
+# KEYS: record. ARGV: prefix, id, instance, now, lease_until. Returns HGETALL or nil.
+CLAIM = """
+local p, id, me, now = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local rec = KEYS[1]
+local f = redis.call('HMGET', rec, 'status', 'x_state', 'idempotent', 'x_attempts',
+                     'x_lease', 'x_by', 'created_at')
+if f[1] ~= 'approved' then return nil end
+local state, attempts = f[2], tonumber(f[4] or '0')
+local ok = state == 'waiting'
+if not ok and f[3] == '1' and (state == 'claimed' or state == 'running')
+   and attempts == 1 and f[5] and tonumber(f[5]) <= tonumber(now) then
+  ok = true
+end
+if not ok then return nil end
+redis.call('HSET', rec, 'x_state', 'claimed', 'x_by', me, 'x_lease', ARGV[5],
+           'x_attempts', tostring(attempts + 1))
+redis.call('HDEL', rec, 'x_started')
+redis.call('ZREM', p .. ':approved-waiting', id)
+if f[6] then redis.call('ZREM', p .. ':claims:' .. f[6], id) end
+redis.call('ZADD', p .. ':claims:' .. me, f[7], id)
+return redis.call('HGETALL', rec)
+"""
+
+# KEYS: record. ARGV: instance, now. Returns HGETALL or nil.
+START = """
+local f = redis.call('HMGET', KEYS[1], 'x_state', 'x_by')
+if f[1] ~= 'claimed' or f[2] ~= ARGV[1] then return nil end
+redis.call('HSET', KEYS[1], 'x_state', 'running', 'x_started', ARGV[2])
+return redis.call('HGETALL', KEYS[1])
+"""
+
+# KEYS: record. ARGV: prefix, id, instance, state, now, has result ('1'/'0'), result.
+FINISH_EXECUTION = (
+    _LIB
+    + """
+local p, id, me = ARGV[1], ARGV[2], ARGV[3]
+local rec = KEYS[1]
+local f = redis.call('HMGET', rec, 'x_state', 'x_by', 'owner')
+if not (f[1] == 'claimed' or f[1] == 'running') or f[2] ~= me then return nil end
+redis.call('HSET', rec, 'x_state', ARGV[4], 'x_finished', ARGV[5])
+if ARGV[6] == '1' then
+  redis.call('HSET', rec, 'x_result', ARGV[7])
+else
+  redis.call('HDEL', rec, 'x_result')
+end
+redis.call('ZREM', p .. ':claims:' .. me, id)
+if f[3] then redis.call('ZREM', p .. ':owned:' .. f[3], id) end
+settle(p, rec, id)
+return redis.call('HGETALL', rec)
+"""
+)
+
+# KEYS: record. ARGV: prefix, id, from owner ('' = none), to owner. Returns HGETALL or nil.
+ADOPT = (
+    _LIB
+    + """
+local p, id, from, to = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local rec = KEYS[1]
+local f = redis.call('HMGET', rec, 'status', 'owner', 'x_state', 'created_at')
+if not f[1] or (f[2] or '') ~= from then return nil end
+redis.call('HSET', rec, 'owner', to)
+if from ~= '' then redis.call('ZREM', p .. ':owned:' .. from, id) end
+if unsettled(f[1], f[3]) then redis.call('ZADD', p .. ':owned:' .. to, f[4], id) end
+return redis.call('HGETALL', rec)
+"""
+)
+
+# ARGV: prefix, instance id, instance JSON, lease in ms, lease_until.
+HEARTBEAT = """
+local p, me = ARGV[1], ARGV[2]
+redis.call('SET', p .. ':alive:' .. me, ARGV[3], 'PX', ARGV[4])
+redis.call('HSET', p .. ':instances', me, ARGV[3])
+local ids = redis.call('ZRANGE', p .. ':claims:' .. me, 0, -1)
+for _, id in ipairs(ids) do
+  local rec = p .. ':c:' .. id
+  local f = redis.call('HMGET', rec, 'x_state', 'x_by')
+  if f[2] == me and (f[1] == 'claimed' or f[1] == 'running') then
+    redis.call('HSET', rec, 'x_lease', ARGV[5])
+  end
+end
+return #ids
+"""
+
+# KEYS: record. ARGV: prefix, id, event JSON. The trail lives as long as its record.
+ADD_EVENT = """
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl == -2 then return 0 end
+local ev = ARGV[1] .. ':ev:' .. ARGV[2]
+redis.call('RPUSH', ev, ARGV[3])
+if ttl > 0 then redis.call('PEXPIRE', ev, ttl) end
+return 1
+"""
+
+# ARGV: prefix, before, batch size. Drops settled records decided before ``before`` with
+# their events and index entries; returns {records dropped, members handled}.
+PURGE = """
+local p = ARGV[1]
+local members = redis.call('ZRANGE', p .. ':settled', '-inf', '(' .. ARGV[2], 'BYSCORE',
+                           'LIMIT', 0, tonumber(ARGV[3]))
+local dropped = 0
+for _, m in ipairs(members) do
+  local id, status, session = string.match(m, '^([^|]*)|([^|]*)|(.*)$')
+  dropped = dropped + redis.call('DEL', p .. ':c:' .. id)
+  redis.call('DEL', p .. ':ev:' .. id)
+  redis.call('ZREM', p .. ':index', id)
+  redis.call('ZREM', p .. ':session:' .. session, id)
+  redis.call('ZREM', p .. ':status:' .. status, id)
+  redis.call('ZREM', p .. ':settled', m)
+end
+return {dropped, #members}
+"""

@@ -1,0 +1,232 @@
+"""The ``/admin`` page: login, the page and the parts its script re-reads, and the two
+testers (reply words, policy) as JSON routes.
+
+Who may see it is decided by ``gateway.http.server.require_admin`` like every admin route:
+the login form turns the token into the page's cookie, and nothing else here checks it.
+Decisions from the page go through the admin API (``POST /api/confirmations/{id}/decision``).
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from config.keywords import KeywordStore
+from gateway.confirm.model import Status
+from gateway.confirm.service import ConfirmationService
+from gateway.http import page_html
+from gateway.http.admin import MAX_ID_LENGTH, search
+from gateway.http.jsonapi import (
+    ApiError,
+    ConfirmationQuery,
+    PolicyTestBody,
+    ReplyTestBody,
+    read_body,
+    validate,
+)
+from gateway.http.server import ADMIN_COOKIE, ADMIN_COOKIE_SECONDS, admin_cookie
+from gateway.tools.base import ToolArgumentsError, ToolRegistry
+from gateway.tools.policy import Policy
+from gateway.tools.policy_check import UnknownToolError, explain
+
+log = structlog.get_logger(__name__)
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+STATIC_FILES = {"admin.js": "text/javascript", "admin.css": "text/css"}
+PAGE_HEADERS = {
+    # No inline script or style: what a record holds can never run as code here.
+    "Content-Security-Policy": (
+        "default-src 'self'; connect-src 'self'; img-src 'self' data:; "
+        "style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Cache-Control": "no-store",
+    "Referrer-Policy": "same-origin",
+}
+HISTORY_LIMIT = 100
+MAX_TOKEN_FIELD = 1024
+
+
+class AdminPage:
+    """Renders the admin page from the parts it shows; registered next to ``AdminApi``."""
+
+    def __init__(
+        self,
+        *,
+        confirmations: ConfirmationService,
+        keywords: KeywordStore,
+        registry: ToolRegistry,
+        policy: Policy,
+        admin_token: str | None,
+        channel_status: Callable[[], list[dict[str, Any]]],
+        actor: Callable[[web.Request], str] = lambda _: "admin",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.confirmations = confirmations
+        self.keywords = keywords
+        self.registry = registry
+        self.policy = policy
+        self._token = admin_token.encode("utf-8", "surrogatepass") if admin_token else None
+        self.channel_status = channel_status
+        self.actor = actor
+        self.clock = clock
+
+    def register(self, app: web.Application) -> None:
+        app.router.add_get("/admin", self.page)
+        app.router.add_get("/admin/login", self.login_form)
+        app.router.add_post("/admin/login", self.login)
+        app.router.add_post("/admin/logout", self.logout)
+        app.router.add_get("/admin/part/{name}", self.part)
+        app.router.add_get("/admin/confirmations/{id}", self.detail)
+        app.router.add_get("/admin/static/{name}", self.static)
+        app.router.add_post("/api/replies/test", self.test_reply)
+        app.router.add_post("/api/policy/test", self.test_policy)
+
+    # ------------------------------------------------------------------ login
+
+    async def login_form(self, _: web.Request) -> web.Response:
+        if self._token is None:  # loopback without a token: nothing to log in to
+            raise web.HTTPSeeOther("/admin")
+        return _html(page_html.login_page(None))
+
+    async def login(self, request: web.Request) -> web.Response:
+        if self._token is None:
+            raise web.HTTPSeeOther("/admin")
+        form = await request.post()
+        given = form.get("token")
+        if not isinstance(given, str) or len(given) > MAX_TOKEN_FIELD:
+            given = ""
+        if not hmac.compare_digest(given.strip().encode("utf-8", "surrogatepass"), self._token):
+            log.info("admin.login_failed", remote=request.remote)
+            page = page_html.login_page("令牌不对 / wrong token")
+            return _html(page, status=401)
+        expires = int(self.clock()) + ADMIN_COOKIE_SECONDS
+        response = _see_other("/admin")
+        response.set_cookie(
+            ADMIN_COOKIE,
+            admin_cookie(self._token, expires),
+            max_age=ADMIN_COOKIE_SECONDS,
+            path="/",
+            httponly=True,  # the page's script never needs it: a script injection cannot read it
+            samesite="Strict",  # never sent on a request another site starts (CSRF)
+            secure=request.secure,
+        )
+        log.info("admin.login", remote=request.remote)
+        return response
+
+    async def logout(self, _: web.Request) -> web.Response:
+        response = _see_other("/admin/login" if self._token else "/admin")
+        response.del_cookie(ADMIN_COOKIE, path="/")
+        return response
+
+    # ------------------------------------------------------------------ pages
+
+    async def page(self, request: web.Request) -> web.Response:
+        query = self._history_query(request)
+        words = self.keywords.words
+        html = page_html.admin_page(
+            pending=await self._pending(),
+            history=await search(self.confirmations, query),
+            query={k: v for k, v in request.query.items() if isinstance(v, str)},
+            words=words.to_dict(),
+            keywords_file=str(self.keywords.path),
+            keywords_error=self.keywords.last_error,
+            tools=self.registry.names,
+            channels=self.channel_status(),
+            actor=self.actor(request),
+            logout=self._token is not None,
+            now=self.clock(),
+        )
+        return _html(html)
+
+    async def part(self, request: web.Request) -> web.Response:
+        """One part of the page, re-read by the script when an event says it changed."""
+        name = request.match_info["name"]
+        if name == "pending":
+            return _html(page_html.pending_list(await self._pending(), self.clock()))
+        if name == "history":
+            found = await search(self.confirmations, self._history_query(request))
+            return _html(page_html.history_list(found))
+        if name == "keywords":
+            store = self.keywords
+            words = store.words.to_dict()
+            return _html(page_html.keyword_lists(words, str(store.path), store.last_error))
+        raise web.HTTPNotFound()
+
+    async def detail(self, request: web.Request) -> web.Response:
+        cid = request.match_info["id"]
+        found = await self.confirmations.get(cid) if len(cid) <= MAX_ID_LENGTH else None
+        if found is None:
+            raise web.HTTPNotFound(text=f"no confirmation {cid[:MAX_ID_LENGTH]}")
+        html = page_html.detail_page(
+            found, actor=self.actor(request), logout=self._token is not None, now=self.clock()
+        )
+        return _html(html)
+
+    async def static(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        if name not in STATIC_FILES:
+            raise web.HTTPNotFound()
+        return web.FileResponse(
+            STATIC_DIR / name,
+            headers={
+                **PAGE_HEADERS,
+                "Content-Type": STATIC_FILES[name],
+                "Cache-Control": "no-cache",
+            },
+        )
+
+    async def _pending(self) -> list[Any]:
+        found = await self.confirmations.list(status=Status.PENDING, limit=1000)
+        return sorted(found, key=lambda c: c.created_at)
+
+    def _history_query(self, request: web.Request) -> ConfirmationQuery:
+        wanted = {k: v for k, v in request.query.items() if v != ""}
+        try:
+            return validate(ConfirmationQuery, {**wanted, "limit": HISTORY_LIMIT})
+        except ApiError:
+            # A hand-edited URL with a bad filter: show everything rather than an error page.
+            return ConfirmationQuery(limit=HISTORY_LIMIT)
+
+    # ------------------------------------------------------------------ testers
+
+    async def test_reply(self, request: web.Request) -> web.Response:
+        """How the gateway would read ``text`` as a reply to a prompt, with today's words."""
+        body = await read_body(request, ReplyTestBody)
+        parsed = self.confirmations.parser.parse(body.text)
+        return web.json_response(
+            {
+                "intent": parsed.intent.value,
+                "confirmation_id": parsed.confirmation_id,
+                "matched": list(parsed.matched),
+                "reason": parsed.reason,
+                "why": parsed.why,
+            }
+        )
+
+    async def test_policy(self, request: web.Request) -> web.Response:
+        """What ``gateway policy test`` prints, as JSON: nothing runs."""
+        body = await read_body(request, PolicyTestBody)
+        try:
+            report = await explain(self.registry, self.policy, body.tool, body.args)
+        except UnknownToolError as exc:
+            raise ApiError(404, str(exc), field="tool") from exc
+        except ToolArgumentsError as exc:
+            raise ApiError(422, str(exc), field="args") from exc
+        return web.json_response(report.to_dict())
+
+
+def _see_other(location: str) -> web.Response:
+    return web.Response(status=303, headers={"Location": location})
+
+
+def _html(text: str, *, status: int = 200) -> web.Response:
+    return web.Response(
+        text=text, status=status, content_type="text/html", charset="utf-8", headers=PAGE_HEADERS
+    )

@@ -1,0 +1,160 @@
+// The admin page's script: live updates over /api/events, and the buttons and forms.
+// The server renders every part (GET /admin/part/NAME); this only fetches and swaps them.
+"use strict";
+
+// Sent with every change: the server refuses cookie-authenticated changes without it (CSRF).
+const HEADERS = { "Content-Type": "application/json", "X-Requested-With": "gateway-admin" };
+
+const $ = (sel, root = document) => root.querySelector(sel);
+
+function notice(text, bad) {
+  const box = $("#notice");
+  if (!box) return;
+  box.textContent = text;
+  box.className = bad ? "notice bad" : "notice";
+  box.hidden = false;
+}
+
+async function send(method, url, body) {
+  const resp = await fetch(url, {
+    method,
+    headers: HEADERS,
+    body: body === undefined ? undefined : JSON.stringify(body),
+    credentials: "same-origin",
+  });
+  let data = {};
+  try {
+    data = await resp.json();
+  } catch (_) {
+    data = { error: `HTTP ${resp.status}` };
+  }
+  return { ok: resp.ok, status: resp.status, data };
+}
+
+async function refresh(name, target) {
+  const box = $(target);
+  if (!box) return;
+  const query = name === "history" ? window.location.search : "";
+  const resp = await fetch(`/admin/part/${name}${query}`, { credentials: "same-origin" });
+  if (resp.status === 401 || resp.redirected) {
+    window.location.assign("/admin/login");
+    return;
+  }
+  if (resp.ok) box.innerHTML = await resp.text(); // server-rendered and escaped
+}
+
+let pendingRefresh = null;
+function refreshRecords() {
+  // Events come in bursts (requested, resolved): one refresh per burst.
+  if (pendingRefresh) return;
+  pendingRefresh = setTimeout(async () => {
+    pendingRefresh = null;
+    await Promise.all([refresh("pending", "#pending-list"), refresh("history", "#history-list")]);
+  }, 50);
+}
+
+function connect() {
+  const live = $("#live");
+  const source = new EventSource("/api/events");
+  const show = (on) => {
+    if (!live) return;
+    live.className = on ? "live on" : "live off";
+    live.innerHTML = on ? '实时 <span class="en">live</span>' : '未连接 <span class="en">offline</span>';
+  };
+  source.onopen = () => {
+    show(true);
+    refreshRecords(); // whatever happened while disconnected
+  };
+  source.onerror = () => show(false); // EventSource reconnects by itself
+  for (const kind of ["requested", "resolved"]) {
+    source.addEventListener(`confirmation.${kind}`, refreshRecords);
+  }
+  source.onmessage = refreshRecords;
+}
+
+async function decide(button, decision) {
+  const card = button.closest(".card");
+  const id = button.dataset.id;
+  const reasonBox = card ? $(".reason", card) : null;
+  const body = { decision };
+  if (reasonBox && reasonBox.value.trim()) body.reason = reasonBox.value.trim();
+  for (const b of card ? card.querySelectorAll("button") : [button]) b.disabled = true;
+  const { ok, data } = await send("POST", `/api/confirmations/${encodeURIComponent(id)}/decision`, body);
+  notice(data.message || data.error || "", !ok);
+  refreshRecords();
+  if (document.querySelector(".detail")) window.location.reload();
+}
+
+async function changeWord(list, word, add) {
+  if (add) {
+    // One word added in place: the file keeps its comments and order.
+    const added = await send("POST", `/api/keywords/${encodeURIComponent(list)}`, { word });
+    if (!added.ok) notice(added.data.error || "cannot add the word", true);
+    return refresh("keywords", "#keywords-lists");
+  }
+  const got = await send("GET", "/api/keywords");
+  if (!got.ok) return notice(got.data.error || "cannot read keywords", true);
+  const words = { confirm: got.data.confirm, cancel: got.data.cancel };
+  words[list] = words[list].filter((w) => w !== word);
+  const put = await send("PUT", "/api/keywords", words);
+  if (!put.ok) notice(put.data.error || "cannot save keywords", true);
+  await refresh("keywords", "#keywords-lists");
+}
+
+function showResult(target, data) {
+  const box = $(target);
+  box.textContent = JSON.stringify(data, null, 2);
+  box.hidden = false;
+}
+
+function countdowns() {
+  const now = Date.now() / 1000;
+  for (const dd of document.querySelectorAll(".left[data-expires]")) {
+    const left = Math.max(0, Math.floor(Number(dd.dataset.expires) - now));
+    dd.textContent = `${Math.floor(left / 60)}:${String(left % 60).padStart(2, "0")}`;
+  }
+}
+
+document.addEventListener("click", (event) => {
+  const target = event.target instanceof Element ? event.target.closest("button") : null;
+  if (!target) return;
+  if (target.classList.contains("approve")) decide(target, "approve");
+  else if (target.classList.contains("reject")) decide(target, "reject");
+  else if (target.classList.contains("remove-word")) {
+    changeWord(target.dataset.list, target.dataset.word, false);
+  }
+});
+
+function onSubmit(id, handler) {
+  const form = document.getElementById(id);
+  if (!form) return;
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    handler(new FormData(form), form);
+  });
+}
+
+onSubmit("add-word", async (data, form) => {
+  await changeWord(String(data.get("list")), String(data.get("word")).trim(), true);
+  form.reset();
+});
+
+onSubmit("reply-test", async (data) => {
+  const { data: answer } = await send("POST", "/api/replies/test", { text: String(data.get("text")) });
+  showResult("#reply-result", answer);
+});
+
+onSubmit("policy-test", async (data) => {
+  let args;
+  try {
+    args = JSON.parse(String(data.get("args") || "{}"));
+  } catch (exc) {
+    showResult("#policy-result", { error: `arguments are not JSON: ${exc.message}` });
+    return;
+  }
+  const { data: answer } = await send("POST", "/api/policy/test", { tool: String(data.get("tool")), args });
+  showResult("#policy-result", answer);
+});
+
+if (!$(".login")) connect(); // the login form has nothing live to show
+setInterval(countdowns, 1000);

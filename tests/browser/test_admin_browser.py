@@ -1,0 +1,156 @@
+"""The /admin page in a real browser (Debian's Chromium through Playwright) against a real
+gateway (``gateway.app.build``: command agent, demo SQLite database).
+
+An operator logs in with the token, a call is asked for in the web chat after the page is
+open (so it can only arrive over /api/events), the page lists it, and approving it from the
+page runs it: the row is gone from the demo database. Screenshots at 360 px go to
+test-artifacts/.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from playwright.async_api import Browser, Page, expect
+
+from gateway.app import Gateway
+from tests.browser.test_webchat_browser import ARTIFACTS, TIMEOUT_MS, browser, page_errors
+from tests.webchat.support import (
+    base_url,
+    eventually,
+    make_settings,
+    order_exists,
+    running_gateway,
+)
+
+pytestmark = pytest.mark.browser
+__all__ = ["browser", "page_errors"]  # fixtures shared with the web chat's browser test
+
+WIDEST = """() => {
+  let widest = [document.documentElement.scrollWidth, "page"];
+  for (const el of document.querySelectorAll("body *")) {
+    const right = el.getBoundingClientRect().right;
+    if (right > 360 && right > widest[0] - 1) widest = [right, el.tagName + "." + el.className];
+  }
+  return widest;
+}"""
+TOKEN = "browser-admin-token-0123456789abcdef"
+
+
+@pytest.fixture
+async def gateway(tmp_path: Path) -> AsyncIterator[Gateway]:
+    settings = make_settings(
+        tmp_path,
+        admin={"token": TOKEN, "sse_heartbeat_seconds": 1},
+        confirmation={"store": "sqlite"},
+    )
+    async with running_gateway(settings) as gw:
+        yield gw
+
+
+async def open_admin(browser: Browser, url: str, errors: list[str]) -> Page:
+    context = await browser.new_context(viewport={"width": 360, "height": 780}, locale="zh-CN")
+    context.set_default_timeout(TIMEOUT_MS)
+    page = await context.new_page()
+    page.on("pageerror", lambda exc: errors.append(f"admin: {exc}"))
+    page.on(
+        "console",
+        lambda msg: errors.append(f"admin: {msg.text}") if msg.type == "error" else None,
+    )
+    await page.goto(f"{url}/admin")
+    await expect(page.locator('input[name="token"]')).to_be_visible()
+    await page.locator('input[name="token"]').fill(TOKEN)
+    await page.locator('button[type="submit"]').click()
+    await expect(page.locator("#live.on")).to_be_visible()
+    return page
+
+
+async def say(url: str, room: str, user: str, text: str) -> None:
+    async with (
+        aiohttp.ClientSession(base_url=url) as http,
+        http.post(f"/api/chat/{room}/messages", json={"user": user, "text": text}) as resp,
+    ):
+        assert resp.status == 202
+
+
+async def test_a_pending_call_appears_live_and_approving_it_runs_it(
+    gateway: Gateway, browser: Browser, page_errors: list[str]
+) -> None:
+    url = base_url(gateway)
+    page = await open_admin(browser, url, page_errors)
+    await expect(page.locator("#pending-list .empty")).to_be_visible()
+
+    await say(url, "ops", "alice", "/sql DELETE FROM orders WHERE id = 3")
+    card = page.locator("#pending-list .card")
+    await expect(card).to_have_count(1)
+    await expect(card.locator(".statement")).to_have_text("DELETE FROM orders WHERE id = 3")
+    await expect(card.locator(".requester")).to_have_text("alice")
+    await expect(card.locator(".session")).to_have_text("webchat:ops")
+    cid = await card.get_attribute("data-id")
+    assert cid
+    # Nothing at 360 px is wider than the screen (no sideways scrolling on a phone).
+    width = await page.evaluate(WIDEST)
+    assert width[0] <= 360, width
+    ARTIFACTS.mkdir(exist_ok=True)
+    await page.screenshot(path=str(ARTIFACTS / "admin-360-pending.png"), full_page=True)
+
+    await card.locator(".approve").click()
+    await expect(page.locator("#notice")).to_contain_text("approved")
+    await expect(page.locator("#pending-list .card")).to_have_count(0)
+    row = page.locator(f'#history-list .row[data-id="{cid}"]')
+    await expect(row).to_have_attribute("data-status", "approved")
+    await expect(row.locator(".decider")).to_contain_text("admin")
+
+    async def row_gone() -> bool:
+        return not order_exists(gateway.settings.data_dir, 3)
+
+    await eventually(row_gone)
+    await page.screenshot(path=str(ARTIFACTS / "admin-360-after.png"), full_page=True)
+
+    # Its details page shows the decision.
+    await row.locator(".cid").click()
+    await expect(page.locator(".detail")).to_contain_text("approved")
+    await page.context.close()
+
+
+async def test_reject_with_a_reason_keywords_and_testers(
+    gateway: Gateway, browser: Browser, page_errors: list[str]
+) -> None:
+    url = base_url(gateway)
+    page = await open_admin(browser, url, page_errors)
+    await say(url, "ops2", "bob", "/sql DELETE FROM orders WHERE id = 4")
+    card = page.locator("#pending-list .card")
+    await card.locator(".reason").fill("not during the sale")
+    await card.locator(".reject").click()
+    await expect(page.locator("#pending-list .card")).to_have_count(0)
+    row = page.locator("#history-list .row").first
+    await expect(row).to_have_attribute("data-status", "rejected")
+    assert order_exists(gateway.settings.data_dir, 4)
+    assert (await gateway.confirmations.list())[0].reason == "not during the sale"
+
+    # History search by person (a plain GET form: works without the script as well).
+    await page.locator('#history-form input[name="person"]').fill("nobody")
+    await page.locator("#history-form button").click()
+    await expect(page.locator("#history-list .empty")).to_be_visible()
+
+    # Keywords: add a word, read a reply with it, remove it.
+    await page.locator('#add-word input[name="word"]').fill("搞定")
+    await page.locator("#add-word button").click()
+    await expect(page.locator('.words[data-list="confirm"] .word', has_text="搞定")).to_be_visible()
+    assert "搞定" in gateway.keywords.words.confirm
+    await page.locator('#reply-test input[name="text"]').fill("搞定")
+    await page.locator("#reply-test button").click()
+    await expect(page.locator("#reply-result")).to_contain_text('"intent": "confirm"')
+    await page.locator('.remove-word[data-word="搞定"]').click()
+    await expect(page.locator('.words[data-list="confirm"] .word', has_text="搞定")).to_have_count(
+        0
+    )
+
+    await page.locator('#policy-test select[name="tool"]').select_option("sql_modify")
+    await page.locator("#policy-test button").click()
+    await expect(page.locator("#policy-result")).to_contain_text('"level": "confirm"')
+    await page.screenshot(path=str(ARTIFACTS / "admin-360-testers.png"), full_page=True)
+    await page.context.close()
