@@ -7,6 +7,7 @@ or ``./gateway.toml`` when present), then the defaults below, which run on a fre
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -48,6 +49,22 @@ class ServerSettings(Section):
     allowed_hosts: list[str] = Field(default_factory=lambda: list(LOOPBACK_NAMES))
     # Nesting allowed in a JSON request body: deeper input is a 400, never a RecursionError.
     max_json_depth: int = Field(default=64, ge=1, le=256)
+    # A login proxy's header naming the signed-in person (e.g. X-Forwarded-User), honoured
+    # only on requests from trusted_proxies (addresses or networks, e.g. 10.0.0.5, ::1/128).
+    trusted_user_header: str | None = Field(default=None, min_length=1, max_length=100)
+    trusted_proxies: list[str] = Field(default_factory=list)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"{item!r} is not an IP address or network (e.g. 10.0.0.5 or 10.0.0.0/24)"
+                ) from None
+        return value
 
 
 class AdminSettings(Section):

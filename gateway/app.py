@@ -183,6 +183,8 @@ async def build(
             admin_token=token.get_secret_value() if token else None,
             allowed_host_names=settings.server.allowed_hosts,
             max_json_depth=settings.server.max_json_depth,
+            trusted_user_header=settings.server.trusted_user_header,
+            trusted_proxies=settings.server.trusted_proxies,
         )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     async with contextlib.AsyncExitStack() as opened:

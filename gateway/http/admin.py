@@ -21,6 +21,7 @@ from config.settings import AdminSettings
 from gateway.confirm.model import Confirmation, Decision
 from gateway.confirm.service import ConfirmationEvent, ConfirmationService, DecideOutcome
 from gateway.confirm.store import ConfirmationStore
+from gateway.http.identity import identity_of
 from gateway.http.jsonapi import (
     ApiError,
     ConfirmationQuery,
@@ -141,7 +142,8 @@ class AdminApi:
     async def decide(self, request: web.Request) -> web.Response:
         cid = request.match_info["id"]
         body = await read_body(request, DecisionBody)
-        actor = (body.actor or "").strip() or "admin"
+        # A login proxy's name for the operator wins over what the body says.
+        actor = identity_of(request).user(request) or (body.actor or "").strip() or "admin"
         reason = (body.reason or "").strip() or None
         if len(cid) > MAX_ID_LENGTH:
             raise ApiError(404, f"no confirmation {cid[:MAX_ID_LENGTH]}", field="id")
