@@ -96,6 +96,8 @@ class ConfirmationSettings(Section):
     redis_prefix: str = Field(default="gateway:confirm", min_length=1)
     # How long decided confirmations stay readable in Redis (the audit trail is SQLite's job).
     redis_finished_ttl_seconds: float = Field(default=30 * 24 * 3600.0, gt=0)
+    # Settled records and their audit events are purged this long after their decision.
+    retention_days: float = Field(default=30.0, gt=0)
 
 
 class KeywordsSettings(Section):
