@@ -24,6 +24,18 @@ log = structlog.get_logger(__name__)
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 
 
+class SenderIdentity(StrEnum):
+    """How far a sender's id can be believed; web chat sets it in ``metadata["identity"]``.
+
+    Platforms authenticate their users; a web chat name is typed unless a login proxy
+    vouches for it (gateway.http.identity).
+    """
+
+    VERIFIED = "verified"  # named by a trusted login proxy
+    LOCAL = "local"  # typed, on this machine (loopback, not forwarded)
+    SELF_DECLARED = "self-declared"  # typed, from elsewhere: its decisions do not count
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InboundMessage:
     """A message from a person, as a channel adapter built it."""
