@@ -100,6 +100,8 @@ class ConfirmationSettings(Section):
     # to redis_pool_timeout_seconds, then the request fails closed (chat told, HTTP 503).
     redis_max_connections: int = Field(default=64, ge=2)
     redis_pool_timeout_seconds: float = Field(default=5.0, gt=0)
+    # Settled records and their audit events are purged this long after their decision.
+    retention_days: float = Field(default=30.0, gt=0)
 
 
 class KeywordsSettings(Section):

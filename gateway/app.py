@@ -36,6 +36,7 @@ from gateway.bus import MessageBus, OutboundMessage
 from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.model import Confirmation
 from gateway.confirm.replicas import OrphanHandler
+from gateway.confirm.retention import Retention
 from gateway.confirm.service import ConfirmationService
 from gateway.confirm.store import ConfirmationStore
 from gateway.data_lock import DataDirLock
@@ -76,6 +77,7 @@ class Gateway:
         channels: ChannelManager,
         http: HttpServer | None,
         stopped: asyncio.Event,
+        retention: Retention,
         data_lock: DataDirLock | None = None,
     ) -> None:
         self.settings = settings
@@ -92,6 +94,7 @@ class Gateway:
         self.channels = channels
         self.http = http  # None when built with serve_http=False (the terminal chat)
         self.stopped = stopped
+        self.retention = retention
         self.data_lock = data_lock  # held from build to the end of stop (SQLite store)
         self._started = False
         self._stopping = False
@@ -120,6 +123,7 @@ class Gateway:
             await self.loop.start()
             if self.http is not None:
                 await self.http.start()
+            self.retention.start()
         except BaseException:
             await self.stop()
             raise
@@ -144,6 +148,7 @@ class Gateway:
             return
         self._stopping = True
         await self.loop.stop_intake()
+        await self.retention.stop()
         await self.confirmations.shutdown()
         await self.loop.stop(timeout=5.0)
         await _close_agent(self.agent)
@@ -290,6 +295,9 @@ async def build(
             channels=channels,
             http=http,
             stopped=stopped,
+            retention=Retention(
+                store=store, keep_days=settings.confirmation.retention_days, clock=clock
+            ),
             data_lock=data_lock,
         )
         opened.pop_all()
