@@ -204,6 +204,8 @@ async def build(
             if data_lock is not None:
                 opened.callback(data_lock.release)
             store = await open_store(settings)
+            for warning in await store.durability_warnings():
+                log.warning("store.durability", problem=warning)
         opened.push_async_callback(store.close)
         if inbox is None:
             inbox = await open_inbox(settings)
@@ -231,10 +233,13 @@ async def build(
         confirmations.subscribe(metrics.on_confirmation)
         bus.add_inbound_listener(metrics.on_inbound)
         runner = ToolRunner(
-            registry=registry, policy=Policy(settings.policy), confirmations=confirmations
+            registry=registry,
+            policy=Policy(settings.policy),
+            confirmations=confirmations,
+            on_tool_run=metrics.on_tool_run,
         )
         confirmations.set_orphan_handler(orphan_runner(runner, bus))
-        agent = _build_agent(settings, runner, registry, confirmations, bus, sql_db)
+        agent = _build_agent(settings, runner, registry, confirmations, bus, sql_db, metrics)
         opened.push_async_callback(_close_agent, agent)
         loop = AgentLoop(
             bus=bus,
@@ -249,6 +254,7 @@ async def build(
         stopped = asyncio.Event()
         channels = ChannelManager(bus=bus)
         channels.on_send_failure(metrics.on_send_failure)
+        channels.on_sent(metrics.on_sent)
         if http is not None:
             AdminApi(
                 confirmations=confirmations,
@@ -353,6 +359,8 @@ async def open_store(settings: Settings) -> ConfirmationStore:
             url,
             prefix=settings.confirmation.redis_prefix,
             finished_ttl_seconds=settings.confirmation.redis_finished_ttl_seconds,
+            max_connections=settings.confirmation.redis_max_connections,
+            pool_timeout_seconds=settings.confirmation.redis_pool_timeout_seconds,
         )
     except (RedisError, OSError, ValueError) as exc:  # ValueError: a malformed URL
         raise ConfigError(
@@ -369,6 +377,7 @@ def _build_agent(
     confirmations: ConfirmationService,
     bus: MessageBus,
     sql_db: SqlDatabase,
+    metrics: Metrics,
 ) -> Agent:
     if settings.llm.configured:
         from gateway.agent.model_agent import build_model_agent
@@ -379,6 +388,7 @@ def _build_agent(
             registry=registry,
             confirmations=confirmations,
             bus=bus,
+            on_model_request=metrics.on_model_request,
         )
     return CommandAgent(runner=runner, confirmations=confirmations, sql_dialect=sql_db.dialect)
 
