@@ -25,11 +25,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+import structlog
+
 from gateway import texts
 from gateway.confirm.model import Confirmation, Risk, ToolCall
 
 if TYPE_CHECKING:
     from config.settings import Settings
+
+log = structlog.get_logger(__name__)
 
 Scope = Literal["session", "call"]
 RISK_ORDER = {Risk.LOW: 0, Risk.MEDIUM: 1, Risk.HIGH: 2, Risk.CRITICAL: 3}
@@ -239,7 +243,14 @@ class GrantBook:
             return None
         now = self.clock()
         key = args_key(args)
-        for grant in await self.store.live(now):
+        try:
+            live = await self.store.live(now)
+        except Exception as exc:
+            # Any store failure (Redis down, a locked file): no grant, so the call is asked
+            # for as usual. A grant store outage must never let a call through unasked.
+            log.warning("grants.unreadable", error=f"{type(exc).__name__}: {exc}")
+            return None
+        for grant in live:
             if grant.tool != tool or RISK_ORDER[risk] > RISK_ORDER[grant.risk]:
                 continue
             if grant.scope == "call" and grant.args_key != key:

@@ -87,8 +87,11 @@ ROUTES = (
     Route(
         "get",
         "/readyz",
-        "all channels started",
-        {200: Reply("ready", Readiness), 503: Reply("not ready; channels say why", Readiness)},
+        "all channels started and the confirmation store reachable",
+        {
+            200: Reply("ready", Readiness),
+            503: Reply("not ready; channels and store say why", Readiness),
+        },
     ),
     Route(
         "get", "/metrics", "Prometheus metrics", {200: Reply("text exposition format", media=TEXT)}

@@ -188,6 +188,9 @@ class Health(Answer):
 class Readiness(Answer):
     ready: bool
     channels: list[dict[str, Any]] = Field(description="each channel's name, ready and details")
+    store: dict[str, Any] = Field(
+        description="the confirmation store: ready, and the reason when not (Redis down)"
+    )
 
 
 class DeadLetters(Answer):
