@@ -30,7 +30,7 @@ from config.settings import (
     masked_url,
     sql_url_problem,
 )
-from gateway import extras, texts
+from gateway import extras
 from gateway.agent.commands import CommandAgent
 from gateway.agent.loop import Agent, AgentLoop
 from gateway.bus import MessageBus, OutboundMessage
@@ -45,8 +45,9 @@ from gateway.http.page import AdminPage
 from gateway.http.server import HttpServer, admin_token_problem
 from gateway.metrics import Metrics
 from gateway.tools.base import PluginError, ToolRegistry
+from gateway.tools.executor import Executor
 from gateway.tools.policy import Policy
-from gateway.tools.runner import ToolRunner
+from gateway.tools.runner import ToolOutcome, ToolRunner
 from gateway.tools.sql import SqlDatabase, SqlModifyTool, SqlQueryTool
 
 log = structlog.get_logger(__name__)
@@ -69,6 +70,7 @@ class Gateway:
         confirmations: ConfirmationService,
         sql_db: SqlDatabase,
         registry: ToolRegistry,
+        executor: Executor,
         runner: ToolRunner,
         agent: Agent,
         loop: AgentLoop,
@@ -84,6 +86,7 @@ class Gateway:
         self.confirmations = confirmations
         self.sql_db = sql_db
         self.registry = registry
+        self.executor = executor
         self.runner = runner
         self.agent = agent
         self.loop = loop
@@ -132,7 +135,9 @@ class Gateway:
         self.stopped.set()
 
     async def stop(self) -> None:
-        """Intake stops; pending confirmations are cancelled (chats told); outbound drains.
+        """Intake stops; pending confirmations are cancelled (chats told); running calls
+        get ``confirmation.stop_timeout_seconds`` to finish, the rest are reported
+        interrupted (chats told); the instance leaves the store; outbound drains.
 
         Idempotent: a failed start() already stopped what it had started.
         """
@@ -140,8 +145,10 @@ class Gateway:
             return
         self._stopping = True
         await self.loop.stop_intake()
-        await self.confirmations.shutdown()
+        await self.confirmations.stop_asking()
+        await self.executor.stop(self.settings.confirmation.stop_timeout_seconds)
         await self.loop.stop(timeout=5.0)
+        await self.confirmations.close()
         await _close_agent(self.agent)
         await self.channels.stop(drain_timeout=5.0)
         if self.http is not None:
@@ -208,12 +215,16 @@ async def build(
         )
         confirmations.subscribe(metrics.on_confirmation)
         bus.add_inbound_listener(metrics.on_inbound)
+        executor = Executor(registry=registry, confirmations=confirmations)
         runner = ToolRunner(
-            registry=registry, policy=Policy(settings.policy), confirmations=confirmations
+            registry=registry,
+            policy=Policy(settings.policy),
+            confirmations=confirmations,
+            executor=executor,
         )
-        confirmations.set_orphan_handler(orphan_runner(runner, bus))
         agent = _build_agent(settings, runner, registry, confirmations, bus, sql_db)
         opened.push_async_callback(_close_agent, agent)
+        confirmations.set_orphan_handler(orphan_runner(runner, bus, agent))
         loop = AgentLoop(
             bus=bus,
             agent=agent,
@@ -265,6 +276,7 @@ async def build(
             confirmations=confirmations,
             sql_db=sql_db,
             registry=registry,
+            executor=executor,
             runner=runner,
             agent=agent,
             loop=loop,
@@ -380,8 +392,12 @@ async def _close_agent(agent: Agent) -> None:
         await aclose()
 
 
-def orphan_runner(runner: ToolRunner, bus: MessageBus) -> OrphanHandler:
-    """Run an approved call whose waiting turn is gone, and tell its chat how it went."""
+def orphan_runner(runner: ToolRunner, bus: MessageBus, agent: Agent) -> OrphanHandler:
+    """Run an approved call whose waiting turn is gone; its turn goes on when it can.
+
+    With a stored model continuation the result goes back to the model, whose answer is
+    posted; otherwise the chat gets the result line.
+    """
 
     async def run(confirmation: Confirmation) -> None:
         async def say(text: str) -> None:
@@ -394,13 +410,17 @@ def orphan_runner(runner: ToolRunner, bus: MessageBus) -> OrphanHandler:
                 )
             )
 
-        outcome = await runner.run_orphan(confirmation, say)
-        if outcome.status == "ok":
-            await say(texts.tool_result(confirmation.tool_call.name, outcome.output))
-        elif outcome.status == "error":
-            await say(texts.tool_failed(confirmation.tool_call.name, outcome.output))
+        resume: Resume | None = getattr(agent, "resume", None)
+        if confirmation.continuation is None:
+            resume = None
+        outcome = await runner.run_orphan(confirmation, say, report=resume is None)
+        if resume is not None and outcome.status != "elsewhere":
+            await resume(confirmation, outcome, say)
 
     return run
+
+
+Resume = Callable[[Confirmation, ToolOutcome, Callable[[str], Awaitable[None]]], Awaitable[None]]
 
 
 async def run_until_stopped(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import structlog
@@ -25,9 +25,11 @@ from gateway import texts
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage
 from gateway.confirm.deadlines import Deadlines
 from gateway.confirm.intercept import ReplyIntercept
+from gateway.confirm.ledger import audit, interrupt, new_instance
 from gateway.confirm.model import (
     Confirmation,
     Decision,
+    Instance,
     Risk,
     Status,
     ToolCall,
@@ -39,7 +41,7 @@ from gateway.confirm.model import DecideResult as DecideResult
 from gateway.confirm.model import new_call_id as new_call_id
 from gateway.confirm.replicas import OrphanHandler, Replicas
 from gateway.confirm.replies import ReplyParser
-from gateway.confirm.store import ConfirmationExistsError, Confirmations, ConfirmationStore
+from gateway.confirm.store import Confirmations, ConfirmationStore, create_with_free_id
 from gateway.runtime import BackgroundTasks
 
 log = structlog.get_logger(__name__)
@@ -47,7 +49,9 @@ log = structlog.get_logger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class ConfirmationEvent:
-    kind: Literal["requested", "resolved"]
+    # requested, resolved (a status end), executed (an execution end: succeeded, failed,
+    # interrupted; the record's ``execution`` says which)
+    kind: Literal["requested", "resolved", "executed"]
     confirmation: Confirmation
 
 
@@ -65,11 +69,14 @@ class ConfirmationService:
         settings: ConfirmationSettings,
         keywords: KeywordStore | KeywordSet,
         clock: Callable[[], float] = time.time,
+        instance: Instance | None = None,
     ) -> None:
         self.store = store
         self.bus = bus
         self.settings = settings
         self.clock = clock
+        # This process in the store: owner of what it asks, claimer of what it runs.
+        self.instance = instance or new_instance(clock)
         if isinstance(keywords, KeywordStore):
             self._parser = ReplyParser(keywords.words)
             keywords.on_change(self._on_keywords)
@@ -123,6 +130,14 @@ class ConfirmationService:
         if fut is not None and not fut.done():
             fut.set_result(final)
 
+    @property
+    def lease(self) -> float:
+        return self.settings.lease_seconds
+
+    async def announce_execution(self, final: Confirmation) -> None:
+        """Tell listeners (admin feed) how an approved call ended."""
+        await self._emit(ConfirmationEvent("executed", final))
+
     async def _emit(self, event: ConfirmationEvent) -> None:
         for listener in tuple(self._listeners):
             try:
@@ -150,6 +165,8 @@ class ConfirmationService:
         four_eyes: bool = False,
         timeout: float | None = None,
         metadata: Mapping[str, Any] | None = None,
+        idempotent: bool = False,
+        continuation: Mapping[str, Any] | None = None,
     ) -> Confirmation:
         """Store a pending confirmation, post the prompt, and wait for its terminal record.
 
@@ -158,7 +175,8 @@ class ConfirmationService:
         """
         now = self.clock()
         timeout = self.settings.timeout_seconds if timeout is None else timeout
-        conf = await self._store_new(
+        conf = await create_with_free_id(
+            self.store,
             Confirmation(
                 id=new_confirmation_id(),
                 session_key=session_key,
@@ -174,8 +192,12 @@ class ConfirmationService:
                 risk=risk,
                 approvers=tuple(dict.fromkeys((*self.settings.approvers, *approvers))),
                 four_eyes=four_eyes,
-            )
+                owner=self.instance.id,
+                idempotent=idempotent,
+                continuation=continuation,
+            ),
         )
+        await audit(self, conf.id, "requested", actor=requester, tool=tool_call.name)
         fut: asyncio.Future[Confirmation] = asyncio.get_running_loop().create_future()
         self._waiters[conf.id] = fut
         self.deadlines.arm(conf.id, conf.expires_at)
@@ -201,6 +223,7 @@ class ConfirmationService:
                         metadata=metadata or {},
                     )
                 )
+                await audit(self, conf.id, "prompt_sent", channel=channel, chat_id=chat_id)
                 await self._emit(ConfirmationEvent("requested", conf))
             # Not shielded: a cancelled turn cancels this future, and the handler below
             # then records the confirmation as cancelled.
@@ -218,21 +241,6 @@ class ConfirmationService:
         finally:
             self.deadlines.disarm(conf.id)
             del self._waiters[conf.id]
-
-    async def _store_new(self, conf: Confirmation) -> Confirmation:
-        """Store ``conf``, drawing another id while its id is taken."""
-        length = len(conf.id)
-        for attempt in range(30):
-            if attempt:
-                if attempt % 10 == 0:
-                    length += 1  # crowded id space: longer ids
-                conf = replace(conf, id=new_confirmation_id(length))
-            try:
-                await self.store.create(conf)
-            except ConfirmationExistsError:
-                continue
-            return conf
-        raise RuntimeError("could not draw a free confirmation id")
 
     # ------------------------------------------------------------------ deciding
 
@@ -359,6 +367,7 @@ class ConfirmationService:
         )
         self.wake(final)
         self._replies.forget(confirmation_id)
+        await audit(self, confirmation_id, "decided", actor=by, via=via, status=status.value)
         await self.bus.publish_outbound(
             OutboundMessage(
                 channel=final.channel,
@@ -392,17 +401,35 @@ class ConfirmationService:
     # ------------------------------------------------------------------ start and stop
 
     async def recover(self) -> None:
-        """At start: take over what is pending in the store (replicas.py)."""
+        """At start: heartbeat, and take over what dead processes left (replicas.py)."""
         await self._replicas.recover()
 
-    async def shutdown(self) -> None:
-        """Cancel the pending confirmations this process holds (chats are told)."""
+    async def adopt_dead(self) -> None:
+        """One adoption scan now (it also runs every few seconds after ``recover``)."""
+        await self._replicas.adopt_dead()
+
+    async def stop_asking(self) -> None:
+        """First step of a stop: cancel the pending calls this process answers for (chats
+        are told), new requests are cancelled at once, adoption stops. Heartbeats go on
+        while running calls finish."""
         self._closing = True
+        await self._replicas.stop_adopting()
         # Only ours: with a shared store (Redis) other replicas keep theirs.
-        mine = set(self._waiters) | self._replicas.adopted
-        for c in await self.store.list_all_pending():
-            if c.id in mine:
+        for c in await self.store.list_unsettled(instance=self.instance.id):
+            if c.status is Status.PENDING and c.owner == self.instance.id:
                 await self.cancel(c.id, reason=texts.SHUTDOWN_REASON)
         self.deadlines.clear()
-        await self._replicas.stop()
+
+    async def close(self) -> None:
+        """Last step of a stop: what this process still has in flight is interrupted (chats
+        told), the heartbeat stops and the instance leaves the store."""
         await self._tasks.drain()
+        for c in await self.store.list_unsettled(instance=self.instance.id):
+            if c.execution.state.in_flight and c.execution.claimed_by == self.instance.id:
+                await interrupt(self, c.id, claimer=self.instance.id)
+        await self._replicas.close()
+
+    async def shutdown(self) -> None:
+        """Stop: cancel pending calls, interrupt what still runs, leave (chats are told)."""
+        await self.stop_asking()
+        await self.close()
