@@ -7,23 +7,16 @@ or ``./gateway.toml`` when present), then the defaults below, which run on a fre
 
 from __future__ import annotations
 
-import difflib
-import json
-import os
-import re
-import typing
-from collections.abc import Iterator, Mapping
+import ipaddress
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     SecretStr,
     ValidationError,
     field_validator,
-    model_validator,
 )
 from pydantic_settings import (
     BaseSettings,
@@ -32,22 +25,20 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from config.channel_settings import (
+    ChannelsSettings,
+)
+from config.policy_settings import PolicySettings
+from config.section import Section
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 DEFAULT_KEYWORDS_FILE = PACKAGE_DIR / "keywords.toml"
-
-Level = Literal["auto", "notify", "confirm", "manual", "deny"]
-RiskName = Literal["low", "medium", "high", "critical"]
 
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
 
 
-class _Section(BaseModel):
-    # A misspelt key in a TOML section is an error, not silently ignored.
-    model_config = ConfigDict(extra="forbid")
-
-
-class ServerSettings(_Section):
+class ServerSettings(Section):
     """The one aiohttp server: web chat, admin API and platform webhooks."""
 
     host: str = "127.0.0.1"
@@ -58,9 +49,25 @@ class ServerSettings(_Section):
     allowed_hosts: list[str] = Field(default_factory=lambda: list(LOOPBACK_NAMES))
     # Nesting allowed in a JSON request body: deeper input is a 400, never a RecursionError.
     max_json_depth: int = Field(default=64, ge=1, le=256)
+    # A login proxy's header naming the signed-in person (e.g. X-Forwarded-User), honoured
+    # only on requests from trusted_proxies (addresses or networks, e.g. 10.0.0.5, ::1/128).
+    trusted_user_header: str | None = Field(default=None, min_length=1, max_length=100)
+    trusted_proxies: list[str] = Field(default_factory=list)
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(
+                    f"{item!r} is not an IP address or network (e.g. 10.0.0.5 or 10.0.0.0/24)"
+                ) from None
+        return value
 
 
-class AdminSettings(_Section):
+class AdminSettings(Section):
     """Admin API access. A token is required when the server listens beyond loopback."""
 
     token: SecretStr | None = None
@@ -69,12 +76,12 @@ class AdminSettings(_Section):
     sse_queue_size: int = Field(default=1000, ge=1)
 
 
-class LogSettings(_Section):
+class LogSettings(Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "console", "json"] = "auto"
 
 
-class ConfirmationSettings(_Section):
+class ConfirmationSettings(Section):
     """How tool calls are held for a person's decision."""
 
     timeout_seconds: float = Field(default=300.0, gt=0)
@@ -96,7 +103,7 @@ class ConfirmationSettings(_Section):
     stop_timeout_seconds: float = Field(default=30.0, ge=0)
 
 
-class KeywordsSettings(_Section):
+class KeywordsSettings(Section):
     """The confirm/cancel words file admins edit; reloaded on change.
 
     None means ``<data_dir>/keywords.toml``. The first start copies the shipped words
@@ -113,7 +120,7 @@ class KeywordsSettings(_Section):
         return value.expanduser().absolute() if value is not None else None
 
 
-class SqlToolSettings(_Section):
+class SqlToolSettings(Section):
     """The SQL tools' database (an SQLAlchemy async URL)."""
 
     # None means the demo SQLite database under data_dir, created on first run.
@@ -122,118 +129,12 @@ class SqlToolSettings(_Section):
     statement_timeout_seconds: float = Field(default=30.0, gt=0)
 
 
-class ToolsSettings(_Section):
+class ToolsSettings(Section):
     sql: SqlToolSettings = Field(default_factory=SqlToolSettings)
     plugins: list[str] = Field(default_factory=list)
 
 
-class PolicyRule(_Section):
-    """One policy rule: a tool-name glob plus conditions that, when all hold, set level/risk.
-
-    ``when`` holds conditions on the call's arguments (``{amount = {gt = 1000}}``); ``sql``
-    holds conditions on the parsed SQL statement (``kind``, ``tables``, ``where``,
-    ``statement_count``, ``rows_affected``). A condition is a value (equals), a list (one
-    of), or a table of operators: ``equals not_equals in not_in glob not_glob regex
-    not_regex contains gt ge lt le exists``.
-    """
-
-    name: str = ""
-    tool: str = "*"
-    level: Level | None = None
-    risk: RiskName | None = None
-    # True/False overrides four-eyes for calls this rule matches; None leaves it to risk.
-    four_eyes: bool | None = None
-    when: dict[str, Any] = Field(default_factory=dict)
-    sql: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("when", "sql")
-    @classmethod
-    def _conditions(cls, value: dict[str, Any]) -> dict[str, Any]:
-        for key, condition in value.items():
-            _check_condition(key, condition)
-        return value
-
-    @model_validator(mode="after")
-    def _sets_something(self) -> PolicyRule:
-        if self.level is None and self.risk is None and self.four_eyes is None:
-            raise ValueError(f"rule {self.name or self.tool!r} sets none of level, risk, four_eyes")
-        return self
-
-    @field_validator("sql")
-    @classmethod
-    def _sql_fields(cls, value: dict[str, Any]) -> dict[str, Any]:
-        unknown = sorted(set(value) - SQL_FIELDS)
-        if unknown:
-            raise ValueError(
-                f"unknown SQL field(s) {', '.join(unknown)}; use {', '.join(sorted(SQL_FIELDS))}"
-            )
-        return value
-
-
-SQL_FIELDS = frozenset({"kind", "tables", "where", "statement_count", "rows_affected"})
-CONDITION_OPERATORS = frozenset(
-    {
-        "equals",
-        "not_equals",
-        "in",
-        "not_in",
-        "glob",
-        "not_glob",
-        "regex",
-        "not_regex",
-        "contains",
-        "gt",
-        "ge",
-        "lt",
-        "le",
-        "exists",
-    }
-)
-
-
-def _check_condition(key: str, condition: Any) -> None:
-    """Refuse unknown operators and bad regexes at load time, naming the key."""
-    if not isinstance(condition, dict):
-        return
-    if not condition:
-        raise ValueError(f"condition {key!r} is an empty table")
-    for op, operand in condition.items():
-        if op not in CONDITION_OPERATORS:
-            raise ValueError(
-                f"condition {key!r}: unknown operator {op!r}; "
-                f"use one of {', '.join(sorted(CONDITION_OPERATORS))}"
-            )
-        if op in ("gt", "ge", "lt", "le") and (
-            isinstance(operand, bool) or not isinstance(operand, int | float)
-        ):
-            raise ValueError(f"condition {key!r}: {op} needs a number, got {operand!r}")
-        if op in ("in", "not_in") and not isinstance(operand, list):
-            raise ValueError(f"condition {key!r}: {op} needs a list, got {operand!r}")
-        if op == "exists" and not isinstance(operand, bool):
-            raise ValueError(f"condition {key!r}: exists needs true or false")
-        if op in ("regex", "not_regex"):
-            try:
-                re.compile(str(operand))
-            except re.error as exc:
-                raise ValueError(f"condition {key!r}: bad regex {operand!r}: {exc}") from exc
-
-
-class PolicySettings(_Section):
-    """Supervision levels per tool and rules that override them.
-
-    ``levels`` maps a tool name or glob to its default level (the tool's own default when
-    absent). Rules are checked on every call: a matching ``deny`` always wins, otherwise
-    the most specific matching rule decides.
-    """
-
-    levels: dict[str, Level] = Field(default_factory=dict)
-    rules: list[PolicyRule] = Field(default_factory=list)
-    # Risks whose confirmations need an approver other than the requester.
-    four_eyes_risks: list[RiskName] = Field(default_factory=list)
-    four_eyes_for_critical: bool = False
-
-
-class LlmSettings(_Section):
+class LlmSettings(Section):
     """An OpenAI-compatible chat model. Without ``model`` the command agent is used."""
 
     base_url: str | None = None
@@ -254,119 +155,6 @@ class LlmSettings(_Section):
     @property
     def configured(self) -> bool:
         return bool(self.model)
-
-
-class ConsoleChannelSettings(_Section):
-    user: str = "local"
-
-
-class WebChatSettings(_Section):
-    """The built-in browser chat. Names are typed by the user, not authenticated."""
-
-    enabled: bool = True
-    max_text_length: int = Field(default=4000, ge=1)
-    history_size: int = Field(default=500, ge=10)
-    # History is also bounded by bytes (UTF-8 text plus a small allowance per entry), per
-    # room and over all rooms; the oldest entries go first.
-    history_bytes_per_room: int = Field(default=1 << 20, ge=64 << 10)
-    history_bytes_total: int = Field(default=64 << 20, ge=1 << 20)
-    # Messages one sender (by name) may post per minute, over all rooms; beyond it they are
-    # answered with a request to slow down (REST: 429 with Retry-After). 0 turns it off.
-    messages_per_minute: int = Field(default=30, ge=0)
-    approvers: list[str] = Field(default_factory=list)
-    # Rooms kept in memory; the least recently used room without open sockets goes first.
-    max_sessions: int = Field(default=1000, ge=1)
-    max_long_poll_seconds: float = Field(default=30.0, gt=0)
-    max_sockets_per_session: int = Field(default=50, ge=1)
-
-
-class PlatformReceiveSettings(_Section):
-    """Who and what a platform bot answers (the same rules for Feishu and DingTalk)."""
-
-    # Sender ids the bot answers: empty means nobody, "*" everyone.
-    allow_from: list[str] = Field(default_factory=list)
-    # In groups: only messages that @-mention the bot ("mention"), or all ("open").
-    group_policy: Literal["mention", "open"] = "mention"
-    approvers: list[str] = Field(default_factory=list)
-    # Messages older than this are skipped, e.g. a burst after an outage; 0 turns it off.
-    max_message_age_seconds: float = Field(default=600.0, ge=0)
-    # Sends that failed after every retry, kept for /api/channels/<name>/failed.
-    dead_letter_size: int = Field(default=200, ge=1)
-
-
-class FeishuSettings(PlatformReceiveSettings):
-    """Feishu / Lark bot. Secrets belong in the environment."""
-
-    enabled: bool = False
-    mode: Literal["ws", "webhook"] = "ws"
-    app_id: str | None = None
-    app_secret: SecretStr | None = None
-    encrypt_key: SecretStr | None = None
-    verification_token: SecretStr | None = None
-    domain: str = "feishu"
-    replay_window_seconds: float = 300.0
-    webhook_path: str = "/webhook/feishu/event"
-    card_webhook_path: str = "/webhook/feishu/card"
-    # Sends: attempts and backoff on 429 / rate-limit codes / server errors.
-    retry_attempts: int = Field(default=5, ge=1)
-    retry_base_seconds: float = Field(default=0.5, gt=0)
-    retry_max_seconds: float = Field(default=8.0, gt=0)
-    # Long connection: reconnect backoff, connect timeout, and the bound on stopping.
-    reconnect_base_seconds: float = Field(default=0.5, gt=0)
-    reconnect_max_seconds: float = Field(default=60.0, gt=0)
-    request_timeout_seconds: float = Field(default=10.0, gt=0)
-    stop_timeout_seconds: float = Field(default=5.0, gt=0)
-
-
-class DingTalkSettings(PlatformReceiveSettings):
-    """DingTalk robot. Secrets belong in the environment."""
-
-    enabled: bool = False
-    mode: Literal["stream", "http"] = "stream"
-    client_id: str | None = None
-    client_secret: SecretStr | None = None
-    robot_code: str | None = None
-    card_template_id: str | None = None
-    openapi_endpoint: str = "https://api.dingtalk.com"
-    signature_window_seconds: float = 300.0
-    webhook_path: str = "/webhook/dingtalk"
-    # The only places a message's sessionWebhook URL may point to (it comes from the
-    # request body): exact host names, or host:port for a port other than the scheme's
-    # default. Anything else is refused and the reply goes through the robot OpenAPI.
-    webhook_hosts: list[str] = Field(default_factory=lambda: ["oapi.dingtalk.com"])
-    # "http" only for a loopback test platform or a trusted proxy inside your network.
-    webhook_schemes: list[Literal["https", "http"]] = Field(default=["https"])
-    # OpenAPI calls: per-request timeout, attempts and backoff on 429 / 5xx.
-    request_timeout_seconds: float = Field(default=10.0, gt=0)
-    send_attempts: int = Field(default=4, ge=1)
-    retry_base_seconds: float = Field(default=1.0, ge=0)
-    retry_max_seconds: float = Field(default=30.0, ge=0)
-    # Stream reconnect backoff (exponential with jitter) and the bound on shutdown.
-    reconnect_base_seconds: float = Field(default=1.0, gt=0)
-    reconnect_max_seconds: float = Field(default=60.0, gt=0)
-    stop_timeout_seconds: float = Field(default=5.0, gt=0)
-
-    @field_validator("webhook_hosts")
-    @classmethod
-    def _hosts(cls, value: list[str]) -> list[str]:
-        hosts = [host.strip().lower() for host in value]
-        for host in hosts:
-            if not _WEBHOOK_HOST.fullmatch(host):
-                raise ValueError(
-                    f"{host!r} is not a host name: use e.g. oapi.dingtalk.com, or host:port"
-                )
-        return hosts
-
-
-# A host name, an IPv4 address or a bracketed IPv6 address, with an optional port.
-_WEBHOOK_HOST = re.compile(r"(?:[a-z0-9](?:[a-z0-9.\-]*[a-z0-9])?|\[[0-9a-f:.]+\])(?::\d{1,5})?")
-
-
-class ChannelsSettings(_Section):
-    console: ConsoleChannelSettings = Field(default_factory=ConsoleChannelSettings)
-    webchat: WebChatSettings = Field(default_factory=WebChatSettings)
-    feishu: FeishuSettings = Field(default_factory=FeishuSettings)
-    dingtalk: DingTalkSettings = Field(default_factory=DingTalkSettings)
 
 
 class Settings(BaseSettings):
@@ -514,17 +302,17 @@ def masked_dump(settings: Settings) -> dict[str, Any]:
     llm = data.get("llm", {})
     if isinstance(llm, dict) and llm.get("base_url"):
         # URLs may embed credentials (https://user:pass@host).
-        llm["base_url"] = _mask_url(str(llm["base_url"]))
+        llm["base_url"] = mask_url(str(llm["base_url"]))
     sql = data.get("tools", {}).get("sql", {})
     if isinstance(sql, dict) and sql.get("url"):
-        sql["url"] = _mask_url(str(sql["url"]))
+        sql["url"] = mask_url(str(sql["url"]))
     conf = data.get("confirmation", {})
     if isinstance(conf, dict) and conf.get("redis_url"):
-        conf["redis_url"] = _mask_url(str(conf["redis_url"]))
+        conf["redis_url"] = mask_url(str(conf["redis_url"]))
     return data
 
 
-def _mask_url(url: str) -> str:
+def mask_url(url: str) -> str:
     from urllib.parse import urlsplit, urlunsplit
 
     parts = urlsplit(url)
@@ -532,159 +320,3 @@ def _mask_url(url: str) -> str:
         netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
         return urlunsplit(parts._replace(netloc=netloc))
     return url
-
-
-def check_channel_settings(settings: Settings) -> list[str]:
-    """Problems with enabled channels that stop them from starting, as fix-it sentences."""
-    problems: list[str] = []
-    fs = settings.channels.feishu
-    if fs.enabled:
-        for key in ("app_id", "app_secret"):
-            if not getattr(fs, key):
-                problems.append(
-                    f"channels.feishu.{key} is missing: set GATEWAY_CHANNELS__FEISHU__{key.upper()}"
-                    f" or [channels.feishu] {key}"
-                )
-        if fs.mode == "webhook" and not (fs.encrypt_key or fs.verification_token):
-            problems.append(
-                "channels.feishu webhook mode needs encrypt_key or verification_token to verify"
-                " requests: set GATEWAY_CHANNELS__FEISHU__ENCRYPT_KEY or [channels.feishu]"
-                " encrypt_key"
-            )
-    ds = settings.channels.dingtalk
-    if ds.enabled:
-        for key in ("client_id", "client_secret"):
-            if not getattr(ds, key):
-                problems.append(
-                    f"channels.dingtalk.{key} is missing: set "
-                    f"GATEWAY_CHANNELS__DINGTALK__{key.upper()} or [channels.dingtalk] {key}"
-                )
-    return problems
-
-
-def channel_warnings(settings: Settings) -> list[str]:
-    """Valid but probably unintended: the channel starts and answers nobody."""
-    warnings: list[str] = []
-    for name in ("feishu", "dingtalk"):
-        ch = getattr(settings.channels, name)
-        if ch.enabled and not ch.allow_from:
-            warnings.append(
-                f"channels.{name}.allow_from is empty, so the bot answers nobody: list user ids"
-                f' or "*" (GATEWAY_CHANNELS__{name.upper()}__ALLOW_FROM=\'["*"]\')'
-            )
-    return warnings
-
-
-# ---------------------------------------------------------------------- start-up checks
-
-ENV_PREFIX = "GATEWAY_"
-# Variables of the tooling around the gateway, not settings.
-ENV_NOT_SETTINGS = frozenset({"GATEWAY_TEST_REQUIRE_SERVICES"})
-# SQLAlchemy dialects and the async driver to use with each.
-ASYNC_SQL_URLS = {
-    "postgresql": "postgresql+asyncpg",
-    "postgres": "postgresql+asyncpg",
-    "mysql": "mysql+aiomysql",
-    "mariadb": "mysql+aiomysql",
-    "sqlite": "sqlite+aiosqlite",
-}
-ASYNC_SQL_DRIVERS = frozenset({"asyncpg", "psycopg", "aiomysql", "asyncmy", "aiosqlite"})
-
-
-def masked_url(url: str) -> str:
-    """``url`` with its password replaced by ``***``, for messages and logs."""
-    return _mask_url(url)
-
-
-def sql_url_problem(url: str | None) -> str | None:
-    """A sync driver URL (``postgresql://``, ``mysql://``) is refused, naming the async one."""
-    if not url:
-        return None
-    scheme = url.partition("://")[0].lower()
-    dialect, _, driver = scheme.partition("+")
-    if driver in ASYNC_SQL_DRIVERS or dialect not in ASYNC_SQL_URLS:
-        return None  # another dialect: SQLAlchemy says what it thinks when it connects
-    wanted = ASYNC_SQL_URLS[dialect]
-    return (
-        f"tools.sql.url uses {scheme}://, a synchronous driver the gateway cannot use: "
-        f"write {wanted}://... in GATEWAY_TOOLS__SQL__URL (or [tools.sql] url)"
-    )
-
-
-def data_dir_problem(path: Path) -> str | None:
-    """Whether ``data_dir`` is (or can be created as) a directory the gateway may write."""
-    existing = path
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    why = None
-    if not existing.is_dir():
-        why = f"{existing} is not a directory"
-    elif not os.access(existing, os.W_OK | os.X_OK):
-        why = f"{existing} is not writable"
-    if why is None:
-        return None
-    return (
-        f"data_dir {path} cannot be used ({why}): set GATEWAY_DATA_DIR (or data_dir) to a "
-        "directory the gateway may write"
-    )
-
-
-def _env_fields(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, Any, bool]]:
-    """Every settings variable name: (name, annotation, is_a_section)."""
-    for name, field in model.model_fields.items():
-        env = f"{prefix}{name.upper()}"
-        ann = field.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            yield env, ann, True
-            yield from _env_fields(ann, env + "__")
-        else:
-            yield env, ann, False
-
-
-def environment_problems(environ: Mapping[str, str]) -> tuple[list[str], list[str]]:
-    """``GATEWAY_*`` variables that are not settings, and list/table values that are not JSON.
-
-    Returns (unknown, malformed) as fix-it sentences. Unknown names come with the nearest
-    valid name; malformed values with the syntax that works.
-    """
-    fields = {name: (ann, section) for name, ann, section in _env_fields(Settings, ENV_PREFIX)}
-    # Variables under a table setting (policy.levels) name its keys: any name is fine.
-    open_tables = [
-        name + "__" for name, (ann, _) in fields.items() if typing.get_origin(ann) is dict
-    ]
-    unknown: list[str] = []
-    malformed: list[str] = []
-    for raw_name, value in sorted(environ.items()):
-        name = raw_name.upper()
-        if not name.startswith(ENV_PREFIX) or name in ENV_NOT_SETTINGS:
-            continue
-        if name not in fields:
-            if not name.startswith(tuple(open_tables)):
-                # Compared without the prefix every name shares, which would make all similar.
-                bare = [field.removeprefix(ENV_PREFIX) for field in fields]
-                near = difflib.get_close_matches(name.removeprefix(ENV_PREFIX), bare, n=1)
-                hint = f": did you mean {ENV_PREFIX}{near[0]}?" if near else ""
-                unknown.append(f"{raw_name} is not a setting{hint}")
-            continue
-        ann, section = fields[name]
-        kind = "table" if section or typing.get_origin(ann) is dict else None
-        if typing.get_origin(ann) is list:
-            kind = "list"
-        if kind is not None and not _is_json(value, list if kind == "list" else dict):
-            malformed.append(_malformed(raw_name, value, kind))
-    return unknown, malformed
-
-
-def _is_json(value: str, kind: type) -> bool:
-    try:
-        return isinstance(json.loads(value), kind)
-    except ValueError:
-        return False
-
-
-def _malformed(name: str, value: str, kind: str) -> str:
-    if kind == "list":
-        items = [item.strip().strip("'\"") for item in value.strip("[]").split(",")]
-        example = json.dumps([i for i in items if i], ensure_ascii=False, separators=(",", ":"))
-        return f"{name} must be a JSON list, e.g. {name}='{example}' (got {value[:80]!r})"
-    return f'{name} must be a JSON table, e.g. {name}=\'{{"key": "value"}}\' (got {value[:80]!r})'

@@ -20,16 +20,15 @@ import structlog
 from channels.base import Channel, ChannelContext
 from channels.console import ConsoleChannel
 from channels.manager import ChannelManager
-from config.keywords import KeywordStore
-from config.settings import (
-    ConfigError,
-    Settings,
+from config.checks import (
     channel_warnings,
     check_channel_settings,
     data_dir_problem,
     masked_url,
     sql_url_problem,
 )
+from config.keywords import KeywordStore
+from config.settings import ConfigError, Settings
 from gateway import extras
 from gateway.agent.commands import CommandAgent
 from gateway.agent.loop import Agent, AgentLoop
@@ -39,10 +38,12 @@ from gateway.confirm.model import Confirmation
 from gateway.confirm.replicas import OrphanHandler
 from gateway.confirm.service import ConfirmationService
 from gateway.confirm.store import ConfirmationStore
+from gateway.data_lock import DataDirLock
 from gateway.http.admin import AdminApi
 from gateway.http.jsonapi import one_line
 from gateway.http.page import AdminPage
 from gateway.http.server import HttpServer, admin_token_problem
+from gateway.inbox import Inbox, open_inbox
 from gateway.metrics import Metrics
 from gateway.tools.base import PluginError, ToolRegistry
 from gateway.tools.executor import Executor
@@ -77,6 +78,7 @@ class Gateway:
         channels: ChannelManager,
         http: HttpServer | None,
         stopped: asyncio.Event,
+        data_lock: DataDirLock | None = None,
     ) -> None:
         self.settings = settings
         self.bus = bus
@@ -93,6 +95,7 @@ class Gateway:
         self.channels = channels
         self.http = http  # None when built with serve_http=False (the terminal chat)
         self.stopped = stopped
+        self.data_lock = data_lock  # held from build to the end of stop (SQLite store)
         self._started = False
         self._stopping = False
 
@@ -115,6 +118,7 @@ class Gateway:
             if self.settings.keywords.watch:
                 await self.keywords.start_watching()
             await self.confirmations.recover()
+            await self.bus.start()  # replays the inbox: before channels bring new messages
             await self.channels.start()
             await self.loop.start()
             if self.http is not None:
@@ -154,8 +158,11 @@ class Gateway:
         if self.http is not None:
             await self.http.stop()
         await self.keywords.stop_watching()
+        await self.bus.stop()
         await self.store.close()
         await self.sql_db.close()
+        if self.data_lock is not None:
+            self.data_lock.release()  # last: the store is closed, the next owner may come
         self._started = False
         self.stopped.set()
 
@@ -167,11 +174,12 @@ async def build(
     console_streams: tuple[TextIO, TextIO] | None = None,
     serve_http: bool = True,
     store: ConfirmationStore | None = None,
+    inbox: Inbox | None = None,
     clock: Callable[[], float] = time.time,
 ) -> Gateway:
     """Every part of one gateway, wired; raises ConfigError saying what to fix.
 
-    ``store`` replaces the configured one (tests); the Gateway closes it on stop.
+    ``store`` and ``inbox`` replace the configured ones (tests); the Gateway closes them.
     """
     problems = check_settings(settings, serve_http=serve_http)
     if problems:
@@ -187,12 +195,21 @@ async def build(
             admin_token=token.get_secret_value() if token else None,
             allowed_host_names=settings.server.allowed_hosts,
             max_json_depth=settings.server.max_json_depth,
+            trusted_user_header=settings.server.trusted_user_header,
+            trusted_proxies=settings.server.trusted_proxies,
         )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     async with contextlib.AsyncExitStack() as opened:
+        data_lock = None
         if store is None:
+            data_lock = lock_data_dir(settings)
+            if data_lock is not None:
+                opened.callback(data_lock.release)
             store = await open_store(settings)
         opened.push_async_callback(store.close)
+        if inbox is None:
+            inbox = await open_inbox(settings)
+        opened.push_async_callback(inbox.close)
         sql_db = SqlDatabase(
             settings.sql_url,
             max_rows=settings.tools.sql.max_rows,
@@ -207,7 +224,7 @@ async def build(
         except PluginError as exc:
             raise ConfigError(str(exc)) from exc
 
-        bus = MessageBus()
+        bus = MessageBus(inbox=inbox)
         metrics = Metrics()
         keywords = KeywordStore.open(settings.keywords_file)
         confirmations = ConfirmationService(
@@ -283,6 +300,7 @@ async def build(
             channels=channels,
             http=http,
             stopped=stopped,
+            data_lock=data_lock,
         )
         opened.pop_all()
     return gateway
@@ -304,6 +322,19 @@ def check_settings(settings: Settings, *, serve_http: bool = True) -> list[str]:
             problems.append(problem)
     problems.extend(extras.missing(settings))
     return problems
+
+
+def lock_data_dir(settings: Settings) -> DataDirLock | None:
+    """With the SQLite store, take the data dir for this process (DataDirInUse otherwise).
+
+    Only SQLite: its confirmations, inbox and audit log in the data dir have one owner.
+    With Redis several replicas are normal and may share a data dir: what they keep
+    there is the demo SQL database (SQLite locks its own writes), and the keyword file
+    (each reads it); their inbox is not in the data dir (gateway.inbox.open_inbox).
+    """
+    if settings.confirmation.store != "sqlite":
+        return None
+    return DataDirLock.acquire(settings.data_dir)
 
 
 async def open_store(settings: Settings) -> ConfirmationStore:

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from cachetools import TTLCache
 
-from gateway.runtime import KeyedSerial
+from gateway.inbox import KEEP_TAKEN_SECONDS, Inbox
+from gateway.runtime import BackgroundTasks, KeyedSerial
 
 if TYPE_CHECKING:
     from gateway.confirm.model import Confirmation
@@ -21,6 +22,18 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+class SenderIdentity(StrEnum):
+    """How far a sender's id can be believed; web chat sets it in ``metadata["identity"]``.
+
+    Platforms authenticate their users; a web chat name is typed unless a login proxy
+    vouches for it (gateway.http.identity).
+    """
+
+    VERIFIED = "verified"  # named by a trusted login proxy
+    LOCAL = "local"  # typed, on this machine (loopback, not forwarded)
+    SELF_DECLARED = "self-declared"  # typed, from elsewhere: its decisions do not count
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +57,41 @@ class InboundMessage:
         if not self.session_key:
             # The adapter owns the session key; channel:chat is the default.
             object.__setattr__(self, "session_key", f"{self.channel}:{self.chat_id}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able, for the inbox. ``metadata`` is stored as given: channels put only
+        strings, numbers and booleans there."""
+        return {
+            "channel": self.channel,
+            "chat_id": self.chat_id,
+            "sender_id": self.sender_id,
+            "text": self.text,
+            "message_id": self.message_id,
+            "is_group": self.is_group,
+            "sender_name": self.sender_name,
+            "reply_to": self.reply_to,
+            "session_key": self.session_key,
+            "from_bot": self.from_bot,
+            "metadata": dict(self.metadata),
+            "received_at": self.received_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> InboundMessage:
+        return cls(
+            channel=str(data["channel"]),
+            chat_id=str(data["chat_id"]),
+            sender_id=str(data["sender_id"]),
+            text=str(data["text"]),
+            message_id=data.get("message_id"),
+            is_group=bool(data.get("is_group", False)),
+            sender_name=data.get("sender_name"),
+            reply_to=data.get("reply_to"),
+            session_key=str(data.get("session_key") or ""),
+            from_bot=bool(data.get("from_bot", False)),
+            metadata=MappingProxyType(dict(data.get("metadata") or {})),
+            received_at=float(data.get("received_at") or time.time()),
+        )
 
 
 class OutboundKind(StrEnum):
@@ -83,17 +131,22 @@ InboundListener = Callable[[InboundMessage, PublishResult], None]
 class MessageBus:
     """Inbound and outbound asyncio queues.
 
-    ``publish_inbound`` drops platform redeliveries, then offers the message to the
-    confirmation service; only what is not a decision reaches the agent's queue.
+    ``publish_inbound`` drops platform redeliveries, stores the message in the inbox
+    (when there is one), then offers it to the confirmation service; only what is not a
+    decision reaches the agent's queue. A message is marked taken in the inbox when it
+    was decided on the way in, or (``mark_taken``) when the agent's turn for it starts.
     """
 
     def __init__(
         self,
         *,
+        inbox: Inbox | None = None,
         dedupe_ttl_seconds: float = 8 * 3600,
         dedupe_max: int = 100_000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self.inbox = inbox
+        self._housekeeping = BackgroundTasks("bus-inbox")
         self.inbound: asyncio.Queue[InboundMessage] = asyncio.Queue()
         self.outbound: asyncio.Queue[OutboundMessage] = asyncio.Queue()
         # Feishu redelivers for up to ~7 h; DingTalk redelivers late acks. Bounded both ways.
@@ -127,23 +180,91 @@ class MessageBus:
         return False
 
     async def publish_inbound(self, msg: InboundMessage) -> PublishResult:
-        if self.is_duplicate(msg.channel, msg.message_id):
+        """Store, then intercept or queue ``msg``; returns once it is stored.
+
+        Channels acknowledge the platform after this returns (invariant 9). When storing
+        fails it raises, and the channel must not acknowledge: the platform redelivers.
+        """
+        if self.is_duplicate(msg.channel, msg.message_id) or not await self._store(msg):
             log.info("bus.duplicate_dropped", channel=msg.channel, message_id=msg.message_id)
             result = PublishResult.DUPLICATE
         else:
-            async with self._intake.hold(msg.session_key):
-                if self._interceptor is not None and not msg.from_bot:
-                    intercepted = await self._interceptor(msg)
-                else:
-                    intercepted = False
-                if intercepted:
-                    result = PublishResult.INTERCEPTED
-                else:
-                    self.inbound.put_nowait(msg)
-                    result = PublishResult.QUEUED
+            result = await self._deliver(msg)
         for listener in self._listeners:
             listener(msg, result)
         return result
+
+    async def start(self) -> None:
+        """Replay the inbox, then purge its taken messages once an hour (when it has one)."""
+        if self.inbox is not None:
+            await self.replay_inbox()
+            self._housekeeping.spawn(self._purge_hourly(self.inbox), name="inbox-purge")
+
+    async def stop(self) -> None:
+        """Close the inbox; call after the last publish_inbound and mark_taken."""
+        await self._housekeeping.cancel()
+        if self.inbox is not None:
+            await self.inbox.close()
+
+    async def _purge_hourly(self, inbox: Inbox) -> None:
+        while True:
+            try:
+                purged = await inbox.purge(time.time() - KEEP_TAKEN_SECONDS)
+                log.debug("bus.inbox_purged", count=purged)
+            except Exception:  # a full disk, a locked file: try again in an hour, keep serving
+                log.exception("bus.inbox_purge_failed")
+            await asyncio.sleep(3600)
+
+    async def replay_inbox(self) -> int:
+        """Publish again what an earlier run stored and never took; how many there were.
+
+        Called once at start, before the channels start: each such message is delivered
+        once here, and a platform's redelivery of it is a duplicate (its id is stored).
+        """
+        if self.inbox is None:
+            return 0
+        stored = await self.inbox.untaken()
+        for msg in stored:
+            self.is_duplicate(msg.channel, msg.message_id)  # remember the id in memory too
+            result = await self._deliver(msg)
+            for listener in self._listeners:
+                listener(msg, result)
+        if stored:
+            log.info("bus.inbox_replayed", count=len(stored))
+        return len(stored)
+
+    async def mark_taken(self, msg: InboundMessage) -> None:
+        """The agent took ``msg`` (its turn starts): it is not replayed after a restart."""
+        if self.inbox is None or not _storable(msg):
+            return
+        try:
+            await self.inbox.taken(msg.channel, msg.message_id or "")
+        except Exception:  # the turn goes on; the cost is one replay after a crash
+            log.exception("bus.inbox_taken_failed", message_id=msg.message_id)
+
+    async def _store(self, msg: InboundMessage) -> bool:
+        """False for a redelivery the inbox already holds (from this run or an earlier)."""
+        if self.inbox is None or not _storable(msg):
+            return True
+        try:
+            return await self.inbox.put(msg)
+        except BaseException:
+            # Not stored, so not acknowledged: the redelivery must not look like a duplicate.
+            self._seen.pop((msg.channel, msg.message_id or ""), None)
+            raise
+
+    async def _deliver(self, msg: InboundMessage) -> PublishResult:
+        async with self._intake.hold(msg.session_key):
+            if self._interceptor is not None and not msg.from_bot:
+                intercepted = await self._interceptor(msg)
+            else:
+                intercepted = False
+            if intercepted:
+                # Handled here (a decision, or the person was told why not): no turn.
+                await self.mark_taken(msg)
+                return PublishResult.INTERCEPTED
+            self.inbound.put_nowait(msg)
+            return PublishResult.QUEUED
 
     async def consume_inbound(self) -> InboundMessage:
         return await self.inbound.get()
@@ -153,3 +274,11 @@ class MessageBus:
 
     async def consume_outbound(self) -> OutboundMessage:
         return await self.outbound.get()
+
+
+def _storable(msg: InboundMessage) -> bool:
+    # Only a message with a platform id is stored: the id is what recognises the platform's
+    # redelivery, and only a platform redelivers. Without one (the console, web chat
+    # paths that give none) nobody was promised anything and nothing would be resent; the
+    # bot's own echoes are never a turn, so there is nothing to process later.
+    return bool(msg.message_id) and not msg.from_bot

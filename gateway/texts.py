@@ -287,3 +287,12 @@ def model_step_limit(max_steps: int) -> str:
         f"已达到单轮最多 {max_steps} 步，先停在这里 / "
         f"stopped after {max_steps} steps in one turn (llm.max_steps)"
     )
+
+
+# ---- Web chat without a login proxy ----
+
+WEBCHAT_UNVERIFIED_DECISION = (
+    "网页聊天的名字未经验证，此处的确认/取消不生效；请在管理页面或飞书/钉钉中决定 / "
+    "web chat names are not verified here, so decisions from this page do not count: "
+    "decide on the admin page, Feishu or DingTalk"
+)

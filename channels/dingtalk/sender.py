@@ -22,7 +22,7 @@ from channels.dingtalk.cards import STANDARD_TEMPLATE_ID, card_params, out_track
 from channels.dingtalk.inbound import ChatbotEvent
 from channels.dingtalk.webhooks import WebhookRule
 from channels.platform import DeadLetters
-from config.settings import DingTalkSettings
+from config.channel_settings import DingTalkSettings
 from gateway import texts
 from gateway.bus import OutboundKind, OutboundMessage
 from gateway.confirm.model import Confirmation, Status

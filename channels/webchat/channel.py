@@ -24,12 +24,20 @@ from channels.webchat.limits import SenderRateLimit
 from channels.webchat.rest import ChatRest
 from channels.webchat.rooms import ChatEntry, EntryKind, Room, Rooms, Socket
 from channels.webchat.websocket import ChatSockets
-from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage
+from gateway import texts
+from gateway.bus import (
+    InboundMessage,
+    MessageBus,
+    OutboundKind,
+    OutboundMessage,
+    SenderIdentity,
+)
 from gateway.confirm.model import Decision
+from gateway.http.identity import identity_of
 from gateway.http.jsonapi import DEFAULT_MAX_JSON_DEPTH, ApiError, check_name
 
 if TYPE_CHECKING:
-    from config.settings import WebChatSettings
+    from config.channel_settings import WebChatSettings
     from gateway.confirm.service import ConfirmationService
     from gateway.metrics import Metrics
 
@@ -143,7 +151,7 @@ class WebChatChannel(Channel):
         if not sockets:
             return
         results = await asyncio.gather(
-            *(self.send_frame(s, self.message_frame(entry, s.user)) for s in sockets),
+            *(self.send_frame(s, self.message_frame(entry, s.user, s.identity)) for s in sockets),
             return_exceptions=True,
         )
         for sock, result in zip(sockets, results, strict=True):
@@ -163,7 +171,9 @@ class WebChatChannel(Channel):
             # encodes before it writes, so nothing was sent yet.
             await asyncio.wait_for(sock.ws.send_str(json.dumps(frame)), SEND_TIMEOUT_SECONDS)
 
-    def message_frame(self, entry: ChatEntry, user: str | None) -> dict[str, Any]:
+    def message_frame(
+        self, entry: ChatEntry, user: str | None, identity: SenderIdentity
+    ) -> dict[str, Any]:
         """A history entry as sent to ``user`` (with what they may decide on a prompt)."""
         frame = {"type": "message", **entry.to_dict()}
         c = entry.confirmation
@@ -171,13 +181,29 @@ class WebChatChannel(Channel):
             can: dict[str, dict[str, Any]] = {}
             for d in Decision:
                 allowed, why = self.confirmations.may_decide(c, user, d)
+                if identity is SenderIdentity.SELF_DECLARED:
+                    allowed, why = False, texts.WEBCHAT_UNVERIFIED_DECISION
                 can[d.value] = {"allowed": allowed, "why": why}
             frame["can_decide"] = can
         return frame
 
     # ------------------------------------------------------------------ inbound
 
-    async def accept(self, room: Room, user: str, text: str) -> str:
+    def sender(self, request: web.Request, typed: object) -> tuple[str, SenderIdentity]:
+        """Who is writing: the login proxy's name when it vouches, else the typed ``user``."""
+        trusted = identity_of(request)
+        user = trusted.user(request)
+        if user is not None:
+            return user, SenderIdentity.VERIFIED
+        return check_name(typed, "user"), trusted.of(request)
+
+    async def accept(
+        self,
+        room: Room,
+        user: str,
+        text: str,
+        identity: SenderIdentity,
+    ) -> str:
         """Show a person's message in the room, then hand it to the bus.
 
         Raises SlowDown when ``user`` is over ``messages_per_minute``: nothing is kept then.
@@ -198,6 +224,8 @@ class WebChatChannel(Channel):
                 message_id=message_id,
                 # Rooms are shared by URL: anyone with the link may be in it.
                 is_group=True,
+                # A typed name from elsewhere: the intercept does not take its decisions.
+                metadata={"identity": identity.value},
             )
         )
         return message_id

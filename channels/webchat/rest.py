@@ -10,7 +10,9 @@ from aiohttp import web
 
 from channels.webchat.limits import SlowDown
 from gateway import texts
-from gateway.http.jsonapi import ApiError, check_name, read_json_object, required_string
+from gateway.bus import SenderIdentity
+from gateway.http.identity import identity_of
+from gateway.http.jsonapi import ApiError, read_json_object, required_string
 
 if TYPE_CHECKING:
     from channels.webchat.channel import WebChatChannel
@@ -28,13 +30,13 @@ class ChatRest:
         channel = self.channel
         room = channel.room_from(request)
         data = await read_json_object(request)
-        user = check_name(data.get("user"), "user")
+        user, identity = channel.sender(request, data.get("user"))
         # The body is already bounded by the server's client_max_size; the limit is checked
         # on the trimmed text, so the status is 413 however the text is padded.
         raw = required_string(data, "text", max_length=1 << 20)
         text = channel.check_text(raw)
         try:
-            message_id = await channel.accept(room, user, text)
+            message_id = await channel.accept(room, user, text, identity)
         except SlowDown as exc:
             return slow_down_response(exc, limit=channel.rate_limit.per_minute, user=user)
         return web.json_response({"message_id": message_id}, status=202)
@@ -47,11 +49,13 @@ class ChatRest:
             _float_param(request, "wait", default=0.0), channel.settings.max_long_poll_seconds
         )
         user_param = request.query.get("user")
-        user = check_name(user_param, "user") if user_param is not None else None
+        user, identity = None, identity_of(request).of(request)
+        if user_param is not None or identity is SenderIdentity.VERIFIED:
+            user, identity = channel.sender(request, user_param)
         entries = await room.wait_after(after, wait)
         messages = []
         for e in entries:
-            item = channel.message_frame(e, user)
+            item = channel.message_frame(e, user, identity)
             del item["type"]
             messages.append(item)
         return web.json_response({"messages": messages, "last_seq": room.last_seq})

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from aiohttp import web
 
+from gateway.bus import SenderIdentity
+
 if TYPE_CHECKING:
     from gateway.confirm.model import Confirmation
 
@@ -57,6 +59,7 @@ class Socket:
 
     ws: web.WebSocketResponse
     user: str
+    identity: SenderIdentity = SenderIdentity.LOCAL
 
 
 @dataclass(eq=False, slots=True)

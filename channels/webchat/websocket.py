@@ -17,8 +17,9 @@ from channels.webchat.limits import SlowDown
 from channels.webchat.rest import int_param
 from channels.webchat.rooms import Room, Socket
 from gateway import texts
+from gateway.bus import SenderIdentity
 from gateway.confirm.model import Decision
-from gateway.http.jsonapi import ApiError, JsonInputError, check_name, parse_json
+from gateway.http.jsonapi import ApiError, JsonInputError, parse_json
 
 if TYPE_CHECKING:
     from channels.webchat.channel import WebChatChannel
@@ -44,7 +45,7 @@ class ChatSockets:
         channel = self.channel
         settings = channel.settings
         room = channel.room_from(request)
-        user = check_name(request.query.get("user"), "user")
+        user, identity = channel.sender(request, request.query.get("user"))
         after = int_param(request, "after", default=0)
         if len(room.sockets) >= settings.max_sockets_per_session:
             raise ApiError(429, "too many open connections in this session")
@@ -54,11 +55,13 @@ class ChatSockets:
             max_msg_size=max(65536, settings.max_text_length * 4 + 4096),
         )
         await ws.prepare(request)
-        sock = Socket(ws=ws, user=user)
+        sock = Socket(ws=ws, user=user, identity=identity)
         hello = {
             "type": "hello",
             "session": room.name,
             "user": user,
+            # verified: named by the login proxy; otherwise the page says names are typed.
+            "identity": identity.value,
             "now": channel.clock(),
             "max_text_length": settings.max_text_length,
             "last_seq": room.last_seq,
@@ -66,7 +69,7 @@ class ChatSockets:
         try:
             await channel.send_frame(sock, hello)
             for entry in room.after(after):
-                await channel.send_frame(sock, channel.message_frame(entry, user))
+                await channel.send_frame(sock, channel.message_frame(entry, user, identity))
         except (ConnectionError, TimeoutError):
             # The tab went away while catching up: nothing to clean up yet.
             log.info("webchat.gone_during_backlog", room=room.name, user=user)
@@ -138,7 +141,7 @@ class ChatSockets:
                 await channel.send_frame(sock, {"type": "error", "error": error})
                 return
             try:
-                await channel.accept(room, sock.user, checked)
+                await channel.accept(room, sock.user, checked, sock.identity)
             except SlowDown as exc:
                 # Said to this tab only: the room does not need to read it.
                 log.info("webchat.rate_limited", user=sock.user, retry_after=exc.retry_after)
@@ -163,6 +166,11 @@ class ChatSockets:
         if reason is not None and not isinstance(reason, str):
             raise FrameError("decide.reason must be a string")
         reason = (reason or "").strip()[:MAX_REASON_LENGTH] or None
+        if sock.identity is SenderIdentity.SELF_DECLARED:
+            message = texts.WEBCHAT_UNVERIFIED_DECISION
+            frame = {"type": "decision", "id": cid, "outcome": "forbidden", "message": message}
+            await channel.send_frame(sock, frame)
+            return
         current = await channel.confirmations.get(cid)
         # Only this room's confirmations: a web user must not reach another chat's by id.
         if current is None or current.session_key != channel.session_key(room):

@@ -9,7 +9,7 @@ from gateway.bus import InboundMessage
 from gateway.confirm.model import ToolCall
 from gateway.confirm.service import ConfirmationService, new_call_id
 from gateway.tools.runner import ToolOutcome, ToolRunner, TurnContext
-from gateway.tools.sql import analyze_sql
+from gateway.tools.sql_analysis import analyze_sql
 
 
 class CommandAgent:

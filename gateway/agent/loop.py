@@ -81,6 +81,9 @@ class AgentLoop:
 
     async def _turn(self, msg: InboundMessage) -> None:
         async with self._sessions.hold(serial_key(msg)):
+            # Taken as the turn starts: a crash from here on does not replay the message
+            # (its tool calls may have run); one before it does (invariant 9).
+            await self.bus.mark_taken(msg)
             with structlog.contextvars.bound_contextvars(session=msg.session_key):
                 try:
                     await self.agent.handle(msg, self.turn_for(msg))

@@ -12,6 +12,7 @@ from typing import Any
 
 import structlog
 
+from config.checks import channel_warnings, environment_problems
 from config.keywords import (
     SHIPPED_KEYWORDS_FILE,
     KeywordsError,
@@ -19,15 +20,7 @@ from config.keywords import (
     WordExists,
     load_keywords,
 )
-from config.settings import (
-    ConfigError,
-    Settings,
-    channel_warnings,
-    environment_problems,
-    load_settings,
-    masked_dump,
-    resolve_config_path,
-)
+from config.settings import ConfigError, Settings, load_settings, masked_dump, resolve_config_path
 from gateway.logs import configure_logging
 
 EXIT_CONFIG = 2

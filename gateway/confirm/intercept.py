@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from gateway import texts
-from gateway.bus import InboundMessage, OutboundMessage
+from gateway.bus import InboundMessage, OutboundMessage, SenderIdentity
 from gateway.confirm.ledger import audit
 from gateway.confirm.model import Confirmation, DecideOutcome, Decision
 from gateway.confirm.replies import ParsedReply, ReplyIntent
@@ -40,6 +40,12 @@ class ReplyIntercept:
         if not pending:
             return await self._on_reply_to_finished(msg)
         parsed = self._service.parser.parse(msg.text)
+        if msg.metadata.get("identity") == SenderIdentity.SELF_DECLARED:
+            # A web chat name anyone could have typed, from beyond this machine.
+            if parsed.intent is not ReplyIntent.NONE:
+                await self._reply_to(msg, texts.WEBCHAT_UNVERIFIED_DECISION)
+                return True
+            return False  # ordinary chat: to the agent, never feedback that rejects a call
         takers = [c for c in pending if self._may_take_part(c, msg.sender_id)]
         if parsed.intent in (ReplyIntent.CONFIRM, ReplyIntent.CANCEL):
             await self._on_decision_reply(msg, parsed, pending, takers)

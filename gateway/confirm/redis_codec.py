@@ -66,7 +66,7 @@ class RedisKeys:
         return f"{self.prefix}:alive:{instance}"
 
     @property
-    def finished_channel(self) -> str:
+    def finished_stream(self) -> str:
         return f"{self.prefix}:finished"
 
 

@@ -14,6 +14,7 @@ Layout (``P`` = the store's prefix; see ``RedisKeys``):
   flight). ``settled`` is scored by ``decided_at``; its members are ``id|status|session``
   so ``purge`` can clean the indexes of records whose TTL already ran out.
 - ``P:instances`` hash (id -> JSON) and ``P:alive:{id}`` (a key with TTL = the lease).
+- ``P:finished`` stream: one entry per successful ``finish`` (redis_feed.py reads it).
 
 The scripts build index keys from the prefix (ARGV) beside the record key (KEYS[1]): on
 Redis Cluster the prefix must carry a hash tag (``{gateway}``) so that all keys share a slot.
@@ -48,7 +49,7 @@ return 1
 """
 
 # KEYS: record. ARGV: prefix, id, new status, needs deadline ('1'/'0'), now, decision JSON,
-# finished ttl seconds, feed channel.
+# finished ttl seconds, finished stream, its MAXLEN.
 # Returns {code, HGETALL}: 0 missing, 1 changed, 2 already terminal, 3 past the deadline.
 FINISH = (
     _LIB
@@ -75,7 +76,7 @@ else
 end
 redis.call('EXPIRE', rec, ARGV[7])
 redis.call('EXPIRE', p .. ':ev:' .. id, ARGV[7])
-redis.call('PUBLISH', ARGV[8], id)
+redis.call('XADD', ARGV[8], 'MAXLEN', '~', ARGV[9], '*', 'id', id)
 return {1, redis.call('HGETALL', rec)}
 """
 )

@@ -14,11 +14,10 @@ from __future__ import annotations
 import builtins
 import math
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar, cast
 
 from redis.asyncio import Redis
-from redis.asyncio.client import PubSub
 
 from gateway.confirm import redis_scripts as lua
 from gateway.confirm.model import Confirmation, ExecState, Status
@@ -32,6 +31,7 @@ from gateway.confirm.redis_codec import (
     pairs,
     text,
 )
+from gateway.confirm.redis_feed import STREAM_MAXLEN, FinishedStream
 from gateway.confirm.redis_ledger import RedisLedger
 from gateway.confirm.store import ConfirmationExistsError, ConfirmationStore
 
@@ -166,7 +166,8 @@ class RedisConfirmationStore(RedisLedger, ConfirmationStore):
                 number(now),
                 dumps(decision),
                 self._finished_ttl,
-                self.finished_channel,
+                self._keys.finished_stream,
+                STREAM_MAXLEN,
             ],
         )
         return decode(pairs(flat)), int(code) == 1
@@ -246,38 +247,11 @@ class RedisConfirmationStore(RedisLedger, ConfirmationStore):
 
     # -- cross-replica notification ----------------------------------------------------------
 
-    @property
-    def finished_channel(self) -> str:
-        """The pub/sub channel on which every successful ``finish`` publishes the id."""
-        return self._keys.finished_channel
-
-    @asynccontextmanager
-    async def finished_feed(self) -> AsyncIterator[AsyncIterator[str]]:
-        """Ids of confirmations finished by any replica, as they happen.
+    def finished_feed(self) -> AbstractAsyncContextManager[AsyncIterator[str]]:
+        """Ids of confirmations finished by any replica, from entry on, across disconnects.
 
         A turn waits on a future in the process that asked; the decision may land on
         another replica (the reply reached that one). This feed lets the asking replica
-        wake its turn. Subscribed before it is yielded: nothing finished after entry is
-        missed (pub/sub does not replay what came before).
+        wake its turn (redis_feed.py: a stream read on from the last id after a reconnect).
         """
-        pubsub = self._redis.pubsub()
-        try:
-            await pubsub.subscribe(self.finished_channel)
-            while True:
-                message = await pubsub.get_message(timeout=5.0)
-                if message is None:
-                    raise TimeoutError("Redis did not confirm the subscription")
-                if message["type"] == "subscribe":
-                    break
-            yield self._finished_ids(pubsub)
-        finally:
-            await pubsub.aclose()  # type: ignore[no-untyped-call]  # untyped in redis-py 8
-
-    @staticmethod
-    async def _finished_ids(pubsub: PubSub) -> AsyncIterator[str]:
-        # get_message with a timeout instead of listen(): a cancelled follower ends at the
-        # next poll even if redis-py swallows the cancellation inside a blocking read.
-        while True:
-            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-            if message is not None and message["type"] == "message":
-                yield text(message["data"])
+        return FinishedStream(self._redis, self._keys.finished_stream).feed()

@@ -1,150 +1,65 @@
 """SQLite backend: the embedded default of ``gateway serve``.
 
-Durable (WAL, fsync on commit) and auditable: every create and every status change also
-appends a row to ``confirmation_events`` in the same transaction, so the log and the
-records never disagree. Several processes may share one file: the compare-and-set is a
-single ``UPDATE ... WHERE status = 'pending'``, which SQLite serialises with its write lock.
+Durable (WAL, fsync on commit). Several handles (or processes) may share one file: every
+compare-and-set — a decision, a claim, a start, an end, an adoption — is a single
+``UPDATE ... WHERE <rule> RETURNING``, which SQLite serialises with its write lock, so of
+any number of racers exactly one sees its row come back. Tables, indexes and the
+migration from schema 1 are in ``sqlite_schema``; each operation runs whole on the
+connection's thread (``sqlite_thread``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import json
 import sqlite3
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiosqlite
 import structlog
 
+from gateway.confirm import sqlite_rows as rows
 from gateway.confirm.model import AuditEvent, Confirmation, ExecState, Instance, Status
+from gateway.confirm.sqlite_schema import IN_FLIGHT, OPEN, migrate
+from gateway.confirm.sqlite_thread import SqliteThread, transaction
 from gateway.confirm.store import ConfirmationExistsError, ConfirmationStore, FinishedIds
 
 log = structlog.get_logger(__name__)
 
-SCHEMA_VERSION = 1
+Confirmations = builtins.list[Confirmation]
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS confirmations (
-    id           TEXT PRIMARY KEY,
-    session_key  TEXT NOT NULL,
-    channel      TEXT NOT NULL,
-    chat_id      TEXT NOT NULL,
-    requester    TEXT NOT NULL,
-    is_group     INTEGER NOT NULL,
-    tool_call    TEXT NOT NULL,              -- JSON {name, args, call_id}
-    summary      TEXT NOT NULL,
-    details      TEXT NOT NULL DEFAULT '{}', -- JSON
-    risk         TEXT NOT NULL,
-    approvers    TEXT NOT NULL DEFAULT '[]', -- JSON list
-    four_eyes    INTEGER NOT NULL DEFAULT 0,
-    created_at   REAL NOT NULL,
-    expires_at   REAL NOT NULL,
-    status       TEXT NOT NULL,
-    decided_by   TEXT,
-    decided_at   REAL,
-    decided_via  TEXT,
-    reason       TEXT,
-    feedback     INTEGER NOT NULL DEFAULT 0,
-    prompt_refs  TEXT NOT NULL DEFAULT '{}'  -- JSON {key: value}
-);
-CREATE INDEX IF NOT EXISTS confirmations_session_status
-    ON confirmations (session_key, status);
-CREATE INDEX IF NOT EXISTS confirmations_status_created
-    ON confirmations (status, created_at);
-CREATE INDEX IF NOT EXISTS confirmations_created
-    ON confirmations (created_at);
-
-CREATE TABLE IF NOT EXISTS confirmation_events (
-    seq     INTEGER PRIMARY KEY AUTOINCREMENT,
-    id      TEXT NOT NULL,   -- the confirmation id
-    at      REAL NOT NULL,
-    status  TEXT NOT NULL,   -- the status the confirmation entered
-    actor   TEXT,
-    via     TEXT,
-    reason  TEXT
-);
-CREATE INDEX IF NOT EXISTS confirmation_events_id ON confirmation_events (id);
--- The audit log is append-only: rewriting history must fail loudly, not silently succeed.
-CREATE TRIGGER IF NOT EXISTS confirmation_events_no_update
-    BEFORE UPDATE ON confirmation_events
-    BEGIN SELECT RAISE(ABORT, 'confirmation_events is append-only'); END;
-CREATE TRIGGER IF NOT EXISTS confirmation_events_no_delete
-    BEFORE DELETE ON confirmation_events
-    BEGIN SELECT RAISE(ABORT, 'confirmation_events is append-only'); END;
-"""
-
-_COLUMNS = (
-    "id, session_key, channel, chat_id, requester, is_group, tool_call, summary, details,"
-    " risk, approvers, four_eyes, created_at, expires_at, status, decided_by, decided_at,"
-    " decided_via, reason, feedback, prompt_refs"
+# store.may_claim, as one WHERE: approved, and unclaimed — or idempotent, claimed once,
+# still in flight and its lease run out (its claimer died): once more.
+_MAY_CLAIM = (
+    "status = 'approved' AND (exec_state = 'waiting' OR (idempotent = 1"
+    f" AND {IN_FLIGHT} AND attempts = 1 AND lease_until IS NOT NULL AND lease_until <= ?))"
 )
+_FINAL = frozenset({ExecState.SUCCEEDED, ExecState.FAILED, ExecState.INTERRUPTED})
 
 
-@dataclass(frozen=True, slots=True)
-class AuditEntry:
-    """One row of the append-only audit log."""
-
-    seq: int
-    confirmation_id: str
-    at: float
-    status: Status
-    actor: str | None
-    via: str | None
-    reason: str | None
+def _one(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> Confirmation | None:
+    # fetchall, not fetchone: an UPDATE ... RETURNING left unfinished would keep its
+    # autocommit transaction (and the write lock) open.
+    found = conn.execute(sql, params).fetchall()
+    return rows.confirmation(found[0]) if found else None
 
 
-def _json(value: Any) -> str:
-    # default=str: details come from tools and may hold a Decimal or a date; the audit copy
-    # is for people, so a string rendering beats refusing to store the confirmation.
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
-
-
-def _row_to_confirmation(row: sqlite3.Row) -> Confirmation:
-    return Confirmation.from_dict(
-        {
-            "id": row["id"],
-            "session_key": row["session_key"],
-            "channel": row["channel"],
-            "chat_id": row["chat_id"],
-            "requester": row["requester"],
-            "is_group": bool(row["is_group"]),
-            "tool_call": json.loads(row["tool_call"]),
-            "summary": row["summary"],
-            "details": json.loads(row["details"]),
-            "risk": row["risk"],
-            "approvers": json.loads(row["approvers"]),
-            "four_eyes": bool(row["four_eyes"]),
-            "created_at": row["created_at"],
-            "expires_at": row["expires_at"],
-            "status": row["status"],
-            "decided_by": row["decided_by"],
-            "decided_at": row["decided_at"],
-            "decided_via": row["decided_via"],
-            "reason": row["reason"],
-            "feedback": bool(row["feedback"]),
-            "prompt_refs": json.loads(row["prompt_refs"]),
-        }
-    )
+def _many(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> Confirmations:
+    return [rows.confirmation(r) for r in conn.execute(sql, params).fetchall()]
 
 
 class SqliteConfirmationStore(ConfirmationStore):
-    """Confirmations in one SQLite file, with an append-only audit log.
+    """Confirmations, their audit trail and the gateway instances in one SQLite file.
 
-    Takes an open ``aiosqlite`` connection (autocommit mode, ``isolation_level=None``);
-    ``open(path)`` makes one with WAL and the schema. One connection is one thread, and
-    a transaction on it is shared by every coroutine using it, so an ``asyncio.Lock``
-    keeps each operation's statements together.
+    ``open(path)`` makes the connection (on its own thread) and brings the schema up to
+    date. The audit trail holds what the service writes with ``add_event``, nothing else:
+    one trail, in the order things happened.
     """
 
-    def __init__(self, conn: aiosqlite.Connection) -> None:
-        self._conn = conn
-        self._conn.row_factory = sqlite3.Row
-        self._lock = asyncio.Lock()
+    def __init__(self, db: SqliteThread) -> None:
+        self._db = db
         self._finished = FinishedIds()
 
     @classmethod
@@ -152,113 +67,44 @@ class SqliteConfirmationStore(ConfirmationStore):
         cls, path: str | Path, *, busy_timeout_ms: int = 5_000
     ) -> SqliteConfirmationStore:
         """Open (and create if needed) the database file, in WAL mode, with the schema."""
-        conn = await aiosqlite.connect(str(path), isolation_level=None)
+        db = await SqliteThread.connect(path, busy_timeout_ms=busy_timeout_ms)
         try:
-            # WAL: readers never block the writer; synchronous=FULL: a decision that was
-            # reported as made survives a power cut, not only a process crash.
-            await conn.execute("PRAGMA journal_mode = WAL")
-            await conn.execute("PRAGMA synchronous = FULL")
-            await conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            store = cls(conn)
-            await store.migrate()
+            found = await db.run(migrate)
         except BaseException:
-            await conn.close()
+            await db.close()
             raise
-        log.info("confirm.sqlite_opened", path=str(path))
-        return store
-
-    async def migrate(self) -> None:
-        """Create the tables if missing; refuse a file written by a newer schema."""
-        async with self._transaction():
-            # IF NOT EXISTS everywhere: opening an existing file is a no-op.
-            for statement in _split_script(_SCHEMA):
-                await self._conn.execute(statement)
-            cursor = await self._conn.execute("PRAGMA user_version")
-            row = await cursor.fetchone()
-            version = int(row[0]) if row else 0
-            if version > SCHEMA_VERSION:
-                raise RuntimeError(
-                    f"confirmations database has schema {version}, this gateway knows "
-                    f"{SCHEMA_VERSION}: upgrade the gateway or use another data_dir"
-                )
-            await self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        log.info("confirm.sqlite_opened", path=str(path), schema_found=found)
+        return cls(db)
 
     async def close(self) -> None:
-        await self._conn.close()
+        await self._db.close()
+
+    # ------------------------------------------------------------ records and decisions
 
     async def create(self, confirmation: Confirmation) -> None:
-        c = confirmation
-        values = (
-            c.id,
-            c.session_key,
-            c.channel,
-            c.chat_id,
-            c.requester,
-            int(c.is_group),
-            _json(c.tool_call.to_dict()),
-            c.summary,
-            _json(dict(c.details)),
-            c.risk.value,
-            _json(list(c.approvers)),
-            int(c.four_eyes),
-            c.created_at,
-            c.expires_at,
-            c.status.value,
-            c.decided_by,
-            c.decided_at,
-            c.decided_via,
-            c.reason,
-            int(c.feedback),
-            _json(dict(c.prompt_refs)),
-        )
-        async with self._transaction():
+        row = rows.values(confirmation)
+
+        def create(conn: sqlite3.Connection) -> None:
             try:
-                await self._conn.execute(
-                    f"INSERT INTO confirmations ({_COLUMNS}) VALUES ({', '.join('?' * 21)})",
-                    values,
-                )
+                conn.execute(rows.INSERT, row)
             except sqlite3.IntegrityError as exc:
-                raise ConfirmationExistsError(c.id) from exc
-            await self._append_event(
-                c.id,
-                at=c.created_at,
-                status=c.status,
-                actor=c.requester,
-                via=c.channel,
-                reason=None,
-            )
+                raise ConfirmationExistsError(confirmation.id) from exc
+
+        await self._db.run(create)
 
     async def get(self, confirmation_id: str) -> Confirmation | None:
-        async with self._lock:
-            return await self._get(confirmation_id)
-
-    async def list_pending(self, session_key: str) -> list[Confirmation]:
-        return await self._select(
-            "WHERE session_key = ? AND status = 'pending' ORDER BY created_at, rowid",
-            (session_key,),
+        return await self._db.run(
+            lambda conn: _one(conn, f"{rows.SELECT} WHERE id = ?", (confirmation_id,))
         )
 
-    async def _list_first(
-        self,
-        *,
-        status: Status | None = None,
-        session_key: str | None = None,
-        limit: int = 200,
-    ) -> list[Confirmation]:
-        clauses: list[str] = []
-        params: list[Any] = []
-        if status is not None:
-            clauses.append("status = ?")
-            params.append(status.value)
-        if session_key is not None:
-            clauses.append("session_key = ?")
-            params.append(session_key)
-        where = f"WHERE {' AND '.join(clauses)} " if clauses else ""
-        params.append(max(0, limit))
-        return await self._select(f"{where}ORDER BY created_at DESC, rowid DESC LIMIT ?", params)
+    async def list_pending(self, session_key: str) -> Confirmations:
+        # Matches the partial index confirmations_pending_by_session word for word.
+        sql = f"{rows.SELECT} WHERE session_key = ? AND status = 'pending' ORDER BY created_at, seq"
+        return await self._db.run(lambda conn: _many(conn, sql, (session_key,)))
 
-    async def list_all_pending(self) -> builtins.list[Confirmation]:
-        return await self._select("WHERE status = 'pending' ORDER BY created_at, rowid", ())
+    async def list_all_pending(self) -> Confirmations:
+        sql = f"{rows.SELECT} WHERE status = 'pending' ORDER BY seq"
+        return await self._db.run(lambda conn: _many(conn, sql, ()))
 
     async def finish(
         self,
@@ -273,32 +119,40 @@ class SqliteConfirmationStore(ConfirmationStore):
     ) -> tuple[Confirmation | None, bool]:
         if not status.is_terminal:
             raise ValueError("finish() moves a confirmation to a terminal status")
-        # A person's decision counts only before the deadline; expiry and cancellation
-        # are allowed whenever the record is still pending.
+        # store.decision_allowed: a person's decision counts only before the deadline;
+        # expiry and cancellation whenever the record is still pending. Any end but
+        # approved also settles the ledger: nothing will run.
         needs_deadline = status in (Status.APPROVED, Status.REJECTED)
-        async with self._transaction():
-            cursor = await self._conn.execute(
-                "UPDATE confirmations SET status = ?, decided_by = ?, decided_at = ?,"
-                " decided_via = ?, reason = ?, feedback = ?"
-                " WHERE id = ? AND status = 'pending' AND (? = 0 OR expires_at > ?)",
-                (
-                    status.value,
-                    by,
-                    now,
-                    via,
-                    reason,
-                    int(feedback),
-                    confirmation_id,
-                    int(needs_deadline),
-                    now,
-                ),
-            )
-            changed = cursor.rowcount == 1
-            if changed:
-                await self._append_event(
-                    confirmation_id, at=now, status=status, actor=by, via=via, reason=reason
-                )
-            current = await self._get(confirmation_id)
+        skipped = status is not Status.APPROVED
+        sql = (
+            "UPDATE confirmations SET status = ?, decided_by = ?, decided_at = ?,"
+            " decided_via = ?, reason = ?, feedback = ?,"
+            " exec_state = CASE WHEN ? THEN 'skipped' ELSE exec_state END,"
+            " finished_at = CASE WHEN ? THEN ? ELSE finished_at END"
+            " WHERE id = ? AND status = 'pending' AND (? = 0 OR expires_at > ?) " + rows.RETURNING
+        )
+        params = (
+            status.value,
+            by,
+            now,
+            via,
+            reason,
+            int(feedback),
+            skipped,
+            skipped,
+            now,
+            confirmation_id,
+            int(needs_deadline),
+            now,
+        )
+
+        def finish(conn: sqlite3.Connection) -> tuple[Confirmation | None, bool]:
+            done = _one(conn, sql, params)
+            if done is not None:
+                return done, True
+            return _one(conn, f"{rows.SELECT} WHERE id = ?", (confirmation_id,)), False
+
+        current, changed = await self._db.run(finish)
         if changed:
             self._finished.announce(confirmation_id)
         return current, changed
@@ -308,91 +162,41 @@ class SqliteConfirmationStore(ConfirmationStore):
         return self._finished.feed()
 
     async def set_prompt_ref(self, confirmation_id: str, key: str, value: str) -> None:
-        async with self._transaction():
-            cursor = await self._conn.execute(
+        def update(conn: sqlite3.Connection) -> None:
+            row = conn.execute(
                 "SELECT prompt_refs FROM confirmations WHERE id = ?", (confirmation_id,)
-            )
-            row = await cursor.fetchone()
-            if row is None:
-                return
-            refs = {**json.loads(row["prompt_refs"]), key: value}
-            await self._conn.execute(
-                "UPDATE confirmations SET prompt_refs = ? WHERE id = ?",
-                (_json(refs), confirmation_id),
-            )
+            ).fetchone()
+            if row is not None:
+                refs = {**json.loads(row["prompt_refs"]), key: value}
+                conn.execute(
+                    "UPDATE confirmations SET prompt_refs = ? WHERE id = ?",
+                    (rows.to_json(refs), confirmation_id),
+                )
 
-    async def audit_log(self, confirmation_id: str | None = None) -> builtins.list[AuditEntry]:
-        """The audit rows, oldest first; of one confirmation when an id is given."""
-        where, params = ("WHERE id = ? ", (confirmation_id,)) if confirmation_id else ("", ())
-        async with self._lock:
-            cursor = await self._conn.execute(
-                f"SELECT seq, id, at, status, actor, via, reason FROM confirmation_events "
-                f"{where}ORDER BY seq",
-                params,
-            )
-            rows = await cursor.fetchall()
-        return [
-            AuditEntry(
-                seq=r["seq"],
-                confirmation_id=r["id"],
-                at=r["at"],
-                status=Status(r["status"]),
-                actor=r["actor"],
-                via=r["via"],
-                reason=r["reason"],
-            )
-            for r in rows
-        ]
-
-    # -- internals ---------------------------------------------------------------------------
-
-    def _transaction(self) -> _Transaction:
-        return _Transaction(self._conn, self._lock)
-
-    async def _append_event(
-        self,
-        confirmation_id: str,
-        *,
-        at: float,
-        status: Status,
-        actor: str | None,
-        via: str | None,
-        reason: str | None,
-    ) -> None:
-        await self._conn.execute(
-            "INSERT INTO confirmation_events (id, at, status, actor, via, reason)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            (confirmation_id, at, status.value, actor, via, reason),
-        )
-
-    async def _get(self, confirmation_id: str) -> Confirmation | None:
-        cursor = await self._conn.execute(
-            f"SELECT {_COLUMNS} FROM confirmations WHERE id = ?", (confirmation_id,)
-        )
-        row = await cursor.fetchone()
-        return None if row is None else _row_to_confirmation(row)
-
-    async def _select(self, tail: str, params: Any) -> builtins.list[Confirmation]:
-        async with self._lock:
-            cursor = await self._conn.execute(
-                f"SELECT {_COLUMNS} FROM confirmations {tail}", params
-            )
-            rows = await cursor.fetchall()
-        return [_row_to_confirmation(r) for r in rows]
+        await self._db.run(lambda conn: transaction(conn, update))
 
     # ------------------------------------------------------------ the execution ledger
-    # Not yet on this backend: the ledger lands here next (issue 12). The service does not
-    # call these yet; the ledger contract suite lists only the backends that have them.
 
     async def claim(
         self, confirmation_id: str, *, instance: str, now: float, lease: float
     ) -> Confirmation | None:
-        raise NotImplementedError
+        sql = (
+            "UPDATE confirmations SET exec_state = 'claimed', claimed_by = ?, lease_until = ?,"
+            f" attempts = attempts + 1, started_at = NULL WHERE id = ? AND {_MAY_CLAIM} "
+            + rows.RETURNING
+        )
+        params = (instance, now + lease, confirmation_id, now)
+        return await self._db.run(lambda conn: _one(conn, sql, params))
 
     async def start_execution(
         self, confirmation_id: str, *, instance: str, now: float
     ) -> Confirmation | None:
-        raise NotImplementedError
+        sql = (
+            "UPDATE confirmations SET exec_state = 'running', started_at = ?"
+            " WHERE id = ? AND exec_state = 'claimed' AND claimed_by = ? " + rows.RETURNING
+        )
+        params = (now, confirmation_id, instance)
+        return await self._db.run(lambda conn: _one(conn, sql, params))
 
     async def finish_execution(
         self,
@@ -403,36 +207,115 @@ class SqliteConfirmationStore(ConfirmationStore):
         result: str | None,
         now: float,
     ) -> Confirmation | None:
-        raise NotImplementedError
+        if state not in _FINAL:
+            raise ValueError("finish_execution() ends in succeeded, failed or interrupted")
+        sql = (
+            "UPDATE confirmations SET exec_state = ?, finished_at = ?, result = ?"
+            f" WHERE id = ? AND {IN_FLIGHT} AND claimed_by = ? " + rows.RETURNING
+        )
+        params = (state.value, now, result, confirmation_id, instance)
+        return await self._db.run(lambda conn: _one(conn, sql, params))
 
     async def adopt(
         self, confirmation_id: str, *, from_owner: str | None, to_owner: str
     ) -> Confirmation | None:
-        raise NotImplementedError
+        sql = "UPDATE confirmations SET owner = ? WHERE id = ? AND owner IS ? " + rows.RETURNING
+        params = (to_owner, confirmation_id, from_owner)
+        return await self._db.run(lambda conn: _one(conn, sql, params))
 
-    async def list_unsettled(self, *, instance: str) -> builtins.list[Confirmation]:
-        raise NotImplementedError
+    async def list_unsettled(self, *, instance: str) -> Confirmations:
+        # Two lookups in the partial indexes of open records (by owner, by claimer); a
+        # pending record is `waiting`, any other end but approved is `skipped`.
+        sql = (
+            f"{rows.SELECT} WHERE owner = ? AND {OPEN}"
+            f" UNION {rows.SELECT} WHERE claimed_by = ? AND {IN_FLIGHT} ORDER BY seq"
+        )
+        return await self._db.run(lambda conn: _many(conn, sql, (instance, instance)))
 
-    async def list_approved_waiting(self) -> builtins.list[Confirmation]:
-        raise NotImplementedError
+    async def list_approved_waiting(self) -> Confirmations:
+        sql = f"{rows.SELECT} WHERE status = 'approved' AND exec_state = 'waiting' ORDER BY seq"
+        return await self._db.run(lambda conn: _many(conn, sql, ()))
+
+    # ------------------------------------------------------------ instances
 
     async def heartbeat(self, instance: Instance, *, lease: float) -> None:
-        raise NotImplementedError
+        i = instance
+
+        def beat(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO instances (id, pid, host, started_at, seen_at)"
+                " VALUES (?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET pid = excluded.pid,"
+                " host = excluded.host, started_at = excluded.started_at,"
+                " seen_at = excluded.seen_at",
+                (i.id, i.pid, i.host, i.started_at, i.seen_at),
+            )
+            conn.execute(
+                f"UPDATE confirmations SET lease_until = ? WHERE claimed_by = ? AND {IN_FLIGHT}",
+                (i.seen_at + lease, i.id),
+            )
+
+        await self._db.run(lambda conn: transaction(conn, beat))
 
     async def list_instances(self) -> builtins.list[Instance]:
-        raise NotImplementedError
+        def select(conn: sqlite3.Connection) -> builtins.list[Instance]:
+            found = conn.execute("SELECT * FROM instances ORDER BY started_at, id").fetchall()
+            return [rows.instance(r) for r in found]
+
+        return await self._db.run(select)
 
     async def forget_instance(self, instance_id: str) -> None:
-        raise NotImplementedError
+        await self._db.run(
+            lambda conn: conn.execute("DELETE FROM instances WHERE id = ?", (instance_id,))
+        )
+
+    # ------------------------------------------------------------ audit trail
 
     async def add_event(self, event: AuditEvent) -> None:
-        raise NotImplementedError
+        # Only for a record that exists: a late event of a purged record is dropped.
+        params = (
+            event.confirmation_id,
+            event.at,
+            event.kind,
+            event.actor,
+            rows.to_json(dict(event.detail)),
+            event.confirmation_id,
+        )
+        await self._db.run(
+            lambda conn: conn.execute(
+                "INSERT INTO confirmation_events (id, at, kind, actor, detail)"
+                " SELECT ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM confirmations WHERE id = ?)",
+                params,
+            )
+        )
 
     async def events(self, confirmation_id: str) -> builtins.list[AuditEvent]:
-        raise NotImplementedError
+        def select(conn: sqlite3.Connection) -> builtins.list[AuditEvent]:
+            found = conn.execute(
+                "SELECT id, at, kind, actor, detail FROM confirmation_events"
+                " WHERE id = ? ORDER BY seq",
+                (confirmation_id,),
+            ).fetchall()
+            return [rows.event(r) for r in found]
+
+        return await self._db.run(select)
 
     async def purge(self, *, before: float) -> int:
-        raise NotImplementedError
+        # decided_at >= created_at, so `created_at < before` (indexed) bounds the scan.
+        def purge(conn: sqlite3.Connection) -> int:
+            gone = conn.execute(
+                "DELETE FROM confirmations WHERE created_at < ?"
+                f" AND coalesce(decided_at, created_at) < ? AND NOT ({OPEN}) RETURNING id",
+                (before, before),
+            ).fetchall()
+            # The records first: the trigger lets only a gone record's events go.
+            conn.executemany(
+                "DELETE FROM confirmation_events WHERE id = ?", [(r["id"],) for r in gone]
+            )
+            return len(gone)
+
+        return await self._db.run(lambda conn: transaction(conn, purge))
+
+    # ------------------------------------------------------------ listing and counting
 
     async def page(
         self,
@@ -441,49 +324,40 @@ class SqliteConfirmationStore(ConfirmationStore):
         session_key: str | None = None,
         limit: int = 50,
         cursor: str | None = None,
-    ) -> tuple[builtins.list[Confirmation], str | None]:
-        items = await self._list_first(status=status, session_key=session_key, limit=limit)
-        return items, None
+    ) -> tuple[Confirmations, str | None]:
+        # Keyset on seq (creation order, never reused while a newer record exists): a
+        # page is where seq < the cursor, so records created meanwhile never shift it.
+        clauses: builtins.list[str] = []
+        params: builtins.list[Any] = []
+        if status is not None:
+            clauses.append("status = ?")
+            params.append(status.value)
+        if session_key is not None:
+            clauses.append("session_key = ?")
+            params.append(session_key)
+        if cursor is not None:
+            clauses.append("seq < ?")
+            params.append(int(cursor))
+        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+        limit = max(0, limit)
+        params.append(limit + 1)
+        sql = f"{rows.SELECT}{where} ORDER BY seq DESC LIMIT ?"
+
+        def select(conn: sqlite3.Connection) -> tuple[Confirmations, str | None]:
+            found = conn.execute(sql, params).fetchall()
+            more = len(found) > limit
+            found = found[:limit]
+            nxt = str(found[-1]["seq"]) if more and found else None
+            return [rows.confirmation(r) for r in found], nxt
+
+        return await self._db.run(select)
 
     async def count(self, status: Status) -> int:
-        raise NotImplementedError
+        # The status as a literal (an enum value, not user text), so that SQLite sees which
+        # index answers it; counting the index entries never loads a record.
+        sql = f"SELECT count(*) FROM confirmations WHERE status = '{status.value}'"
 
+        def select(conn: sqlite3.Connection) -> int:
+            return int(conn.execute(sql).fetchone()[0])
 
-class _Transaction:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT`` under the store's lock; rolls back on error.
-
-    IMMEDIATE takes the write lock up front, so two processes on one file queue at BEGIN
-    (within busy_timeout) instead of failing later with SQLITE_BUSY mid-transaction.
-    """
-
-    def __init__(self, conn: aiosqlite.Connection, lock: asyncio.Lock) -> None:
-        self._conn = conn
-        self._lock = lock
-
-    async def __aenter__(self) -> None:
-        await self._lock.acquire()
-        try:
-            await self._conn.execute("BEGIN IMMEDIATE")
-        except BaseException:
-            self._lock.release()
-            raise
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, *_: object) -> None:
-        try:
-            await self._conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
-        finally:
-            self._lock.release()
-
-
-def _split_script(script: str) -> list[str]:
-    """Statements of the schema script (triggers keep their inner ``;``)."""
-    statements: list[str] = []
-    buffer = ""
-    for line in script.splitlines(keepends=True):
-        if line.lstrip().startswith("--") and not buffer.strip():
-            continue
-        buffer += line
-        if sqlite3.complete_statement(buffer):
-            statements.append(buffer.strip())
-            buffer = ""
-    return [s for s in statements if s]
+        return await self._db.run(select)

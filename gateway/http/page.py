@@ -22,6 +22,7 @@ from gateway.confirm.model import Status
 from gateway.confirm.service import ConfirmationService
 from gateway.http import page_html
 from gateway.http.admin import MAX_ID_LENGTH, search
+from gateway.http.identity import identity_of
 from gateway.http.jsonapi import (
     ApiError,
     ConfirmationQuery,
@@ -65,7 +66,6 @@ class AdminPage:
         policy: Policy,
         admin_token: str | None,
         channel_status: Callable[[], list[dict[str, Any]]],
-        actor: Callable[[web.Request], str] = lambda _: "admin",
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.confirmations = confirmations
@@ -74,7 +74,6 @@ class AdminPage:
         self.policy = policy
         self._token = admin_token.encode("utf-8", "surrogatepass") if admin_token else None
         self.channel_status = channel_status
-        self.actor = actor
         self.clock = clock
 
     def register(self, app: web.Application) -> None:
@@ -87,6 +86,10 @@ class AdminPage:
         app.router.add_get("/admin/static/{name}", self.static)
         app.router.add_post("/api/replies/test", self.test_reply)
         app.router.add_post("/api/policy/test", self.test_policy)
+
+    def actor(self, request: web.Request) -> str:
+        """Who the page acts as: the login proxy's name for them, else "admin"."""
+        return identity_of(request).user(request) or "admin"
 
     # ------------------------------------------------------------------ login
 

@@ -25,6 +25,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler, Middleware
 
 from config.settings import LOOPBACK_NAMES, ConfigError
+from gateway.http.identity import TRUSTED_IDENTITY, TrustedIdentity
 from gateway.http.jsonapi import (
     DEFAULT_MAX_JSON_DEPTH,
     MAX_JSON_DEPTH,
@@ -281,6 +282,8 @@ class HttpServer:
         allowed_host_names: Iterable[str] = LOOPBACK_NAMES,
         max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
         client_max_size: int = 1 << 20,
+        trusted_user_header: str | None = None,
+        trusted_proxies: Iterable[str] = (),
     ) -> None:
         self.host = host
         self.port = port
@@ -302,6 +305,9 @@ class HttpServer:
             ],
         )
         self.app[MAX_JSON_DEPTH] = max_json_depth
+        self.app[TRUSTED_IDENTITY] = TrustedIdentity(
+            header=trusted_user_header, proxies=trusted_proxies
+        )
         self._runner: web.AppRunner | None = None
 
     async def start(self) -> None:

@@ -27,7 +27,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from config.settings import PolicyRule, PolicySettings, Settings
+from config.policy_settings import PolicyRule, PolicySettings
+from config.settings import Settings
 from gateway.confirm.model import Risk
 from gateway.tools.base import Level, Tool, ToolPreview
 

@@ -110,6 +110,13 @@ async def test_a_pending_call_appears_live_and_approving_it_runs_it(
     await eventually(row_gone)
     await page.screenshot(path=str(ARTIFACTS / "admin-360-after.png"), full_page=True)
 
+    # The web chat, with no login proxy, says that names are typed (but decide on loopback).
+    chat = await page.context.new_page()
+    await chat.goto(f"{url}/?session=ops&user=alice")
+    await expect(chat.locator("#identity-banner")).to_be_visible()
+    await expect(chat.locator("#identity-remote")).to_be_hidden()
+    await chat.close()
+
     # Its details page shows the decision.
     await row.locator(".cid").click()
     await expect(page.locator(".detail")).to_contain_text("approved")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from config.settings import environment_problems
+from config.checks import environment_problems
 from tests.cli.support import gateway
 
 TOKEN = "check-config-token-0123456789abcdef"

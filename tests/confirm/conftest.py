@@ -33,9 +33,10 @@ BACKENDS = [
     pytest.param("redis", marks=pytest.mark.services),
 ]
 # Backends with the execution ledger (claims, instances, audit, paging). Issue 12 adds
-# SQLite here as its ledger lands.
+# SQLite and Redis here as their ledger lands.
 LEDGER_BACKENDS = [
     "memory",
+    "sqlite",
     pytest.param("redis", marks=pytest.mark.services),
 ]
 DURABLE_BACKENDS = [

@@ -9,17 +9,13 @@ file (SQLite) would see it; for memory it is the same object.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 from gateway.confirm.model import Status
 from gateway.confirm.redis_store import RedisConfirmationStore
-from gateway.confirm.sqlite_store import SqliteConfirmationStore
 from gateway.confirm.store import ConfirmationExistsError, ConfirmationStore
 from tests.confirm.conftest import BACKENDS, DURABLE_BACKENDS, Backend, redis_client
 from tests.confirm.records import T0, TIMEOUT, full_record, make
@@ -321,78 +317,6 @@ async def test_records_survive_close_and_reopen(backend: Backend) -> None:
     assert (
         await second.finish(c.id, Status.REJECTED, by="x", via="text", reason=None, now=T0 + 3)
     )[1] is False
-
-
-# -- SQLite specifics: the audit log and the file ---------------------------------------------
-
-
-@pytest.fixture
-async def sqlite_store(tmp_path: Path) -> AsyncIterator[SqliteConfirmationStore]:
-    store = await SqliteConfirmationStore.open(tmp_path / "audit.db")
-    yield store
-    await store.close()
-
-
-async def test_sqlite_audit_rows_follow_create_and_finish(
-    sqlite_store: SqliteConfirmationStore,
-) -> None:
-    c = make("AUD1")
-    await sqlite_store.create(c)
-    with pytest.raises(ConfirmationExistsError):
-        await sqlite_store.create(c)
-    # Refused finishes (past the deadline, then after the end) write nothing.
-    await sqlite_store.finish(
-        "AUD1", Status.APPROVED, by="late", via="text", reason=None, now=c.expires_at
-    )
-    results = await asyncio.gather(
-        *[
-            sqlite_store.finish(
-                "AUD1", Status.REJECTED, by=f"u{i}", via="card", reason="no", now=T0 + 1
-            )
-            for i in range(20)
-        ]
-    )
-    winner = next(r for r, changed in results if changed)
-    assert winner is not None
-
-    log = await sqlite_store.audit_log("AUD1")
-    assert [(e.status, e.actor, e.via, e.reason) for e in log] == [
-        (Status.PENDING, "alice", "console", None),
-        (Status.REJECTED, winner.decided_by, "card", "no"),
-    ]
-    assert [e.at for e in log] == [T0, T0 + 1]
-    assert log[0].seq < log[1].seq
-    assert await sqlite_store.audit_log() == log
-
-
-async def test_sqlite_audit_log_is_append_only_and_file_is_wal(tmp_path: Path) -> None:
-    path = tmp_path / "wal.db"
-    store = await SqliteConfirmationStore.open(path)
-    try:
-        await store.create(make("WAL1"))
-    finally:
-        await store.close()
-    conn = sqlite3.connect(path)
-    try:
-        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        indexes = {row[1] for row in conn.execute("PRAGMA index_list(confirmations)")}
-        assert "confirmations_session_status" in indexes
-        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
-            conn.execute("UPDATE confirmation_events SET status = 'approved'")
-        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
-            conn.execute("DELETE FROM confirmation_events")
-        assert conn.execute("SELECT COUNT(*) FROM confirmation_events").fetchone()[0] == 1
-    finally:
-        conn.close()
-
-
-async def test_sqlite_refuses_newer_schema(tmp_path: Path) -> None:
-    path = tmp_path / "future.db"
-    conn = sqlite3.connect(path)
-    conn.execute("PRAGMA user_version = 99")
-    conn.close()
-    with pytest.raises(RuntimeError, match="schema 99"):
-        await SqliteConfirmationStore.open(path)
 
 
 # -- Redis specifics: TTLs and index tidying -------------------------------------------------

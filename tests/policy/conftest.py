@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from config.settings import PolicySettings
+from config.policy_settings import PolicySettings
 from gateway.tools.base import ToolRegistry
 from gateway.tools.policy import Policy, PolicyDecision
 from gateway.tools.sql import SqlDatabase, SqlModifyTool, SqlQueryTool

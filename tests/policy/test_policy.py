@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from config.settings import PolicySettings, Settings
+from config.policy_settings import PolicySettings
+from config.settings import Settings
 from gateway.tools.policy import Policy, four_eyes_problem
 from tests.policy.conftest import Decide
 

@@ -18,7 +18,8 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from gateway.confirm.model import Risk
 from gateway.tools.base import ToolPreview
-from gateway.tools.sql import SqlDatabase, SqlModifyTool, SqlQueryTool, analyze_sql
+from gateway.tools.sql import SqlDatabase, SqlModifyTool, SqlQueryTool
+from gateway.tools.sql_analysis import analyze_sql
 from tests.services import mask_url, require_service
 
 POSTGRES_URL = os.environ.get(

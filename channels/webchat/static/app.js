@@ -286,6 +286,14 @@
         }
         state.offsetMs = frame.now * 1000 - Date.now();
         state.maxText = frame.max_text_length;
+        // A login proxy names the person (verified); otherwise names are typed by anyone.
+        $("identity-banner").hidden = frame.identity === "verified";
+        $("identity-remote").hidden = frame.identity !== "self-declared";
+        if (frame.identity === "verified") {
+          state.user = frame.user;
+          $("user").value = frame.user;
+          $("user").readOnly = true;
+        }
         setConn(true, "已连接 " + frame.session + " · " + frame.user + " / online");
         $("text").disabled = false;
         $("send").disabled = false;

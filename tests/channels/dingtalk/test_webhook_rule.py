@@ -102,7 +102,7 @@ async def test_by_default_only_dingtalk_https_webhooks_are_used(
 def test_settings_refuse_what_is_not_a_host() -> None:
     from pydantic import ValidationError
 
-    from config.settings import DingTalkSettings
+    from config.channel_settings import DingTalkSettings
 
     assert DingTalkSettings().webhook_hosts == ["oapi.dingtalk.com"]
     assert DingTalkSettings(webhook_hosts=[" OAPI.dingtalk.com "]).webhook_hosts == [

@@ -1,0 +1,174 @@
+"""Start-up checks on settings and the environment: each problem as one fix-it sentence.
+
+``gateway serve`` refuses to start on a problem; ``gateway check-config`` lists them all.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import typing
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from config.settings import Settings, mask_url
+
+
+def check_channel_settings(settings: Settings) -> list[str]:
+    """Problems with enabled channels that stop them from starting, as fix-it sentences."""
+    problems: list[str] = []
+    fs = settings.channels.feishu
+    if fs.enabled:
+        for key in ("app_id", "app_secret"):
+            if not getattr(fs, key):
+                problems.append(
+                    f"channels.feishu.{key} is missing: set GATEWAY_CHANNELS__FEISHU__{key.upper()}"
+                    f" or [channels.feishu] {key}"
+                )
+        if fs.mode == "webhook" and not (fs.encrypt_key or fs.verification_token):
+            problems.append(
+                "channels.feishu webhook mode needs encrypt_key or verification_token to verify"
+                " requests: set GATEWAY_CHANNELS__FEISHU__ENCRYPT_KEY or [channels.feishu]"
+                " encrypt_key"
+            )
+    ds = settings.channels.dingtalk
+    if ds.enabled:
+        for key in ("client_id", "client_secret"):
+            if not getattr(ds, key):
+                problems.append(
+                    f"channels.dingtalk.{key} is missing: set "
+                    f"GATEWAY_CHANNELS__DINGTALK__{key.upper()} or [channels.dingtalk] {key}"
+                )
+    return problems
+
+
+def channel_warnings(settings: Settings) -> list[str]:
+    """Valid but probably unintended: the channel starts and answers nobody."""
+    warnings: list[str] = []
+    for name in ("feishu", "dingtalk"):
+        ch = getattr(settings.channels, name)
+        if ch.enabled and not ch.allow_from:
+            warnings.append(
+                f"channels.{name}.allow_from is empty, so the bot answers nobody: list user ids"
+                f' or "*" (GATEWAY_CHANNELS__{name.upper()}__ALLOW_FROM=\'["*"]\')'
+            )
+    return warnings
+
+
+# ---------------------------------------------------------------------- start-up checks
+
+ENV_PREFIX = "GATEWAY_"
+# Variables of the tooling around the gateway, not settings.
+ENV_NOT_SETTINGS = frozenset({"GATEWAY_TEST_REQUIRE_SERVICES"})
+# SQLAlchemy dialects and the async driver to use with each.
+ASYNC_SQL_URLS = {
+    "postgresql": "postgresql+asyncpg",
+    "postgres": "postgresql+asyncpg",
+    "mysql": "mysql+aiomysql",
+    "mariadb": "mysql+aiomysql",
+    "sqlite": "sqlite+aiosqlite",
+}
+ASYNC_SQL_DRIVERS = frozenset({"asyncpg", "psycopg", "aiomysql", "asyncmy", "aiosqlite"})
+
+
+def masked_url(url: str) -> str:
+    """``url`` with its password replaced by ``***``, for messages and logs."""
+    return mask_url(url)
+
+
+def sql_url_problem(url: str | None) -> str | None:
+    """A sync driver URL (``postgresql://``, ``mysql://``) is refused, naming the async one."""
+    if not url:
+        return None
+    scheme = url.partition("://")[0].lower()
+    dialect, _, driver = scheme.partition("+")
+    if driver in ASYNC_SQL_DRIVERS or dialect not in ASYNC_SQL_URLS:
+        return None  # another dialect: SQLAlchemy says what it thinks when it connects
+    wanted = ASYNC_SQL_URLS[dialect]
+    return (
+        f"tools.sql.url uses {scheme}://, a synchronous driver the gateway cannot use: "
+        f"write {wanted}://... in GATEWAY_TOOLS__SQL__URL (or [tools.sql] url)"
+    )
+
+
+def data_dir_problem(path: Path) -> str | None:
+    """Whether ``data_dir`` is (or can be created as) a directory the gateway may write."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    why = None
+    if not existing.is_dir():
+        why = f"{existing} is not a directory"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        why = f"{existing} is not writable"
+    if why is None:
+        return None
+    return (
+        f"data_dir {path} cannot be used ({why}): set GATEWAY_DATA_DIR (or data_dir) to a "
+        "directory the gateway may write"
+    )
+
+
+def _env_fields(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, Any, bool]]:
+    """Every settings variable name: (name, annotation, is_a_section)."""
+    for name, field in model.model_fields.items():
+        env = f"{prefix}{name.upper()}"
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            yield env, ann, True
+            yield from _env_fields(ann, env + "__")
+        else:
+            yield env, ann, False
+
+
+def environment_problems(environ: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """``GATEWAY_*`` variables that are not settings, and list/table values that are not JSON.
+
+    Returns (unknown, malformed) as fix-it sentences. Unknown names come with the nearest
+    valid name; malformed values with the syntax that works.
+    """
+    fields = {name: (ann, section) for name, ann, section in _env_fields(Settings, ENV_PREFIX)}
+    # Variables under a table setting (policy.levels) name its keys: any name is fine.
+    open_tables = [
+        name + "__" for name, (ann, _) in fields.items() if typing.get_origin(ann) is dict
+    ]
+    unknown: list[str] = []
+    malformed: list[str] = []
+    for raw_name, value in sorted(environ.items()):
+        name = raw_name.upper()
+        if not name.startswith(ENV_PREFIX) or name in ENV_NOT_SETTINGS:
+            continue
+        if name not in fields:
+            if not name.startswith(tuple(open_tables)):
+                # Compared without the prefix every name shares, which would make all similar.
+                bare = [field.removeprefix(ENV_PREFIX) for field in fields]
+                near = difflib.get_close_matches(name.removeprefix(ENV_PREFIX), bare, n=1)
+                hint = f": did you mean {ENV_PREFIX}{near[0]}?" if near else ""
+                unknown.append(f"{raw_name} is not a setting{hint}")
+            continue
+        ann, section = fields[name]
+        kind = "table" if section or typing.get_origin(ann) is dict else None
+        if typing.get_origin(ann) is list:
+            kind = "list"
+        if kind is not None and not _is_json(value, list if kind == "list" else dict):
+            malformed.append(_malformed(raw_name, value, kind))
+    return unknown, malformed
+
+
+def _is_json(value: str, kind: type) -> bool:
+    try:
+        return isinstance(json.loads(value), kind)
+    except ValueError:
+        return False
+
+
+def _malformed(name: str, value: str, kind: str) -> str:
+    if kind == "list":
+        items = [item.strip().strip("'\"") for item in value.strip("[]").split(",")]
+        example = json.dumps([i for i in items if i], ensure_ascii=False, separators=(",", ":"))
+        return f"{name} must be a JSON list, e.g. {name}='{example}' (got {value[:80]!r})"
+    return f'{name} must be a JSON table, e.g. {name}=\'{{"key": "value"}}\' (got {value[:80]!r})'

@@ -1,0 +1,89 @@
+"""The cross-replica feed of finished ids: a Redis Stream read from a remembered last id.
+
+Pub/sub forgets what it sent while a subscriber was away, and redis-py's subscriber ends
+for good on a dropped connection: one ``CLIENT KILL`` or Redis restart left every later
+cross-replica decision to wake its turn only at the deadline (issue 13). A stream keeps the
+entries; the reader remembers the id of the last one it gave out, reconnects on the one
+backoff policy of gateway/runtime.py and reads on from there, so nothing finished while it
+was away is missed (as long as the stream, trimmed near ``MAXLEN``, still holds it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import structlog
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from gateway.confirm.redis_codec import text
+from gateway.runtime import after_failure_retrying
+
+log = structlog.get_logger(__name__)
+
+# Entries the stream keeps (approximately): far more than are finished during any outage a
+# reader rides out; an entry is ~100 bytes.
+STREAM_MAXLEN = 10_000
+# One blocking read waits this long before the next; short enough that a stop is prompt.
+_BLOCK_MS = 1000
+# Reconnect backoff: first retry after ~50 ms, then doubling up to 2 s.
+_RETRY_INITIAL = 0.05
+_RETRY_MAX = 2.0
+
+
+def is_disconnect(exc: BaseException) -> bool:
+    """Errors a reconnect can cure (the server went away, or is loading its data)."""
+    return isinstance(exc, RedisConnectionError | RedisTimeoutError | OSError)
+
+
+class FinishedStream:
+    """Reads ``key`` from where the feed started, forever, across disconnects."""
+
+    def __init__(self, redis: Redis, key: str) -> None:
+        self._redis = redis
+        self._key = key
+
+    @asynccontextmanager
+    async def feed(self) -> AsyncIterator[AsyncIterator[str]]:
+        # The position is taken before the context is entered: what finishes after that is
+        # given out, even when the reader first reads later.
+        newest = await self._redis.xrevrange(self._key, count=1)
+        entry_id = newest[0][0] if newest else None
+        last = text(entry_id) if entry_id is not None else "0-0"
+        yield self._ids(last)
+
+    async def _ids(self, last: str) -> AsyncIterator[str]:
+        while True:
+            for _, entries in await self._read(last):
+                for entry_id, fields in entries:
+                    last = text(entry_id)
+                    value = fields.get(b"id", fields.get("id"))
+                    if value is not None:
+                        yield text(value)
+
+    async def _read(self, last: str) -> Any:
+        away = False
+
+        def reconnecting(state: Any) -> None:
+            nonlocal away
+            away = True
+            log.warning(
+                "confirm.feed_reconnecting",
+                attempt=state.attempt_number,
+                error=f"{type(state.outcome.exception()).__name__}: {state.outcome.exception()}",
+            )
+
+        rows = await after_failure_retrying(
+            lambda: self._redis.xread({self._key: last}, block=_BLOCK_MS, count=500),
+            attempts=None,
+            initial=_RETRY_INITIAL,
+            maximum=_RETRY_MAX,
+            retry_on=is_disconnect,
+            before_sleep=reconnecting,
+        )
+        if away:
+            log.info("confirm.feed_resumed", after=last)
+        return rows or []

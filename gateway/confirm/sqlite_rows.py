@@ -1,0 +1,153 @@
+"""Records to SQLite rows and back, for the SQLite store."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Any
+
+from gateway.confirm.model import AuditEvent, Confirmation, Instance
+
+COLUMNS = (
+    "id",
+    "session_key",
+    "channel",
+    "chat_id",
+    "requester",
+    "is_group",
+    "tool_call",
+    "summary",
+    "details",
+    "risk",
+    "approvers",
+    "four_eyes",
+    "created_at",
+    "expires_at",
+    "status",
+    "decided_by",
+    "decided_at",
+    "decided_via",
+    "reason",
+    "feedback",
+    "prompt_refs",
+    "exec_state",
+    "claimed_by",
+    "lease_until",
+    "attempts",
+    "started_at",
+    "finished_at",
+    "result",
+    "owner",
+    "idempotent",
+    "continuation",
+)
+SELECT = f"SELECT seq, {', '.join(COLUMNS)} FROM confirmations"
+INSERT = (
+    f"INSERT INTO confirmations ({', '.join(COLUMNS)}) VALUES ({', '.join('?' * len(COLUMNS))})"
+)
+RETURNING = f"RETURNING seq, {', '.join(COLUMNS)}"
+
+
+def to_json(value: Any) -> str:
+    # default=str: details come from tools and may hold a Decimal or a date; the stored
+    # copy is for people, so a string rendering beats refusing to store the confirmation.
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def values(c: Confirmation) -> tuple[Any, ...]:
+    """The row of ``c``, in ``COLUMNS`` order."""
+    ex = c.execution
+    return (
+        c.id,
+        c.session_key,
+        c.channel,
+        c.chat_id,
+        c.requester,
+        int(c.is_group),
+        to_json(c.tool_call.to_dict()),
+        c.summary,
+        to_json(dict(c.details)),
+        c.risk.value,
+        to_json(list(c.approvers)),
+        int(c.four_eyes),
+        c.created_at,
+        c.expires_at,
+        c.status.value,
+        c.decided_by,
+        c.decided_at,
+        c.decided_via,
+        c.reason,
+        int(c.feedback),
+        to_json(dict(c.prompt_refs)),
+        ex.state.value,
+        ex.claimed_by,
+        ex.lease_until,
+        ex.attempts,
+        ex.started_at,
+        ex.finished_at,
+        ex.result,
+        c.owner,
+        int(c.idempotent),
+        None if c.continuation is None else to_json(dict(c.continuation)),
+    )
+
+
+def confirmation(row: sqlite3.Row) -> Confirmation:
+    continuation = row["continuation"]
+    return Confirmation.from_dict(
+        {
+            "id": row["id"],
+            "session_key": row["session_key"],
+            "channel": row["channel"],
+            "chat_id": row["chat_id"],
+            "requester": row["requester"],
+            "is_group": bool(row["is_group"]),
+            "tool_call": json.loads(row["tool_call"]),
+            "summary": row["summary"],
+            "details": json.loads(row["details"]),
+            "risk": row["risk"],
+            "approvers": json.loads(row["approvers"]),
+            "four_eyes": bool(row["four_eyes"]),
+            "created_at": row["created_at"],
+            "expires_at": row["expires_at"],
+            "status": row["status"],
+            "decided_by": row["decided_by"],
+            "decided_at": row["decided_at"],
+            "decided_via": row["decided_via"],
+            "reason": row["reason"],
+            "feedback": bool(row["feedback"]),
+            "prompt_refs": json.loads(row["prompt_refs"]),
+            "execution": {
+                "state": row["exec_state"],
+                "claimed_by": row["claimed_by"],
+                "lease_until": row["lease_until"],
+                "attempts": row["attempts"],
+                "started_at": row["started_at"],
+                "finished_at": row["finished_at"],
+                "result": row["result"],
+            },
+            "owner": row["owner"],
+            "idempotent": bool(row["idempotent"]),
+            "continuation": None if continuation is None else json.loads(continuation),
+        }
+    )
+
+
+def instance(row: sqlite3.Row) -> Instance:
+    return Instance(
+        id=row["id"],
+        pid=row["pid"],
+        host=row["host"],
+        started_at=row["started_at"],
+        seen_at=row["seen_at"],
+    )
+
+
+def event(row: sqlite3.Row) -> AuditEvent:
+    return AuditEvent(
+        confirmation_id=row["id"],
+        at=row["at"],
+        kind=row["kind"],
+        actor=row["actor"],
+        detail=json.loads(row["detail"]),
+    )

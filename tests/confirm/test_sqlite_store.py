@@ -1,0 +1,245 @@
+"""SQLite specifics: the file, the audit trail, the migration from schema 1, query plans
+and thread hops. The behaviour every backend shares is in the contract suites."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.confirm.model import AuditEvent, ExecState, Instance, Status
+from gateway.confirm.sqlite_schema import SCHEMA_VERSION
+from gateway.confirm.sqlite_store import SqliteConfirmationStore
+from tests.confirm.records import T0, full_record, make
+
+V1_SCHEMA = Path(__file__).with_name("sqlite_schema_v1.sql")
+V1_COLUMNS = (
+    "id, session_key, channel, chat_id, requester, is_group, tool_call, summary, details,"
+    " risk, approvers, four_eyes, created_at, expires_at, status, decided_by, decided_at,"
+    " decided_via, reason, feedback, prompt_refs"
+)
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteConfirmationStore]:
+    s = await SqliteConfirmationStore.open(tmp_path / "c.db")
+    yield s
+    await s.close()
+
+
+async def test_the_store_writes_no_events_of_its_own(store: SqliteConfirmationStore) -> None:
+    # One audit trail: what the service records with add_event, in its order.
+    await store.create(make("AUD1"))
+    await store.finish("AUD1", Status.REJECTED, by="bob", via="card", reason="no", now=T0 + 1)
+    assert await store.events("AUD1") == []
+    await store.add_event(AuditEvent(confirmation_id="AUD1", at=T0, kind="requested"))
+    await store.add_event(AuditEvent(confirmation_id="GONE", at=T0, kind="requested"))
+    assert [e.kind for e in await store.events("AUD1")] == ["requested"]
+    assert await store.events("GONE") == []
+
+
+async def test_trail_is_append_only_until_purged_and_file_is_wal(tmp_path: Path) -> None:
+    path = tmp_path / "wal.db"
+    store = await SqliteConfirmationStore.open(path)
+    await store.create(make("WAL1"))
+    await store.finish("WAL1", Status.EXPIRED, by=None, via="timeout", reason=None, now=T0 + 1)
+    await store.add_event(AuditEvent(confirmation_id="WAL1", at=T0, kind="requested"))
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+            conn.execute("UPDATE confirmation_events SET kind = 'decided'")
+        with pytest.raises(sqlite3.DatabaseError, match="append-only"):
+            conn.execute("DELETE FROM confirmation_events")
+        assert await store.purge(before=T0 + 2) == 1
+        assert conn.execute("SELECT COUNT(*) FROM confirmation_events").fetchone()[0] == 0
+    finally:
+        conn.close()
+        await store.close()
+
+
+async def test_refuses_a_newer_schema(tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    with pytest.raises(RuntimeError, match="schema 99"):
+        await SqliteConfirmationStore.open(path)
+
+
+def _v1_file(path: Path) -> None:
+    """A file as the schema 1 gateway left it: a pending, an approved and a rejected
+    record, with the events that store wrote itself."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript(V1_SCHEMA.read_text(encoding="utf-8"))
+    conn.execute("PRAGMA user_version = 1")
+    rows = [
+        ("P001", "pending", None, None, None, None),
+        ("A002", "approved", "bob", T0 + 2, "card", None),
+        ("R003", "rejected", "bob", T0 + 3, "text", "no"),
+    ]
+    for n, (cid, status, by, at, via, reason) in enumerate(rows):
+        conn.execute(
+            f"INSERT INTO confirmations ({V1_COLUMNS}) VALUES"
+            " (?, 'console:alice', 'console', 'alice', 'alice', 0,"
+            ' \'{"name":"sql_modify","args":{"sql":"DELETE FROM t"},"call_id":"c"}\','
+            " 'DELETE t', '{\"rows\":3}', 'high', '[\"ou_boss\"]', 1, ?, ?, ?, ?, ?, ?, ?, 0,"
+            ' \'{"console":"7"}\')',
+            (cid, T0 + n, T0 + n + 300, status, by, at, via, reason),
+        )
+        conn.execute(
+            "INSERT INTO confirmation_events (id, at, status, actor, via, reason)"
+            " VALUES (?, ?, 'pending', 'alice', 'console', NULL)",
+            (cid, T0 + n),
+        )
+        if status != "pending":
+            conn.execute(
+                "INSERT INTO confirmation_events (id, at, status, actor, via, reason)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (cid, at, status, by, via, reason),
+            )
+    conn.close()
+
+
+async def test_migrates_a_schema_1_file(tmp_path: Path) -> None:
+    path = tmp_path / "v1.db"
+    _v1_file(path)
+    store = await SqliteConfirmationStore.open(path)
+    try:
+        pending = await store.get("P001")
+        assert pending is not None and pending.status is Status.PENDING
+        assert pending.execution.state is ExecState.WAITING
+        assert (pending.risk.value, pending.approvers, pending.four_eyes) == (
+            "high",
+            ("ou_boss",),
+            True,
+        )
+        assert dict(pending.prompt_refs) == {"console": "7"}
+        assert (pending.owner, pending.idempotent, pending.continuation) == (None, False, None)
+        # Whether an approved call of schema 1 ran is not known: told, never run again.
+        approved = await store.get("A002")
+        assert approved is not None and approved.execution.state is ExecState.INTERRUPTED
+        assert approved.execution.finished_at == T0 + 2
+        assert approved.execution.result is not None and "schema 1" in approved.execution.result
+        assert await store.claim("A002", instance="i", now=T0 + 9, lease=15) is None
+        rejected = await store.get("R003")
+        assert rejected is not None and rejected.execution.state is ExecState.SKIPPED
+        # The old status rows became the trail's requested / decided events.
+        events = await store.events("R003")
+        assert [(e.kind, e.actor, e.at) for e in events] == [
+            ("requested", "alice", T0 + 2),
+            ("decided", "bob", T0 + 3),
+        ]
+        assert events[1].detail == {"status": "rejected", "via": "text", "reason": "no"}
+        # Creation order and the cursor carry over; the file works as a new one.
+        assert [c.id for c in await store.list()] == ["R003", "A002", "P001"]
+        assert [c.id for c in await store.list_pending("console:alice")] == ["P001"]
+        await store.create(full_record("NEW1"))
+        assert [c.id for c in await store.list(limit=1)] == ["NEW1"]
+        assert [c.id for c in await store.list_unsettled(instance="x")] == []
+    finally:
+        await store.close()
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+        assert "confirmations_v1" not in tables and "confirmations_status_created" not in tables
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finally:
+        conn.close()
+    again = await SqliteConfirmationStore.open(path)  # reopening a schema 2 file: no change
+    try:
+        assert await again.get("NEW1") == full_record("NEW1")
+    finally:
+        await again.close()
+
+
+async def _statements(store: SqliteConfirmationStore, calls: Callable[[], Any]) -> list[str]:
+    """The SQL the store runs (parameters bound) during ``calls()``."""
+    seen: list[str] = []
+    await store._db.run(lambda conn: conn.set_trace_callback(seen.append))
+    try:
+        await calls()
+    finally:
+        await store._db.run(lambda conn: conn.set_trace_callback(None))
+    return seen
+
+
+async def test_queries_use_indexes_whatever_the_backlog(tmp_path: Path) -> None:
+    # Issue 12: with many pending records SQLite picked the (status, created_at) index for
+    # one session's pending list and walked the whole backlog. No ANALYZE here, as in
+    # production: the plans must hold without statistics.
+    path = tmp_path / "plans.db"
+    store = await SqliteConfirmationStore.open(path)
+    try:
+        for n in range(300):
+            await store.create(make(f"B{n:03d}", session=f"x:{n % 7}", created_at=T0 + n))
+        await store.create(make("MINE", session="webchat:new", owner="i1"))
+        await store.finish("MINE", Status.APPROVED, by="a", via="t", reason=None, now=T0 + 1)
+        await store.heartbeat(
+            Instance(id="i1", pid=1, host="h", started_at=T0, seen_at=T0), lease=15
+        )
+
+        async def calls() -> None:
+            await store.list_pending("webchat:new")
+            await store.count(Status.PENDING)
+            await store.list_unsettled(instance="i1")
+            await store.list_approved_waiting()
+            await store.page(status=Status.PENDING, limit=10, cursor="200")
+            await store.page(session_key="x:3", limit=10)
+            await store.claim("MINE", instance="i1", now=T0 + 2, lease=15)
+
+        statements = await _statements(store, calls)
+    finally:
+        await store.close()
+    conn = sqlite3.connect(path)
+    try:
+        plans = {
+            sql: [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}")] for sql in statements
+        }
+    finally:
+        conn.close()
+    assert len(plans) == 7
+    for sql, steps in plans.items():
+        assert not any(s.startswith("SCAN confirmations") and "INDEX" not in s for s in steps), (
+            sql,
+            steps,
+        )
+        assert not any("TEMP B-TREE" in s for s in steps if "UNION" not in s), (sql, steps)
+    pending = next(steps for sql, steps in plans.items() if "'webchat:new'" in sql)
+    assert pending == [
+        "SEARCH confirmations USING INDEX confirmations_pending_by_session (session_key=?)"
+    ]
+    count = next(steps for sql, steps in plans.items() if "count(*)" in sql)
+    assert count == ["SEARCH confirmations USING COVERING INDEX confirmations_status (status=?)"]
+
+
+async def test_one_thread_hop_per_store_operation(store: SqliteConfirmationStore) -> None:
+    # A hop comes back to the loop through call_soon_threadsafe; aiosqlite took 12 for the
+    # decision part of a round trip (create, list_pending, finish), one per statement.
+    loop = asyncio.get_running_loop()
+    hops = 0
+    original = loop.call_soon_threadsafe
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        nonlocal hops
+        hops += 1
+        return original(*args, **kwargs)
+
+    loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+    try:
+        await store.create(make("HOP1", session="webchat:hop"))
+        await store.list_pending("webchat:hop")
+        await store.finish("HOP1", Status.APPROVED, by="a", via="t", reason=None, now=T0 + 1)
+        await store.claim("HOP1", instance="i", now=T0 + 2, lease=15)
+        await store.start_execution("HOP1", instance="i", now=T0 + 3)
+        await store.finish_execution(
+            "HOP1", instance="i", state=ExecState.SUCCEEDED, result="ok", now=T0 + 4
+        )
+    finally:
+        del loop.call_soon_threadsafe
+    assert hops == 6

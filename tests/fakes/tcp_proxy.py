@@ -1,0 +1,80 @@
+"""A TCP proxy a test can stop and start: a service outage without touching the shared server.
+
+``stop()`` closes the listener and cuts every open connection (as a crashed or restarted
+server would); ``start()`` listens again on the same port.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+
+class TcpProxy:
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self._target = (target_host, target_port)
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._pipes: set[asyncio.Task[None]] = set()
+        self.port = 0
+        self.accepted = 0
+
+    @property
+    def url_host(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._handle, "127.0.0.1", self.port, reuse_address=True
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        """Refuse new connections and cut the open ones."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.close()  # no new connections from here on
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._writers.clear()
+        for task in list(self._pipes):
+            task.cancel()
+        await asyncio.gather(*self._pipes, return_exceptions=True)
+        if server is not None:
+            await server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
+        self._writers.add(writer)
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self._target)
+        except OSError:
+            writer.transport.abort()
+            return
+        if self._server is None or writer not in self._writers:  # stopped meanwhile
+            writer.transport.abort()
+            up_writer.transport.abort()
+            return
+        self._writers.add(up_writer)
+        pipes = [
+            asyncio.create_task(self._pipe(reader, up_writer)),
+            asyncio.create_task(self._pipe(up_reader, writer)),
+        ]
+        self._pipes.update(pipes)
+        try:
+            await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in pipes:
+                task.cancel()
+            await asyncio.gather(*pipes, return_exceptions=True)
+            self._pipes.difference_update(pipes)
+            for w in (writer, up_writer):
+                self._writers.discard(w)
+                w.transport.abort()
+
+    @staticmethod
+    async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, OSError):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
