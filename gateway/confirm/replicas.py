@@ -208,9 +208,22 @@ class Replicas:
         self._scanning = self._follower = None
         await self._feed.aclose()
 
-    async def close(self) -> None:
-        """Stop heartbeating and leave: this instance no longer answers for anything."""
+    async def stop_asking(self) -> None:
+        """Stop adopting; cancel the pending calls this instance answers for (chats told).
+
+        Only ours: with a shared store (Redis) other replicas keep theirs.
+        """
         await self.stop_adopting()
+        for c in await self._service.store.list_unsettled(instance=self.me):
+            if c.status is Status.PENDING and c.owner == self.me:
+                await self._service.cancel(c.id, reason=texts.SHUTDOWN_REASON)
+
+    async def close(self) -> None:
+        """Interrupt what is still in flight here, stop heartbeating and leave."""
+        await self.stop_adopting()
+        for c in await self._service.store.list_unsettled(instance=self.me):
+            if c.execution.state.in_flight and c.execution.claimed_by == self.me:
+                await interrupt(self._service, c.id, claimer=self.me)
         await self._loops.cancel()
         try:
             await self._service.store.forget_instance(self.me)

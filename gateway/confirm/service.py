@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import structlog
 
@@ -24,8 +23,11 @@ from config.settings import ConfirmationSettings
 from gateway import texts
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage
 from gateway.confirm.deadlines import Deadlines
+from gateway.confirm.events import ConfirmationEvent as ConfirmationEvent
+from gateway.confirm.events import Listener as Listener
+from gateway.confirm.events import Listeners
 from gateway.confirm.intercept import ReplyIntercept
-from gateway.confirm.ledger import audit, interrupt, new_instance
+from gateway.confirm.ledger import audit, new_instance
 from gateway.confirm.model import (
     Confirmation,
     Decision,
@@ -45,17 +47,6 @@ from gateway.confirm.store import Confirmations, ConfirmationStore, create_with_
 from gateway.runtime import BackgroundTasks
 
 log = structlog.get_logger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ConfirmationEvent:
-    # requested, resolved (a status end), executed (an execution end: succeeded, failed,
-    # interrupted; the record's ``execution`` says which)
-    kind: Literal["requested", "resolved", "executed"]
-    confirmation: Confirmation
-
-
-Listener = Callable[[ConfirmationEvent], Awaitable[None] | None]
 
 
 class ConfirmationService:
@@ -84,7 +75,8 @@ class ConfirmationService:
             self._parser = ReplyParser(keywords)
         self._tasks = BackgroundTasks("confirmations")
         self._waiters: dict[str, asyncio.Future[Confirmation]] = {}
-        self._listeners: list[Listener] = []
+        self._listeners = Listeners()
+        self.subscribe = self._listeners.subscribe  # (listener) -> unsubscribe
         self._closing = False
         self.deadlines = Deadlines(on_deadline=self.expire, clock=clock, tasks=self._tasks)
         self._replies = ReplyIntercept(self)
@@ -99,16 +91,6 @@ class ConfirmationService:
 
     def _on_keywords(self, words: KeywordSet) -> None:
         self._parser = ReplyParser(words)
-
-    def subscribe(self, listener: Listener) -> Callable[[], None]:
-        """Call ``listener`` on every requested/resolved event. Returns an unsubscribe."""
-        self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
-        return unsubscribe
 
     def set_orphan_handler(self, handler: OrphanHandler) -> None:
         """Who runs an approved call whose waiting turn is gone (after a restart)."""
@@ -136,16 +118,7 @@ class ConfirmationService:
 
     async def announce_execution(self, final: Confirmation) -> None:
         """Tell listeners (admin feed) how an approved call ended."""
-        await self._emit(ConfirmationEvent("executed", final))
-
-    async def _emit(self, event: ConfirmationEvent) -> None:
-        for listener in tuple(self._listeners):
-            try:
-                result = listener(event)
-                if result is not None:
-                    await result
-            except Exception:  # one failing listener (metrics, SSE) must not stop the others
-                log.exception("confirm.listener_failed", confirmation_id=event.confirmation.id)
+        await self._listeners.emit(ConfirmationEvent("executed", final))
 
     # ------------------------------------------------------------------ asking
 
@@ -224,7 +197,7 @@ class ConfirmationService:
                     )
                 )
                 await audit(self, conf.id, "prompt_sent", channel=channel, chat_id=chat_id)
-                await self._emit(ConfirmationEvent("requested", conf))
+                await self._listeners.emit(ConfirmationEvent("requested", conf))
             # Not shielded: a cancelled turn cancels this future, and the handler below
             # then records the confirmation as cancelled.
             return await fut
@@ -378,7 +351,7 @@ class ConfirmationService:
                 confirmation=final,
             )
         )
-        await self._emit(ConfirmationEvent("resolved", final))
+        await self._listeners.emit(ConfirmationEvent("resolved", final))
         self._replicas.finished(final)
         return final, True
 
@@ -409,24 +382,17 @@ class ConfirmationService:
         await self._replicas.adopt_dead()
 
     async def stop_asking(self) -> None:
-        """First step of a stop: cancel the pending calls this process answers for (chats
-        are told), new requests are cancelled at once, adoption stops. Heartbeats go on
+        """First step of a stop: pending calls this process answers for are cancelled
+        (chats told), new requests are cancelled at once, adoption stops. Heartbeats go on
         while running calls finish."""
         self._closing = True
-        await self._replicas.stop_adopting()
-        # Only ours: with a shared store (Redis) other replicas keep theirs.
-        for c in await self.store.list_unsettled(instance=self.instance.id):
-            if c.status is Status.PENDING and c.owner == self.instance.id:
-                await self.cancel(c.id, reason=texts.SHUTDOWN_REASON)
+        await self._replicas.stop_asking()
         self.deadlines.clear()
 
     async def close(self) -> None:
-        """Last step of a stop: what this process still has in flight is interrupted (chats
-        told), the heartbeat stops and the instance leaves the store."""
+        """Last step of a stop: what still runs here is interrupted (chats told), the
+        heartbeat stops and the instance leaves the store."""
         await self._tasks.drain()
-        for c in await self.store.list_unsettled(instance=self.instance.id):
-            if c.execution.state.in_flight and c.execution.claimed_by == self.instance.id:
-                await interrupt(self, c.id, claimer=self.instance.id)
         await self._replicas.close()
 
     async def shutdown(self) -> None:
