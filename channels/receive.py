@@ -84,6 +84,10 @@ class ReceiveRules:
     def allowed(self, sender_id: str) -> bool:
         return "*" in self.allow_from or sender_id in self.allow_from
 
+    def forget(self, message_id: str) -> None:
+        """Take back a sighting: the message was not stored, so its redelivery is new."""
+        self._seen.pop(message_id, None)
+
     def judge(self, arrival: Arrival) -> Verdict:
         """The verdict on one message; each verdict but ACCEPT is logged here, once."""
         verdict = self._verdict(arrival)

@@ -101,6 +101,8 @@ class ConfirmationSettings(Section):
     lease_seconds: float = Field(default=15.0, gt=0)
     # SIGTERM lets running calls finish for this long; the rest are reported interrupted.
     stop_timeout_seconds: float = Field(default=30.0, ge=0)
+    # Settled records and their audit events are purged this long after their decision.
+    retention_days: float = Field(default=30.0, gt=0)
 
 
 class KeywordsSettings(Section):

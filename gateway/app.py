@@ -36,6 +36,7 @@ from gateway.bus import MessageBus, OutboundMessage
 from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.model import Confirmation
 from gateway.confirm.replicas import OrphanHandler
+from gateway.confirm.retention import Retention
 from gateway.confirm.service import ConfirmationService
 from gateway.confirm.store import ConfirmationStore
 from gateway.data_lock import DataDirLock
@@ -78,6 +79,7 @@ class Gateway:
         channels: ChannelManager,
         http: HttpServer | None,
         stopped: asyncio.Event,
+        retention: Retention,
         data_lock: DataDirLock | None = None,
     ) -> None:
         self.settings = settings
@@ -95,6 +97,7 @@ class Gateway:
         self.channels = channels
         self.http = http  # None when built with serve_http=False (the terminal chat)
         self.stopped = stopped
+        self.retention = retention
         self.data_lock = data_lock  # held from build to the end of stop (SQLite store)
         self._started = False
         self._stopping = False
@@ -123,6 +126,7 @@ class Gateway:
             await self.loop.start()
             if self.http is not None:
                 await self.http.start()
+            self.retention.start()
         except BaseException:
             await self.stop()
             raise
@@ -149,6 +153,7 @@ class Gateway:
             return
         self._stopping = True
         await self.loop.stop_intake()
+        await self.retention.stop()
         await self.confirmations.stop_asking()
         await self.executor.stop(self.settings.confirmation.stop_timeout_seconds)
         await self.loop.stop(timeout=5.0)
@@ -300,6 +305,9 @@ async def build(
             channels=channels,
             http=http,
             stopped=stopped,
+            retention=Retention(
+                store=store, keep_days=settings.confirmation.retention_days, clock=clock
+            ),
             data_lock=data_lock,
         )
         opened.pop_all()

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from config.settings import DEFAULT_KEYWORDS_FILE, Settings, load_settings
+
+
+@pytest.fixture(autouse=True)
+def _fresh_logging() -> Iterator[None]:
+    """Each test starts from structlog's defaults: a CLI run that configured logging at
+    "error" must not silence the log lines a later test captures."""
+    structlog.reset_defaults()
+    yield
+    structlog.reset_defaults()
 
 
 @pytest.fixture

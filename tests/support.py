@@ -12,8 +12,9 @@ from typing import ClassVar
 from channels.base import Channel
 from config.settings import Settings
 from gateway.app import Gateway
-from gateway.bus import OutboundKind, OutboundMessage
+from gateway.bus import InboundMessage, OutboundKind, OutboundMessage
 from gateway.confirm.model import Confirmation, Status
+from gateway.inbox import MemoryInbox
 
 
 class RecordingChannel(Channel):
@@ -138,3 +139,24 @@ def order_ids(settings: Settings) -> list[int]:
     """Ids left in the demo database's orders table."""
     with sqlite3.connect(settings.data_dir / "demo.db") as conn:
         return [row[0] for row in conn.execute("SELECT id FROM orders ORDER BY id")]
+
+
+class FailingInbox(MemoryInbox):
+    """A real memory inbox whose first ``failures`` puts raise, as a full disk would.
+
+    ``stored`` lists the keys it did store, in order.
+    """
+
+    def __init__(self, failures: int = 1) -> None:
+        super().__init__()
+        self.failures = failures
+        self.stored: list[tuple[str, str | None]] = []
+
+    async def put(self, msg: InboundMessage) -> bool:
+        if self.failures:
+            self.failures -= 1
+            raise OSError("disk full")
+        fresh = await super().put(msg)
+        if fresh:
+            self.stored.append((msg.channel, msg.message_id))
+        return fresh

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -21,7 +22,7 @@ from channels.dingtalk.verify import RobotVerifier
 from channels.platform import DeadLetters
 from channels.receive import ReceiveRules, Verdict
 from gateway import texts
-from gateway.bus import InboundMessage, OutboundMessage
+from gateway.bus import InboundMessage, OutboundMessage, PublishResult
 from gateway.confirm.service import DecideOutcome
 from gateway.http.jsonapi import JsonInputError, parse_json
 from gateway.runtime import BackgroundTasks
@@ -153,9 +154,15 @@ class DingTalkChannel(Channel):
 
     # ------------------------------------------------------------------- inbound
 
-    def _on_stream_message(self, data: dict[str, Any]) -> None:
-        """On the gateway loop, called from the stream thread after the ack went out."""
-        self._tasks.spawn(self._receive(data), name="dingtalk-receive")
+    async def _on_stream_message(self, data: dict[str, Any]) -> None:
+        """On the gateway loop, for the stream thread: the ack goes out after this returns."""
+        await self._accept(data)
+
+    async def _accept(self, data: Mapping[str, Any]) -> None:
+        """Receive a message; returns once it is stored (or dropped by the rules)."""
+        # Its own task: a request or ack wait given up does not cancel a store half-way,
+        # and stop() still ends it.
+        await asyncio.shield(self._tasks.spawn(self._receive(data), name="dingtalk-receive"))
 
     async def _receive(self, data: Mapping[str, Any]) -> None:
         event = parse_chatbot_message(data)
@@ -169,24 +176,31 @@ class DingTalkChannel(Channel):
         elif verdict is Verdict.ACCEPT and event.text is None:
             await self._reply(event, texts.DINGTALK_UNSUPPORTED_MESSAGE)
         elif verdict is Verdict.ACCEPT and event.text is not None:
-            result = await self._bus.publish_inbound(
-                InboundMessage(
-                    channel=CHANNEL,
-                    chat_id=event.conversation_id,
-                    sender_id=event.sender_id,
-                    sender_name=event.sender_nick,
-                    text=event.text,
-                    message_id=event.msg_id,
-                    is_group=event.is_group,
-                    metadata={
-                        "conversation_type": "2" if event.is_group else "1",
-                        "sender_staff_id": event.sender_id,
-                        "session_webhook": event.session_webhook,
-                        "session_webhook_expires_at": event.session_webhook_expires_at,
-                    },
-                )
-            )
+            try:
+                result = await self._publish(event, event.text)
+            except BaseException:
+                self.rules.forget(event.msg_id)  # not stored: its redelivery is welcome
+                raise
             log.info("dingtalk.received", msg_id=event.msg_id, result=str(result))
+
+    async def _publish(self, event: ChatbotEvent, text: str) -> PublishResult:
+        return await self._bus.publish_inbound(
+            InboundMessage(
+                channel=CHANNEL,
+                chat_id=event.conversation_id,
+                sender_id=event.sender_id,
+                sender_name=event.sender_nick,
+                text=text,
+                message_id=event.msg_id,
+                is_group=event.is_group,
+                metadata={
+                    "conversation_type": "2" if event.is_group else "1",
+                    "sender_staff_id": event.sender_id,
+                    "session_webhook": event.session_webhook,
+                    "session_webhook_expires_at": event.session_webhook_expires_at,
+                },
+            )
+        )
 
     async def _reply(self, event: ChatbotEvent, text: str) -> None:
         await self._bus.publish_outbound(
@@ -209,8 +223,12 @@ class DingTalkChannel(Channel):
         if not isinstance(data, dict):
             log.info("dingtalk.webhook_bad_body", error="not an object", remote=request.remote)
             return web.json_response({"error": "body is not a JSON object"}, status=400)
-        # Acknowledge now; the agent's work happens after the response is sent.
-        self._tasks.spawn(self._receive(data), name="dingtalk-webhook-receive")
+        # Acknowledge once stored (invariant 9); the agent works after the response.
+        try:
+            await self._accept(data)
+        except Exception:  # not stored (logged): no 200, so DingTalk redelivers
+            log.exception("dingtalk.webhook_not_stored", msg_id=data.get("msgId"))
+            return web.json_response({"error": "not stored, retry"}, status=503)
         return web.json_response({})
 
     # ------------------------------------------------------------------- cards

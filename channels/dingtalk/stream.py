@@ -6,8 +6,8 @@ stall there stays away from the gateway's loop, and the gateway's own work (the 
 confirmation service, our aiohttp sends) never runs on the SDK's loop. They meet in two
 places only:
 
-* a chatbot message is handed to the gateway loop and acknowledged at once, before the
-  agent works (DingTalk redelivers unacknowledged messages);
+* a chatbot message is handed to the gateway loop and acknowledged once it is stored,
+  before the agent works (DingTalk redelivers unacknowledged messages);
 * a card click is decided on the gateway loop while the SDK waits (bounded) for the
   result, because the ack itself carries the updated card.
 
@@ -42,7 +42,7 @@ log = structlog.get_logger(__name__)
 
 OPEN_CONNECTION_PATH = "/v1.0/gateway/connections/open"
 
-MessageSink = Callable[[dict[str, Any]], None]
+MessageSink = Callable[[dict[str, Any]], Coroutine[Any, Any, None]]
 CardSink = Callable[[dict[str, Any]], Coroutine[Any, Any, dict[str, Any]]]
 
 
@@ -87,8 +87,9 @@ class _ChatbotHandler(dingtalk_stream.ChatbotHandler):  # type: ignore[misc]
         self._runner = runner
 
     async def process(self, callback: Any) -> tuple[int, str]:
-        # Ack first: the gateway processes the message on its own loop.
-        self._runner.hand_over(callback.data)
+        # Ack once stored (invariant 9): the agent works on the gateway's loop after it.
+        if not await self._runner.hand_over(callback.data):
+            return dingtalk_stream.AckMessage.STATUS_SYSTEM_EXCEPTION, "not stored"
         return dingtalk_stream.AckMessage.STATUS_OK, "OK"
 
 
@@ -179,10 +180,23 @@ class StreamRunner:
             maximum=self._reconnect_max,
         )
 
-    def hand_over(self, data: dict[str, Any]) -> None:
-        """Called on the SDK loop: pass a chatbot message to the gateway loop."""
-        if not self.thread.hand_over(self._on_message, data):
+    async def hand_over(self, data: dict[str, Any]) -> bool:
+        """Called on the SDK loop: receive a chatbot message on the gateway loop.
+
+        True once it is stored (or dropped by the receive rules); False when it was not,
+        and DingTalk is to redeliver it.
+        """
+        try:
+            future = self.thread.run_on_gateway(self._on_message(data))
+        except RuntimeError:  # the gateway is shutting down
             log.warning("dingtalk.message_after_shutdown", msg_id=data.get("msgId"))
+            return False
+        try:
+            await asyncio.wrap_future(future)
+        except Exception:  # not stored (logged here): the failure ack makes DingTalk resend
+            log.exception("dingtalk.message_not_stored", msg_id=data.get("msgId"))
+            return False
+        return True
 
     async def decide_click(self, data: dict[str, Any]) -> dict[str, Any]:
         """Called on the SDK loop: decide a card click on the gateway loop, bounded."""

@@ -37,6 +37,8 @@ log = structlog.get_logger(__name__)
 
 # Feishu shows an error to the clicker when a card callback is not answered within 3 s.
 CARD_BUDGET_SECONDS = 2.5
+# Feishu redelivers an event not acked within ~3 s: storing it must take less.
+ACK_BUDGET_SECONDS = 2.5
 
 
 class _NotYet(Exception):
@@ -229,13 +231,24 @@ class FeishuChannel(Channel):
     # ------------------------------------------------------------------ receiving
 
     def _accept_from_thread(self, msg: FeishuMessage) -> None:
-        """Called on the long-connection thread: hand over to the gateway's loop."""
-        ws = self._ws
-        if ws is None or not ws.thread.hand_over(self._accept, msg):
-            log.warning("feishu.message_after_shutdown", message_id=msg.message_id)
+        """Called on the long-connection thread: receive on the gateway's loop, and wait.
 
-    def _accept(self, msg: FeishuMessage) -> None:
-        self._tasks.spawn(self._receive(msg), name=f"feishu-in-{msg.message_id}")
+        Blocks the SDK's thread until the message is stored (a few ms; at most the ack
+        budget), since the SDK acks when this returns. Raises when it was not stored:
+        the SDK then acks with code 500 and Feishu redelivers.
+        """
+        ws = self._ws
+        if ws is None:
+            raise RuntimeError("feishu: stopping, message not taken in")
+        ws.thread.run_on_gateway(self._accept(msg)).result(timeout=ACK_BUDGET_SECONDS)
+
+    async def _accept(self, msg: FeishuMessage) -> None:
+        """Receive ``msg``; returns once it is stored (or dropped by the rules)."""
+        # Its own task: a webhook request or SDK wait given up does not cancel a store
+        # half-way through, and stop() still ends it.
+        await asyncio.shield(
+            self._tasks.spawn(self._receive(msg), name=f"feishu-in-{msg.message_id}")
+        )
 
     async def _receive(self, msg: FeishuMessage) -> None:
         verdict = self.rules.judge(arrival(msg, bot_open_id=self.bot_open_id))
@@ -246,7 +259,11 @@ class FeishuChannel(Channel):
             if text is None:
                 await self._reply(msg, texts.FEISHU_UNSUPPORTED_MESSAGE)
             else:
-                await self._bus.publish_inbound(to_inbound(msg, text))
+                try:
+                    await self._bus.publish_inbound(to_inbound(msg, text))
+                except BaseException:
+                    self.rules.forget(msg.message_id)  # not stored: its redelivery is welcome
+                    raise
 
     async def _reply(self, msg: FeishuMessage, text: str) -> None:
         await self._bus.publish_outbound(

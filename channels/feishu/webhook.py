@@ -38,7 +38,7 @@ from gateway.http.jsonapi import JsonInputError, parse_json
 
 log = structlog.get_logger(__name__)
 
-MessageSink = Callable[[FeishuMessage], None]
+MessageSink = Callable[[FeishuMessage], Awaitable[None]]
 CardHandler = Callable[[CardAction], Awaitable[dict[str, Any]]]
 
 
@@ -154,8 +154,13 @@ class WebhookReceiver:
                 msg = message_from_sdk(JSON.unmarshal(plain, P2ImMessageReceiveV1))
             except (AttributeError, TypeError, ValueError, UnmarshalException) as exc:
                 raise _Reject(400, "malformed message event") from exc
-            # Acknowledge first: the agent's work happens after this response.
-            self._on_message(msg)
+            # Acknowledge once stored (invariant 9); the agent's work happens after this
+            # response. Not stored: no 200, so Feishu redelivers it.
+            try:
+                await self._on_message(msg)
+            except Exception:  # storing failed (logged): the redelivery is the retry
+                log.exception("feishu.webhook_not_stored", message_id=msg.message_id)
+                return web.json_response({"msg": "not stored, retry"}, status=503)
             return web.json_response({"msg": "success"})
         if event_type == "card.action.trigger":
             try:

@@ -228,8 +228,8 @@ class LongConnection:
         except Exception:  # a malformed event must not make Feishu redeliver it
             log.exception("feishu.bad_message_event")
             return
-        # Hand over and return: the ack goes out only after this returns, and Feishu
-        # redelivers after ~3 s without one.
+        # Returns once the message is stored: the SDK acks after this returns (code 500
+        # when it raises, and Feishu redelivers; also after ~3 s without an ack).
         self._on_message(msg)
 
     def _card(self, data: Any) -> P2CardActionTriggerResponse:

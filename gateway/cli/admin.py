@@ -140,6 +140,39 @@ def _details(c: dict[str, Any]) -> str:
         )
     if c.get("reason"):
         lines.append(f"reason:      {c['reason']}")
+    lines += _execution(c.get("execution") or {})
+    return "\n".join(lines)
+
+
+def _execution(ex: dict[str, Any]) -> list[str]:
+    """The execution ledger: state, who claimed it, when it ran, how it ended."""
+    if not ex:
+        return []
+    lines = [f"execution:   {ex['state']}"]
+    if ex.get("claimed_by"):
+        lines.append(f"claimed by:  {ex['claimed_by']} (attempt {ex.get('attempts') or 1})")
+    if ex.get("started_at"):
+        lines.append(f"started:     {_fmt_time(ex['started_at'])}")
+    if ex.get("finished_at"):
+        lines.append(f"finished:    {_fmt_time(ex['finished_at'])}")
+    if ex.get("result"):
+        label = "error:      " if ex["state"] == "failed" else "result:     "
+        lines.append(f"{label} {ex['result']}")
+    return lines
+
+
+def _events(events: list[dict[str, Any]]) -> str:
+    """The audit trail, one line per transition: time, kind, actor, detail."""
+    if not events:
+        return "events:      none recorded"
+    lines = ["events:"]
+    for e in events:
+        detail = " ".join(
+            f"{k}={v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}"
+            for k, v in (e.get("detail") or {}).items()
+        )
+        actor = e.get("actor") or "-"
+        lines.append(f"  {_fmt_time(e['at'])}  {e['kind']:<15} {actor:<12} {detail}".rstrip())
     return "\n".join(lines)
 
 
@@ -161,23 +194,18 @@ def cmd_confirmations(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     client = _client(args)
     if args.action == "list":
-        params = {k: v for k, v in (("status", args.status), ("session", args.session)) if v}
-        query = f"?{urllib.parse.urlencode(params)}" if params else ""
-        status, body = client.request("GET", f"/api/confirmations{query}")
-        if status != 200:
-            print(f"error: {body.get('error', status)}", file=sys.stderr)
-            return EXIT_FAILED
-        found = body["confirmations"]
-        text = "\n".join(_line(c) for c in found) if found else "no confirmations"
-        _print(args, body, text)
-        return EXIT_OK
+        return _list(args, client)
     cid = urllib.parse.quote(args.id, safe="")
     if args.action == "show":
         status, body = client.request("GET", f"/api/confirmations/{cid}")
+        trail: dict[str, Any] = {}
+        if status == 200:
+            status, trail = client.request("GET", f"/api/confirmations/{cid}/events")
         if status != 200:
-            print(f"error: {body.get('error', status)}", file=sys.stderr)
+            print(f"error: {(trail or body).get('error', status)}", file=sys.stderr)
             return EXIT_FAILED
-        _print(args, body, _details(body["confirmation"]))
+        body["events"] = trail["events"]
+        _print(args, body, _details(body["confirmation"]) + "\n" + _events(trail["events"]))
         return EXIT_OK
     decision = "approve" if args.action == "approve" else "reject"
     request: dict[str, Any] = {"decision": decision, "actor": args.actor}
@@ -192,6 +220,31 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(body, ensure_ascii=False, indent=2))
     return EXIT_FAILED
+
+
+def _list(args: argparse.Namespace, client: AdminClient) -> int:
+    """One page, newest first; the last line says how to ask for the next."""
+    params = {
+        k: v
+        for k, v in (
+            ("status", args.status),
+            ("session", args.session),
+            ("limit", args.limit),
+            ("cursor", args.cursor),
+        )
+        if v
+    }
+    query = f"?{urllib.parse.urlencode(params)}" if params else ""
+    status, body = client.request("GET", f"/api/confirmations{query}")
+    if status != 200:
+        print(f"error: {body.get('error', status)}", file=sys.stderr)
+        return EXIT_FAILED
+    found = body["confirmations"]
+    lines = [_line(c) for c in found] if found else ["no confirmations"]
+    if body.get("next_cursor"):
+        lines.append(f"next page: --cursor {body['next_cursor']}")
+    _print(args, body, "\n".join(lines))
+    return EXIT_OK
 
 
 def register(subparsers: Any) -> None:
@@ -213,7 +266,11 @@ def register(subparsers: Any) -> None:
     ls = actions.add_parser("list", parents=[common], help="list confirmations, newest first")
     ls.add_argument("--status", choices=["pending", "approved", "rejected", "expired", "cancelled"])
     ls.add_argument("--session", help="a session key, e.g. webchat:lobby")
-    show = actions.add_parser("show", parents=[common], help="one confirmation in full")
+    ls.add_argument("--limit", type=int, default=50, help="how many per page (1-1000)")
+    ls.add_argument("--cursor", help="the cursor a previous page printed, for the next page")
+    show = actions.add_parser(
+        "show", parents=[common], help="one confirmation in full: execution and events"
+    )
     show.add_argument("id")
     for name in ("approve", "reject"):
         a = actions.add_parser(

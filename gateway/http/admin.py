@@ -92,6 +92,7 @@ class AdminApi:
         app.router.add_get("/api/openapi.json", self.openapi)
         app.router.add_get("/api/confirmations", self.list_confirmations)
         app.router.add_get("/api/confirmations/{id}", self.get_confirmation)
+        app.router.add_get("/api/confirmations/{id}/events", self.confirmation_events)
         app.router.add_post("/api/confirmations/{id}/decision", self.decide)
         app.router.add_get("/api/events", self.events)
         app.router.add_get("/api/keywords", self.get_keywords)
@@ -131,15 +132,30 @@ class AdminApi:
     # ------------------------------------------------------------------ confirmations
 
     async def list_confirmations(self, request: web.Request) -> web.Response:
-        found = await search(self.confirmations, read_query(request, ConfirmationQuery))
-        return web.json_response({"confirmations": [c.to_dict() for c in found]})
+        query = read_query(request, ConfirmationQuery)
+        found, next_cursor = await search_page(self.store, query)
+        return web.json_response(
+            {"confirmations": [c.to_dict() for c in found], "next_cursor": next_cursor}
+        )
 
     async def get_confirmation(self, request: web.Request) -> web.Response:
+        found = await self._found(request)
+        return web.json_response({"confirmation": found.to_dict()})
+
+    async def confirmation_events(self, request: web.Request) -> web.Response:
+        """The audit trail: every transition of one confirmation with its time, oldest first."""
+        found = await self._found(request)
+        events = await self.store.events(found.id)
+        return web.json_response(
+            {"confirmation_id": found.id, "events": [e.to_dict() for e in events]}
+        )
+
+    async def _found(self, request: web.Request) -> Confirmation:
         cid = request.match_info["id"]
         found = await self.confirmations.get(cid) if len(cid) <= MAX_ID_LENGTH else None
         if found is None:
             raise ApiError(404, f"no confirmation {cid[:MAX_ID_LENGTH]}", field="id")
-        return web.json_response({"confirmation": found.to_dict()})
+        return found
 
     async def decide(self, request: web.Request) -> web.Response:
         cid = request.match_info["id"]
@@ -272,18 +288,42 @@ SEARCH_WINDOW = 1000
 async def search(
     confirmations: ConfirmationService, query: ConfirmationQuery
 ) -> list[Confirmation]:
-    """Confirmations matching ``query``, newest first (the API's list and the admin page)."""
-    narrowed = bool(query.tool or query.person)
-    found = await confirmations.list(
-        status=query.status,
-        session_key=query.session or None,
-        limit=SEARCH_WINDOW if narrowed else query.limit,
-    )
-    if query.tool:
-        found = [c for c in found if c.tool_call.name == query.tool]
-    if query.person:
-        found = [c for c in found if query.person in (c.requester, c.decided_by)]
-    return found[: query.limit]
+    """Confirmations matching ``query``, newest first: the first page (the admin page)."""
+    found, _ = await search_page(confirmations.store, query)
+    return found
+
+
+async def search_page(
+    store: ConfirmationStore, query: ConfirmationQuery
+) -> tuple[list[Confirmation], str | None]:
+    """One page of confirmations matching ``query``, newest first, and the next cursor.
+
+    Status and session are the store's (indexed); tool and person are filtered here, over
+    at most SEARCH_WINDOW records per call. Each read asks the store for no more records
+    than matches are still wanted, so the returned cursor never skips a match.
+    """
+
+    def matches(c: Confirmation) -> bool:
+        if query.tool and c.tool_call.name != query.tool:
+            return False
+        return not query.person or query.person in (c.requester, c.decided_by)
+
+    found: list[Confirmation] = []
+    cursor, read = query.cursor, 0
+    while True:
+        try:
+            page, cursor = await store.page(
+                status=query.status,
+                session_key=query.session or None,
+                limit=query.limit - len(found),
+                cursor=cursor,
+            )
+        except ValueError as exc:  # each store parses its own cursors
+            raise ApiError(400, "cursor is not one this gateway gave", field="cursor") from exc
+        read += len(page)
+        found += [c for c in page if matches(c)]
+        if len(found) >= query.limit or cursor is None or read >= SEARCH_WINDOW:
+            return found, cursor
 
 
 def _end_stream(queue: asyncio.Queue[ConfirmationEvent | None]) -> None:

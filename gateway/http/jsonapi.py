@@ -139,6 +139,9 @@ class ConfirmationQuery(QueryParams):
         default=None, max_length=128, description="who asked for the call or decided it"
     )
     limit: int = Field(default=200, ge=1, le=1000)
+    cursor: str | None = Field(
+        default=None, max_length=64, description="next_cursor of the previous page"
+    )
 
 
 class ReplyTestBody(JsonBody):

@@ -94,6 +94,32 @@ class Confirmation(Answer):
 
 class ConfirmationList(Answer):
     confirmations: list[Confirmation]
+    next_cursor: str | None = Field(
+        description="pass as ?cursor= for the next page; null on the last page"
+    )
+
+
+class AuditEventView(Answer):
+    """One transition of a confirmation."""
+
+    confirmation_id: str
+    at: float = Field(description="Unix time, seconds")
+    kind: str = Field(
+        examples=["requested"],
+        description=(
+            "requested, prompt_sent, reply_read, decided, claimed, started, finished, "
+            "interrupted, prompt_reposted, adopted"
+        ),
+    )
+    actor: str | None
+    detail: dict[str, Any] = Field(
+        description="by kind: reply_read {intent, how}, decided {via}, finished {state, result}"
+    )
+
+
+class ConfirmationEvents(Answer):
+    confirmation_id: str
+    events: list[AuditEventView] = Field(description="oldest first")
 
 
 class OneConfirmation(Answer):
@@ -229,6 +255,16 @@ ROUTES = (
         "/api/confirmations/{id}",
         "one confirmation",
         {200: Reply("the record", OneConfirmation), 404: Reply("unknown id", Error)},
+        path_params=ID,
+    ),
+    Route(
+        "get",
+        "/api/confirmations/{id}/events",
+        "the audit trail of one confirmation: every transition with its time",
+        {
+            200: Reply("the events, oldest first", ConfirmationEvents),
+            404: Reply("unknown id", Error),
+        },
         path_params=ID,
     ),
     Route(

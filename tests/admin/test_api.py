@@ -366,6 +366,7 @@ async def test_answers_match_their_openapi_models(
     cid = await ask(admin, "doc", "alice", DELETE_3)
     await check(openapi.ConfirmationList, "GET", "/api/confirmations")
     await check(openapi.OneConfirmation, "GET", f"/api/confirmations/{cid}")
+    await check(openapi.ConfirmationEvents, "GET", f"/api/confirmations/{cid}/events")
     await check(openapi.ChatHistory, "GET", "/api/chat/doc/messages", params={"user": "alice"})
     decision = f"/api/confirmations/{cid}/decision"
     await check(openapi.DecisionResult, "POST", decision, json={"decision": "approve"})

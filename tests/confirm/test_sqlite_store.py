@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -243,3 +244,67 @@ async def test_one_thread_hop_per_store_operation(store: SqliteConfirmationStore
     finally:
         del loop.call_soon_threadsafe
     assert hops == 6
+
+
+_CLAIMER = """
+import asyncio, sys
+from pathlib import Path
+from gateway.confirm.sqlite_store import SqliteConfirmationStore
+
+async def main(path, go, me):
+    store = await SqliteConfirmationStore.open(path)
+    print("ready", file=sys.stderr, flush=True)  # stdout has the log
+    while not Path(go).exists():  # the start line: every process opened, then all at once
+        await asyncio.sleep(0.005)
+    got = await asyncio.gather(*(
+        store.claim("PROC", instance=f"{me}-{n}", now=%r, lease=15.0) for n in range(50)
+    ))
+    await store.close()
+    print("won", sum(c is not None for c in got), file=sys.stderr, flush=True)
+
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+async def test_four_processes_of_fifty_claimers_one_winner(tmp_path: Path) -> None:
+    # Separate processes, separate connections, one file: the claim is SQLite's one
+    # UPDATE ... WHERE under its write lock, so of 200 claimers exactly one wins.
+    path, go = tmp_path / "procs.db", tmp_path / "go"
+    store = await SqliteConfirmationStore.open(path)
+    await store.create(make("PROC"))
+    await store.finish("PROC", Status.APPROVED, by="a", via="t", reason=None, now=T0 + 1)
+    script = _CLAIMER % (T0 + 2,)
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            script,
+            str(path),
+            str(go),
+            f"p{n}",
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+        for n in range(4)
+    ]
+    try:
+        for p in procs:
+            assert p.stderr is not None
+            assert await asyncio.wait_for(p.stderr.readline(), 30) == b"ready\n"
+        go.touch()
+        outs = [(await asyncio.wait_for(p.communicate(), 60))[1].decode() for p in procs]
+    finally:
+        for p in procs:
+            if p.returncode is None:
+                p.kill()
+                await p.wait()
+    assert [p.returncode for p in procs] == [0, 0, 0, 0]
+    wins = [int(out.split()[-1]) for out in outs]
+    assert sum(wins) == 1, outs
+    final = await store.get("PROC")
+    await store.close()
+    assert final is not None and final.execution.attempts == 1
+    winner = wins.index(1)
+    assert final.execution.claimed_by is not None
+    assert final.execution.claimed_by.startswith(f"p{winner}-")

@@ -13,27 +13,13 @@ from gateway.app import build
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, PublishResult
 from gateway.inbox import MemoryInbox
 from gateway.sqlite_inbox import SqliteInbox
-from tests.support import RecordingChannel
+from tests.support import FailingInbox, RecordingChannel
 
 
 def said(text: str, message_id: str | None, *, chat: str = "c1") -> InboundMessage:
     return InboundMessage(
         channel="rec", chat_id=chat, sender_id="alice", text=text, message_id=message_id
     )
-
-
-class FailingOnce(MemoryInbox):
-    """A memory inbox whose first put fails, as a full disk would."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.failures = 1
-
-    async def put(self, msg: InboundMessage) -> bool:
-        if self.failures:
-            self.failures -= 1
-            raise OSError("disk full")
-        return await super().put(msg)
 
 
 async def test_publish_returns_once_the_message_is_stored() -> None:
@@ -47,7 +33,7 @@ async def test_publish_returns_once_the_message_is_stored() -> None:
 
 
 async def test_a_failed_store_raises_and_the_redelivery_is_taken_in() -> None:
-    bus = MessageBus(inbox=FailingOnce())
+    bus = MessageBus(inbox=FailingInbox())
     with pytest.raises(OSError, match="disk full"):
         await bus.publish_inbound(said("hi", "m1"))
     assert bus.inbound.empty()  # not stored, not acknowledged, not processed
