@@ -243,8 +243,9 @@ async def build(
             policy=Policy(settings.policy),
             confirmations=confirmations,
             executor=executor,
+            on_tool_run=metrics.on_tool_run,
         )
-        agent = _build_agent(settings, runner, registry, confirmations, bus, sql_db)
+        agent = _build_agent(settings, runner, registry, confirmations, bus, sql_db, metrics)
         opened.push_async_callback(_close_agent, agent)
         confirmations.set_orphan_handler(orphan_runner(runner, bus, agent))
         loop = AgentLoop(
@@ -260,6 +261,7 @@ async def build(
         stopped = asyncio.Event()
         channels = ChannelManager(bus=bus)
         channels.on_send_failure(metrics.on_send_failure)
+        channels.on_sent(metrics.on_sent)
         if http is not None:
             AdminApi(
                 confirmations=confirmations,
@@ -381,6 +383,7 @@ def _build_agent(
     confirmations: ConfirmationService,
     bus: MessageBus,
     sql_db: SqlDatabase,
+    metrics: Metrics,
 ) -> Agent:
     if settings.llm.configured:
         from gateway.agent.model_agent import build_model_agent
@@ -391,6 +394,7 @@ def _build_agent(
             registry=registry,
             confirmations=confirmations,
             bus=bus,
+            on_model_request=metrics.on_model_request,
         )
     return CommandAgent(runner=runner, confirmations=confirmations, sql_dialect=sql_db.dialect)
 

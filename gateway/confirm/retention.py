@@ -55,6 +55,8 @@ class Retention:
         await self._tasks.cancel()
 
     async def _run(self) -> None:
+        task = asyncio.current_task()
+        assert task is not None
         while True:
             try:
                 await self.purge_once()
@@ -62,4 +64,8 @@ class Retention:
                 # A store outage (Redis down, a locked file) must not end the hourly
                 # task: the next hour tries again.
                 log.warning("confirm.purge_failed", error=f"{type(exc).__name__}: {exc}")
+            if task.cancelling():
+                # redis-py 8 finishes a command it was cancelled in and returns normally:
+                # without this the stop waited here for the next hour.
+                raise asyncio.CancelledError
             await self.wait(self.every)

@@ -150,7 +150,7 @@ class Executor:
             await service.announce_execution(final)
         name = record.tool_call.name
         if report:
-            line = texts.tool_result(name, output)
+            line = texts.tool_result(name, output, record.id)
             await say(line if state is ExecState.SUCCEEDED else texts.tool_failed(name, output))
         status: Literal["succeeded", "failed"] = (
             "succeeded" if state is ExecState.SUCCEEDED else "failed"

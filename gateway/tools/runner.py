@@ -7,6 +7,7 @@ then only through the executor's claim (gateway/tools/executor.py): one claim, o
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -19,6 +20,9 @@ from gateway.confirm.service import ConfirmationService
 from gateway.tools.base import ToolArgumentsError, ToolRegistry
 from gateway.tools.executor import Executor, Ran
 from gateway.tools.policy import Policy, PolicyDecision
+
+# (tool name, "ok" | "error", seconds): how the metrics see each run.
+ToolRunObserver = Callable[[str, str, float], None]
 
 log = structlog.get_logger(__name__)
 
@@ -108,11 +112,13 @@ class ToolRunner:
         policy: Policy,
         confirmations: ConfirmationService,
         executor: Executor,
+        on_tool_run: ToolRunObserver | None = None,
     ) -> None:
         self.registry = registry
         self.policy = policy
         self.confirmations = confirmations
         self.executor = executor
+        self._on_tool_run = on_tool_run
 
     async def invoke(self, call: ToolCall, turn: TurnContext) -> ToolOutcome:
         tool = self.registry.get(call.name)
@@ -171,9 +177,11 @@ class ToolRunner:
                     else "cancelled"
                 )
                 return ToolOutcome(status, texts.outcome(final), final, decision)
+            started = time.monotonic()
             ran = await self.executor.run(final, say=turn.say, args=args)
             if ran.status == "lost":
                 await turn.say(ran.output)
+            self._observe_ran(ran, started)
             return _outcome(ran, decision)
         outcome = await self._execute(call, args, turn, decision, None)
         if decision.level == "notify" and outcome.status == "ok":
@@ -190,13 +198,20 @@ class ToolRunner:
     ) -> ToolOutcome:
         tool = self.registry.get(call.name)
         assert tool is not None
+        started = time.monotonic()
         try:
             result = await tool.run(args)
         except Exception as exc:
             log.warning("tool.failed", tool=call.name, error=f"{type(exc).__name__}: {exc}")
+            self._observe(call.name, "error", started)
             return ToolOutcome("error", f"{type(exc).__name__}: {exc}", confirmation, decision)
         log.info("tool.ran", tool=call.name)
+        self._observe(call.name, "ok", started)
         return ToolOutcome("ok", str(result), confirmation, decision)
+
+    def _observe(self, tool: str, result: str, started: float) -> None:
+        if self._on_tool_run is not None:
+            self._on_tool_run(tool, result, time.monotonic() - started)
 
     async def run_orphan(
         self, confirmation: Confirmation, say: Callable[[str], Awaitable[None]], *, report: bool
@@ -224,8 +239,15 @@ class ToolRunner:
         if refused is not None:
             ran = await self.executor.refuse(confirmation, refused, say=say)
         else:
+            started = time.monotonic()
             ran = await self.executor.run(confirmation, say=say, report=report)
+            self._observe_ran(ran, started)
         return _outcome(ran, decision)
+
+    def _observe_ran(self, ran: Ran, started: float) -> None:
+        if ran.status != "lost":
+            name = ran.record.tool_call.name
+            self._observe(name, "ok" if ran.status == "succeeded" else "error", started)
 
 
 def _outcome(ran: Ran, decision: PolicyDecision | None) -> ToolOutcome:

@@ -7,6 +7,7 @@ releases, so nothing sleeps.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 import pytest
 
@@ -110,3 +111,27 @@ async def test_a_failing_purge_is_tried_again_the_next_hour() -> None:
         assert await store.get("OLD2") is None
     finally:
         await retention.stop()
+
+
+async def test_stop_ends_the_task_when_the_store_swallows_the_cancel() -> None:
+    """redis-py 8 completes a command it was cancelled in and returns normally; the stop
+    then waited for the next hour (found by tests/process with store = "redis")."""
+
+    class Swallows(MemoryConfirmationStore):
+        def __init__(self) -> None:
+            super().__init__()
+            self.entered = asyncio.Event()
+            self.release = asyncio.Event()
+
+        async def purge(self, *, before: float) -> int:
+            self.entered.set()
+            # What the client library does: finish the command, no error.
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.release.wait()
+            return await super().purge(before=before)
+
+    store = Swallows()
+    retention = Retention(store=store, keep_days=30)
+    retention.start()
+    await store.entered.wait()
+    await asyncio.wait_for(retention.stop(), 10)  # a guard against a hang, not a timing
