@@ -87,7 +87,7 @@ async def test_an_approved_call_whose_turn_died_goes_back_to_the_model(
         await chat2.wait_text("订单 5 已删除")
         assert 5 not in order_rows(settings)
         resumed = (await fake_llm.wait_requests(2))[1]
-        assert "DELETE: 1 rows" in resumed.tool_results()[prompt.tool_call.call_id]
+        assert "DELETE: 1 行 / 1 row" in resumed.tool_results()[prompt.tool_call.call_id]
         assert resumed.messages[-2]["tool_calls"][0]["id"] == prompt.tool_call.call_id
         final = await store.get(asked.id)
         assert final is not None and final.execution.state is ExecState.SUCCEEDED

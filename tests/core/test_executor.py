@@ -98,7 +98,7 @@ async def test_an_approved_call_runs_once_and_the_record_says_how_it_ended(
     lines, say = _said()
     ran = await executor.run(final, say=say, report=True)
     assert ran.status == "succeeded" and ran.output == "DELETE: 1 rows"
-    assert lines == [texts.tool_result("sql_modify", "DELETE: 1 rows")]
+    assert lines == [texts.tool_result("sql_modify", "DELETE: 1 rows", final.id)]
     record = await ledger_store.get(final.id)
     assert record is not None and record.owner == h.service.instance.id
     ex = record.execution
