@@ -101,6 +101,10 @@ class ConfirmationSettings(Section):
     lease_seconds: float = Field(default=15.0, gt=0)
     # SIGTERM lets running calls finish for this long; the rest are reported interrupted.
     stop_timeout_seconds: float = Field(default=30.0, ge=0)
+    # Connections per replica (the finished feed holds one); past it callers queue for up
+    # to redis_pool_timeout_seconds, then the request fails closed (chat told, HTTP 503).
+    redis_max_connections: int = Field(default=64, ge=2)
+    redis_pool_timeout_seconds: float = Field(default=5.0, gt=0)
     # Settled records and their audit events are purged this long after their decision.
     retention_days: float = Field(default=30.0, gt=0)
 
