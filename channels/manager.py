@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +17,7 @@ from gateway.runtime import BackgroundTasks, KeyedSerial, after_failure_retrying
 log = structlog.get_logger(__name__)
 
 SendFailureListener = Callable[[str, OutboundMessage, BaseException], None]
+SentListener = Callable[[str, OutboundMessage, float], None]
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -46,6 +48,7 @@ class ChannelManager:
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
         self._failure_listeners: list[SendFailureListener] = []
+        self._sent_listeners: list[SentListener] = []
         self._started: list[Channel] = []
         self._dispatcher = BackgroundTasks("channels.dispatch")
         self._sends = BackgroundTasks("channels.send")
@@ -58,6 +61,10 @@ class ChannelManager:
 
     def on_send_failure(self, listener: SendFailureListener) -> None:
         self._failure_listeners.append(listener)
+
+    def on_sent(self, listener: SentListener) -> None:
+        """Called with (channel, message, seconds including retries) after each delivery."""
+        self._sent_listeners.append(listener)
 
     @property
     def ready(self) -> bool:
@@ -100,6 +107,7 @@ class ChannelManager:
             self._failed(msg.channel, msg, LookupError(f"no channel {msg.channel}"))
             return
         attempts = 0
+        started = time.monotonic()
 
         async def send() -> None:
             nonlocal attempts
@@ -124,6 +132,9 @@ class ChannelManager:
                 attempts=attempts,
             )
             self._failed(msg.channel, msg, exc)
+            return
+        for listener in self._sent_listeners:
+            listener(msg.channel, msg, time.monotonic() - started)
 
     def _failed(self, channel: str, msg: OutboundMessage, exc: BaseException) -> None:
         for listener in self._failure_listeners:

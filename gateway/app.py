@@ -231,10 +231,13 @@ async def build(
         confirmations.subscribe(metrics.on_confirmation)
         bus.add_inbound_listener(metrics.on_inbound)
         runner = ToolRunner(
-            registry=registry, policy=Policy(settings.policy), confirmations=confirmations
+            registry=registry,
+            policy=Policy(settings.policy),
+            confirmations=confirmations,
+            on_tool_run=metrics.on_tool_run,
         )
         confirmations.set_orphan_handler(orphan_runner(runner, bus))
-        agent = _build_agent(settings, runner, registry, confirmations, bus, sql_db)
+        agent = _build_agent(settings, runner, registry, confirmations, bus, sql_db, metrics)
         opened.push_async_callback(_close_agent, agent)
         loop = AgentLoop(
             bus=bus,
@@ -249,6 +252,7 @@ async def build(
         stopped = asyncio.Event()
         channels = ChannelManager(bus=bus)
         channels.on_send_failure(metrics.on_send_failure)
+        channels.on_sent(metrics.on_sent)
         if http is not None:
             AdminApi(
                 confirmations=confirmations,
@@ -369,6 +373,7 @@ def _build_agent(
     confirmations: ConfirmationService,
     bus: MessageBus,
     sql_db: SqlDatabase,
+    metrics: Metrics,
 ) -> Agent:
     if settings.llm.configured:
         from gateway.agent.model_agent import build_model_agent
@@ -379,6 +384,7 @@ def _build_agent(
             registry=registry,
             confirmations=confirmations,
             bus=bus,
+            on_model_request=metrics.on_model_request,
         )
     return CommandAgent(runner=runner, confirmations=confirmations, sql_dialect=sql_db.dialect)
 

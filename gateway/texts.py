@@ -21,7 +21,8 @@ RISK_LABELS = {
 STATUS_LABELS = {
     Status.PENDING: "待确认 pending",
     Status.APPROVED: "已批准 approved",
-    Status.REJECTED: "已拒绝 rejected",
+    # A person's 取消 is a rejection in the record; in chat it reads like the button said.
+    Status.REJECTED: "已取消 cancelled",
     Status.EXPIRED: "已超时 expired",
     Status.CANCELLED: "已取消 cancelled",
 }
@@ -90,8 +91,28 @@ def detail_lines(c: Confirmation, *, statement: bool = True) -> list[str]:
 
 
 def reply_hint(c: Confirmation) -> str:
-    """The text fallback that always works, also under a card."""
-    return f"或回复 确认 {c.id} / 取消 {c.id} (or reply confirm {c.id} / cancel {c.id})"
+    """How to answer by text, addressed to those who may decide (also under a card).
+
+    With four-eyes the requester may only withdraw: in a one-to-one chat, where only the
+    requester reads it, the prompt says it waits for an approver instead of asking.
+    """
+    if c.four_eyes and not c.is_group:
+        return (
+            f"⏳ 等待审批人批准，回复 取消 {c.id} 可撤回 / "
+            f"waiting for an approver; reply cancel {c.id} to withdraw"
+        )
+    if c.four_eyes:
+        return (
+            f"审批人回复 确认 {c.id} / 取消 {c.id}；{c.requester} 可回复 取消 {c.id} 撤回 / "
+            f"approvers: reply confirm {c.id} / cancel {c.id}; "
+            f"{c.requester} may reply cancel {c.id} to withdraw"
+        )
+    who = f"{c.requester} 或审批人" if c.is_group else ""
+    who_en = f"{c.requester} or an approver: " if c.is_group else ""
+    return (
+        f"{who}回复 确认 / 取消，或 确认 {c.id} / 取消 {c.id} / "
+        f"{who_en}reply confirm / cancel (or confirm {c.id} / cancel {c.id})"
+    )
 
 
 def confirmation_title(c: Confirmation) -> str:
@@ -117,9 +138,7 @@ def prompt(c: Confirmation, now: float) -> str:
     lines.append(time_left(c, now))
     if c.four_eyes:
         lines.append(FOUR_EYES)
-    elif c.is_group:
-        lines.append(f"仅发起人或审批人可确认 / only {c.requester} or an approver can decide")
-    lines.append(f"回复 确认 / 取消 (reply confirm / cancel) · {reply_hint(c)}")
+    lines.append(reply_hint(c))
     return "\n".join(lines)
 
 
@@ -131,20 +150,32 @@ def status_line(c: Confirmation) -> str:
     return f"[{c.id}] {label}{who}{why}"
 
 
+def superseded(c: Confirmation) -> bool:
+    """Ended by the requester's next message instead of a decision."""
+    return c.feedback or c.reason == SUPERSEDED_REASON
+
+
 def outcome(c: Confirmation) -> str:
-    """Posted to the chat when a confirmation ends."""
+    """Posted to the chat when a confirmation ends; an approval says the call now runs."""
     tool = c.tool_call.name
     by = c.decided_by or "-"
     if c.status is Status.APPROVED:
-        return f"✅ [{c.id}] 已批准，执行中 / approved by {by}, running {tool}"
-    if c.status is Status.REJECTED:
-        reason = f"：{c.reason}" if c.reason else ""
-        en = f": {c.reason}" if c.reason else ""
-        return f"❌ [{c.id}] 已拒绝{reason} / rejected by {by}{en}; {tool} did not run"
+        return f"✅ [{c.id}] {by} 已批准，{tool} 执行中… / approved by {by}; running {tool}…"
     if c.status is Status.EXPIRED:
-        return f"⌛ [{c.id}] 超时已取消 / expired; {tool} did not run"
-    reason = c.reason or ""
-    return f"🚫 [{c.id}] 已取消 / cancelled ({reason}); {tool} did not run"
+        return f"⌛ [{c.id}] 超时未确认，{tool} 未执行 / expired; {tool} did not run"
+    if superseded(c):
+        return (
+            f"↪️ [{c.id}] 已被 {by} 的新消息取代，{tool} 未执行 / "
+            f"superseded by a new message from {by}; {tool} did not run"
+        )
+    # A person's 取消 (REJECTED) names them; shutdown and the like (CANCELLED) give a reason.
+    who, who_en = (f"{by} ", f" by {by}") if c.status is Status.REJECTED else ("", "")
+    reason = f"：{c.reason}" if c.reason else ""
+    en = f" ({c.reason})" if c.reason else ""
+    return (
+        f"🚫 [{c.id}] {who}已取消{reason}，{tool} 未执行 / "
+        f"cancelled{who_en}{en}; {tool} did not run"
+    )
 
 
 def already_decided(c: Confirmation) -> str:
@@ -186,8 +217,16 @@ def pending_list(pending: Sequence[Confirmation], now: float) -> str:
     return "\n".join(lines)
 
 
-def tool_result(name: str, result: Any) -> str:
-    return f"{name}: {result}"
+def tool_result(name: str, result: Any, confirmation_id: str | None = None) -> str:
+    """A tool's result; after a confirmation, the line names its id and says it is done."""
+    if confirmation_id is None:
+        return f"{name}: {result}"
+    return f"✔️ [{confirmation_id}] {name} 已完成 / done: {result}"
+
+
+def rows(n: int) -> str:
+    """A row count in both languages: "1 行 / 1 row", "3 行 / 3 rows"."""
+    return f"{n} 行 / {n} row" + ("" if n == 1 else "s")
 
 
 def tool_denied(name: str, reason: str) -> str:
@@ -210,7 +249,7 @@ def notify_ran(name: str, what: str) -> str:
 
 NOT_ALLOWED = "您没有使用此机器人的权限 / you are not allowed to use this bot"
 APPROVE_BUTTON = "确认 Approve"
-REJECT_BUTTON = "取消 Reject"
+REJECT_BUTTON = "取消 Cancel"
 CONSOLE_BANNER = "gateway chat — /help 帮助 · Ctrl-D 退出 exit"
 DINGTALK_UNSUPPORTED_MESSAGE = (
     "暂只支持文字消息 / only text messages are supported; please type your request"

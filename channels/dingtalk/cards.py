@@ -107,10 +107,9 @@ def card_params(c: Confirmation, *, now: float | None = None) -> dict[str, str]:
     if pending:
         title = texts.confirmation_title(c)
         tips = texts.reply_hint(c)
-        buttons = [
-            _button(texts.APPROVE_BUTTON, ACTION_APPROVE, "blue", c.id),
-            _button(texts.REJECT_BUTTON, ACTION_REJECT, "red", c.id),
-        ]
+        buttons = [_button(texts.REJECT_BUTTON, ACTION_REJECT, "red", c.id)]
+        if c.is_group or not c.four_eyes:  # one-to-one four-eyes: the requester may only withdraw
+            buttons.insert(0, _button(texts.APPROVE_BUTTON, ACTION_APPROVE, "blue", c.id))
     else:
         title = f"{_STATUS_ICONS[c.status]} {texts.status_line(c)}"
         tips = texts.outcome(c)

@@ -68,6 +68,14 @@ def _button(c: Confirmation, decision: Decision) -> dict[str, Any]:
     }
 
 
+def _decisions(c: Confirmation) -> tuple[Decision, ...]:
+    """The buttons worth showing: in a one-to-one four-eyes chat only the requester reads
+    the card, and the requester may only withdraw (approvers decide elsewhere)."""
+    if c.four_eyes and not c.is_group:
+        return (Decision.REJECT,)
+    return (Decision.APPROVE, Decision.REJECT)
+
+
 def confirmation_card(c: Confirmation, *, now: float | None = None) -> dict[str, Any]:
     """The card for a confirmation in its current state; buttons only while pending."""
     now = time.time() if now is None else now
@@ -87,16 +95,8 @@ def confirmation_card(c: Confirmation, *, now: float | None = None) -> dict[str,
                 "tag": "column_set",
                 "flex_mode": "none",
                 "columns": [
-                    {
-                        "tag": "column",
-                        "width": "auto",
-                        "elements": [_button(c, Decision.APPROVE)],
-                    },
-                    {
-                        "tag": "column",
-                        "width": "auto",
-                        "elements": [_button(c, Decision.REJECT)],
-                    },
+                    {"tag": "column", "width": "auto", "elements": [_button(c, decision)]}
+                    for decision in _decisions(c)
                 ],
             }
         )

@@ -65,7 +65,8 @@ class CommandAgent:
 
     async def _report(self, outcome: ToolOutcome, name: str, turn: TurnContext) -> str | None:
         if outcome.status == "ok":
-            await turn.say(texts.tool_result(name, outcome.output))
+            cid = outcome.confirmation.id if outcome.confirmation else None
+            await turn.say(texts.tool_result(name, outcome.output, cid))
         elif outcome.status == "error" and outcome.decision is not None:
             # Refusals before the policy were already said by the runner.
             await turn.say(texts.tool_failed(name, outcome.output))

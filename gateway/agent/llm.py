@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,9 @@ from tenacity import RetryCallState
 from config.settings import LlmSettings
 from gateway import texts
 from gateway.runtime import backoff, retrying
+
+# (model, "ok" or the error kind, seconds including retries): how the metrics see a request.
+ModelRequestObserver = Callable[[str, str, float], None]
 
 log = structlog.get_logger(__name__)
 
@@ -93,7 +97,14 @@ def _as_llm_error(exc: Exception) -> LlmError:
 class ChatModel:
     """The model client. One per gateway; safe to share between sessions."""
 
-    def __init__(self, settings: LlmSettings, *, client: AsyncOpenAI | None = None) -> None:
+    def __init__(
+        self,
+        settings: LlmSettings,
+        *,
+        client: AsyncOpenAI | None = None,
+        on_request: ModelRequestObserver | None = None,
+    ) -> None:
+        self._on_request = on_request
         if not settings.model:
             raise ValueError("llm.model is not set")
         self.settings = settings
@@ -132,6 +143,10 @@ class ChatModel:
             status=getattr(exc, "status_code", None),
         )
 
+    def _observe(self, result: str, started: float) -> None:
+        if self._on_request is not None:
+            self._on_request(self.model, result, time.monotonic() - started)
+
     async def complete(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]]
     ) -> ModelReply:
@@ -143,6 +158,7 @@ class ChatModel:
         }
         if tools:
             kwargs["tools"] = list(tools)
+        started = time.monotonic()
         try:
             policy = retrying(
                 attempts=self.settings.max_retries + 1,
@@ -157,6 +173,7 @@ class ChatModel:
                     response = await self.client.chat.completions.create(**kwargs)
         except openai.OpenAIError as exc:
             error = _as_llm_error(exc)
+            self._observe(error.kind, started)
             # The SDK's message can quote a masked key: log the kind and status only.
             log.error(
                 "llm.failed",
@@ -167,6 +184,7 @@ class ChatModel:
                 error=type(exc).__name__,
             )
             raise error from exc
+        self._observe("ok" if response.choices else "no_choices", started)
         if not response.choices:
             log.error("llm.failed", kind="no_choices", model=self.model)
             raise LlmError(texts.MODEL_EMPTY_REPLY, kind="no_choices")

@@ -22,7 +22,13 @@ from cachetools import LRUCache
 from config.settings import LlmSettings, Settings
 from gateway import texts
 from gateway.agent.commands import CommandAgent
-from gateway.agent.llm import ChatModel, LlmError, ModelToolCall, parse_arguments
+from gateway.agent.llm import (
+    ChatModel,
+    LlmError,
+    ModelRequestObserver,
+    ModelToolCall,
+    parse_arguments,
+)
 from gateway.bus import InboundMessage, MessageBus
 from gateway.confirm.model import ToolCall
 from gateway.confirm.service import ConfirmationService
@@ -197,6 +203,7 @@ def build_model_agent(
     registry: ToolRegistry,
     confirmations: ConfirmationService,
     bus: MessageBus,
+    on_model_request: ModelRequestObserver | None = None,
 ) -> ModelAgent:
     """Called by the composition root when ``[llm] model`` is set."""
     dialect = "sqlite"
@@ -218,7 +225,7 @@ def build_model_agent(
         tools=registry.names,
     )
     return ModelAgent(
-        model=ChatModel(settings.llm),
+        model=ChatModel(settings.llm, on_request=on_model_request),
         runner=runner,
         registry=registry,
         settings=settings.llm,

@@ -6,6 +6,7 @@ after the confirmation service returned an ``approved`` record for that very cal
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -17,6 +18,9 @@ from gateway.confirm.model import Confirmation, Status, ToolCall
 from gateway.confirm.service import ConfirmationService
 from gateway.tools.base import ToolArgumentsError, ToolRegistry
 from gateway.tools.policy import Policy, PolicyDecision
+
+# (tool name, "ok" | "error", seconds): how the metrics see each run.
+ToolRunObserver = Callable[[str, str, float], None]
 
 log = structlog.get_logger(__name__)
 
@@ -89,10 +93,12 @@ class ToolRunner:
         registry: ToolRegistry,
         policy: Policy,
         confirmations: ConfirmationService,
+        on_tool_run: ToolRunObserver | None = None,
     ) -> None:
         self.registry = registry
         self.policy = policy
         self.confirmations = confirmations
+        self._on_tool_run = on_tool_run
 
     async def invoke(self, call: ToolCall, turn: TurnContext) -> ToolOutcome:
         tool = self.registry.get(call.name)
@@ -165,13 +171,20 @@ class ToolRunner:
     ) -> ToolOutcome:
         tool = self.registry.get(call.name)
         assert tool is not None
+        started = time.monotonic()
         try:
             result = await tool.run(args)
         except Exception as exc:
             log.warning("tool.failed", tool=call.name, error=f"{type(exc).__name__}: {exc}")
+            self._observe(call.name, "error", started)
             return ToolOutcome("error", f"{type(exc).__name__}: {exc}", confirmation, decision)
         log.info("tool.ran", tool=call.name)
+        self._observe(call.name, "ok", started)
         return ToolOutcome("ok", str(result), confirmation, decision)
+
+    def _observe(self, tool: str, result: str, started: float) -> None:
+        if self._on_tool_run is not None:
+            self._on_tool_run(tool, result, time.monotonic() - started)
 
     async def run_orphan(
         self, confirmation: Confirmation, say: Callable[[str], Awaitable[None]]

@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlglot import exp
 
+from gateway import texts
 from gateway.confirm.model import Risk
 from gateway.tools.base import Level, Tool, ToolPreview
 from gateway.tools.sql_analysis import (
@@ -161,7 +162,8 @@ class SqlDatabase:
                 result = await asyncio.wait_for(
                     conn.exec_driver_sql(s.sql), timeout=self.timeout_seconds
                 )
-                counts.append(f"{s.kind}: {result.rowcount if result.rowcount >= 0 else '?'} rows")
+                n = result.rowcount
+                counts.append(f"{s.kind}: {texts.rows(n) if n >= 0 else '? 行 / ? rows'}")
         return "; ".join(counts)
 
 
@@ -294,7 +296,7 @@ class SqlModifyTool(_SqlTool):
         }
         if analysis.warning:
             details["warning"] = analysis.warning
-        rows_text = f"，影响 {rows} 行 / {rows} rows" if rows is not None else ""
+        rows_text = f"，影响 {texts.rows(rows)}" if rows is not None else ""
         return ToolPreview(
             summary=f"{analysis.kind} {', '.join(analysis.tables) or ''}{rows_text}".strip(),
             details=details,

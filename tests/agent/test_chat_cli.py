@@ -64,4 +64,4 @@ def test_model_chat_in_a_terminal(
     chat.expect(pexpect.EOF)
     with sqlite3.connect(tmp_path / "data" / "demo.db") as conn:
         assert conn.execute("SELECT COUNT(*) FROM orders WHERE status = 1").fetchone()[0] == 0
-    assert "DELETE: 3 rows" in next(iter(fake_llm.requests[1].tool_results().values()))
+    assert "DELETE: 3 行 / 3 rows" in next(iter(fake_llm.requests[1].tool_results().values()))

@@ -37,7 +37,7 @@ async def test_approve_runs_the_tool_and_the_result_goes_back_to_the_model(
     second = (await fake_llm.wait_requests(2))[1]
     results = second.tool_results()
     assert list(results) == [prompt.tool_call.call_id]
-    assert "DELETE: 1 rows" in results[prompt.tool_call.call_id]
+    assert "DELETE: 1 行 / 1 row" in results[prompt.tool_call.call_id]
     # The assistant's own call is in the conversation right before its result.
     assistant = second.messages[-2]
     assert assistant["tool_calls"][0]["id"] == prompt.tool_call.call_id
@@ -147,7 +147,7 @@ async def test_two_calls_in_one_answer_are_asked_one_after_the_other(
     assert 2 not in rows
     results = fake_llm.requests[1].tool_results()
     assert list(results) == [first.tool_call.call_id, second.tool_call.call_id]
-    assert all("DELETE: 1 rows" in r for r in results.values())
+    assert all("DELETE: 1 行 / 1 row" in r for r in results.values())
 
 
 async def test_rejecting_the_first_of_two_calls_still_asks_the_second(
@@ -205,7 +205,7 @@ async def test_slash_commands_still_work_with_a_model(
     prompt = await chat.wait_prompt()
     assert prompt.tool_call.name == "sql_modify"
     await say(gw, "确认")
-    await chat.wait_text("DELETE: 1 rows")
+    await chat.wait_text("DELETE: 1 行 / 1 row")
     assert fake_llm.requests == [], "commands never reach the model"
 
 

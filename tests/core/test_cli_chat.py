@@ -53,9 +53,9 @@ def test_chat_sql_delete(tmp_path: Path, reply: str, gone: bool) -> None:
         child.expect("Time left")
         child.sendline(reply)
         if gone:
-            child.expect("DELETE: 3 rows")
+            child.expect("DELETE: 3 行 / 3 rows")
         else:
-            child.expect("rejected by local")
+            child.expect("cancelled by local")
         child.sendeof()
         child.expect(pexpect.EOF)
     finally:

@@ -85,7 +85,7 @@ async def test_sql_delete_waits_for_confirm_then_runs(chat: Chat) -> None:
     assert answer.chat_id == "other"
     assert rows(chat.gw.settings, "id = 3") == 1
     await chat.say("确认")
-    await chat.channel.next(contains="DELETE: 1 rows")
+    await chat.channel.next(contains="DELETE: 1 行 / 1 row")
     assert rows(chat.gw.settings, "id = 3") == 0
 
 
@@ -155,7 +155,7 @@ async def test_group_member_cannot_approve(chat: Chat) -> None:
     assert told.chat_id == "c1"
     assert rows(chat.gw.settings, "id = 7") == 1
     await chat.say("确认", user="alice", group=True)
-    await chat.channel.next(contains="DELETE: 1 rows")
+    await chat.channel.next(contains="DELETE: 1 行 / 1 row")
     assert rows(chat.gw.settings, "id = 7") == 0
 
 
@@ -286,7 +286,7 @@ async def test_pending_confirmation_survives_a_crash(
         )
         update = await rec.next(OutboundKind.CONFIRMATION_UPDATE)
         assert update.confirmation is not None and update.confirmation.status is Status.APPROVED
-        await rec.next(contains="DELETE: 1 rows")
+        await rec.next(contains="DELETE: 1 行 / 1 row")
     assert rows(settings, "id = 2") == 0
 
 

@@ -55,7 +55,7 @@ async def test_turn_logs_carry_session_and_confirmation_id(
                 channel="rec", chat_id="c1", sender_id="alice", text="确认", message_id="b"
             )
         )
-        await rec.next(contains="DELETE: 1 rows")
+        await rec.next(contains="DELETE: 1 行 / 1 row")
     lines = [json.loads(line) for line in json_logs.getvalue().splitlines() if line.startswith("{")]
     turn_lines = [e for e in lines if e["event"].startswith(("tool.", "confirm.requested"))]
     assert turn_lines

@@ -480,8 +480,8 @@ async def test_multi_statement_batch_is_all_or_nothing(db: Db) -> None:
         f"DELETE FROM {db.table} WHERE status = 1"
     )
     out = await run(tool, ok)
-    assert "INSERT: 1 rows" in out
-    assert "DELETE: 3 rows" in out
+    assert "INSERT: 1 行 / 1 row" in out
+    assert "DELETE: 3 行 / 3 rows" in out
     assert await db.ids() == [1, 4, 5, 100]
 
 

@@ -55,7 +55,7 @@ async def test_chat_sse_and_admin_decision_on_a_real_daemon(daemon: ServeProcess
             async with http.get("/api/chat/lobby/messages?after=0&wait=1") as resp:
                 messages: list[dict[str, Any]] = (await resp.json())["messages"]
             kinds = [m["kind"] for m in messages]
-            done = "confirmation_update" in kinds and "1 rows" in messages[-1]["text"]
+            done = "confirmation_update" in kinds and "1 行 / 1 row" in messages[-1]["text"]
             return messages if done else None
 
         await eventually(history_done, timeout=15)
@@ -108,7 +108,7 @@ async def test_cli_against_the_daemon(daemon: ServeProcess) -> None:
         timeout=30,
     )
     assert done.returncode == 0, done.stderr
-    assert "rejected by admin" in done.stdout
+    assert "cancelled by admin" in done.stdout
 
 
 def test_daemon_stops_cleanly_and_logs_no_errors(tmp_path: Path) -> None:

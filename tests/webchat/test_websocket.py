@@ -60,7 +60,7 @@ async def test_card_reaches_every_tab_and_a_click_approves_it(
             assert update["confirmation"]["decided_by"] == "alice"
             assert update["confirmation"]["decided_via"] == "web"
         result = await next_frame(bob, lambda f: f.get("kind") == "text" and f["user"] is None)
-        assert "1 rows" in result["text"]
+        assert "1 行 / 1 row" in result["text"]
     assert not order_exists(gateway.settings.data_dir, 3)
 
 

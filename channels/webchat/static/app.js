@@ -8,7 +8,7 @@
   const STATUS = {
     pending: "待确认 pending",
     approved: "已批准 approved",
-    rejected: "已拒绝 rejected",
+    rejected: "已取消 cancelled", // a person's 取消: worded like the button (gateway/texts.py)
     expired: "已超时 expired",
     cancelled: "已取消 cancelled",
   };
@@ -130,13 +130,17 @@
   // Plain symbols, not emoji: they render with any font, also in headless test browsers.
   function outcomeText(c) {
     const by = c.decided_by || "-";
-    if (c.status === "approved") return "✓ 已批准，由 " + by + " 批准 / approved by " + by;
+    // Wording follows gateway/texts.py outcome().
+    if (c.status === "approved") return "✓ " + by + " 已批准，执行中… / approved by " + by + "; running…";
+    if (c.status === "expired") return "– 已超时，未执行 / expired, did not run";
+    if (c.feedback || (c.reason || "").indexOf("superseded") >= 0) {
+      return "↪ 已被 " + by + " 的新消息取代，未执行 / superseded by a new message from " + by;
+    }
     if (c.status === "rejected") {
       const zh = c.reason ? "（" + c.reason + "）" : "";
       const en = c.reason ? " (" + c.reason + ")" : "";
-      return "✗ 已拒绝，由 " + by + " 拒绝" + zh + " / rejected by " + by + en;
+      return "✗ " + by + " 已取消" + zh + "，未执行 / cancelled by " + by + en + "; did not run";
     }
-    if (c.status === "expired") return "– 已超时，未执行 / expired, did not run";
     const why = c.reason ? " · " + c.reason : "";
     return "– " + (STATUS[c.status] || c.status) + why;
   }
@@ -154,7 +158,7 @@
     const may = entry.can || {};
     // Only for people who may decide: for the others it would be a false promise.
     hint.hidden = !pending || !((may.approve || {}).allowed || (may.reject || {}).allowed);
-    hint.textContent = "也可回复 确认 " + c.id + " / 取消 " + c.id + "（or reply confirm / cancel " + c.id + "）";
+    hint.textContent = "也可回复 确认 " + c.id + " / 取消 " + c.id + " (or reply confirm / cancel " + c.id + ")";
     if (!pending) {
       // The header no longer asks: it says what the card was about.
       const title = node.querySelector(".card-title");

@@ -62,7 +62,7 @@ async def test_p2p_delete_card_click_approves_and_patches_card(
         {"confirmation_id": conf.id, "decision": "reject"},
     ]
     assert all(b["behaviors"][0]["type"] == "callback" for b in buttons(card))
-    assert f"或回复 确认 {conf.id} / 取消 {conf.id}" in card_text(card)
+    assert f"或 确认 {conf.id} / 取消 {conf.id}" in card_text(card)
     assert "DELETE FROM orders WHERE id = 3" in card_text(card)
     assert send.message_id is not None
 
@@ -104,7 +104,7 @@ async def test_type_card_frame_is_dispatched_and_acked(
     )
     ack = await fake.wait_ack(click)
     assert ack.code == 200
-    assert "已拒绝 rejected" in card_text(ack.data["card"]["data"])
+    assert "已取消 cancelled" in card_text(ack.data["card"]["data"])
     await wait_status(gateway, conf.id, Status.REJECTED)
     assert 2 in order_ids(settings)
 
@@ -255,7 +255,7 @@ async def test_second_click_on_a_decided_card_changes_nothing(
     ack = await fake.wait_ack(second)
     assert ack.data["toast"]["type"] == "info"
     assert "已处理" in ack.data["toast"]["content"]
-    assert "已拒绝 rejected" in card_text(ack.data["card"]["data"])
+    assert "已取消 cancelled" in card_text(ack.data["card"]["data"])
     assert (await wait_status(gateway, conf.id, Status.REJECTED)).decided_via == "card"
     assert 8 in order_ids(settings)
 

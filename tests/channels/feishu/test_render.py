@@ -48,7 +48,7 @@ def test_pending_card_has_both_buttons_hint_and_risk_colour() -> None:
     ("status", "template", "label"),
     [
         (Status.APPROVED, "green", "已批准 approved"),
-        (Status.REJECTED, "red", "已拒绝 rejected"),
+        (Status.REJECTED, "red", "已取消 cancelled"),
         (Status.EXPIRED, "grey", "已超时 expired"),
     ],
 )
