@@ -41,13 +41,14 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout: make `gateway`
 import aiohttp  # noqa: E402
 
 from config.settings import DEFAULT_KEYWORDS_FILE, Settings  # noqa: E402
+from gateway import texts  # noqa: E402
 from gateway.app import Gateway, build  # noqa: E402
 from gateway.confirm.model import Confirmation, Status, ToolCall  # noqa: E402
 from gateway.confirm.sqlite_store import SqliteConfirmationStore  # noqa: E402
 from gateway.logs import configure_logging  # noqa: E402
 
 STATEMENT = "DELETE FROM orders WHERE id = 999999"  # held for a decision, deletes nothing
-DONE = "DELETE: 0 rows"
+DONE = f"DELETE: {texts.rows(0)}"  # in the result line the tool posts
 DAY = 24 * 3600.0
 
 
