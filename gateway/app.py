@@ -204,6 +204,8 @@ async def build(
             if data_lock is not None:
                 opened.callback(data_lock.release)
             store = await open_store(settings)
+            for warning in await store.durability_warnings():
+                log.warning("store.durability", problem=warning)
         opened.push_async_callback(store.close)
         if inbox is None:
             inbox = await open_inbox(settings)
@@ -359,6 +361,8 @@ async def open_store(settings: Settings) -> ConfirmationStore:
             url,
             prefix=settings.confirmation.redis_prefix,
             finished_ttl_seconds=settings.confirmation.redis_finished_ttl_seconds,
+            max_connections=settings.confirmation.redis_max_connections,
+            pool_timeout_seconds=settings.confirmation.redis_pool_timeout_seconds,
         )
     except (RedisError, OSError, ValueError) as exc:  # ValueError: a malformed URL
         raise ConfigError(

@@ -39,6 +39,14 @@ HELP_NO_MODEL = (
 )
 UNKNOWN_COMMAND = "未知命令 {command}，输入 /help 查看 / unknown command {command}; type /help"
 SHUTDOWN_REASON = "网关关闭 / gateway shutting down"
+STORE_UNAVAILABLE_MESSAGE = (
+    "⚠️ 确认存储暂不可用，这条消息未处理，请稍后再发 / the confirmation store is unavailable "
+    "right now: this message was not handled; send it again later"
+)
+STORE_UNAVAILABLE = (
+    "⚠️ 确认存储暂不可用，{tool} 未执行，请稍后重试 / the confirmation store is unavailable "
+    "right now: {tool} did not run; try again later"
+)
 SUPERSEDED_REASON = "收到新消息，已取消 / superseded by a new message"
 TOO_MANY_UNCLEAR = "多次回复不明确 / too many unclear replies"
 TIMEOUT_REASON = "超时未确认 / no decision before the timeout"
