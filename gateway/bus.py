@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -11,7 +12,6 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from cachetools import TTLCache
 
 from gateway.inbox import KEEP_TAKEN_SECONDS, Inbox
 from gateway.runtime import BackgroundTasks, KeyedSerial
@@ -150,9 +150,13 @@ class MessageBus:
         self.inbound: asyncio.Queue[InboundMessage] = asyncio.Queue()
         self.outbound: asyncio.Queue[OutboundMessage] = asyncio.Queue()
         # Feishu redelivers for up to ~7 h; DingTalk redelivers late acks. Bounded both ways.
-        self._seen: TTLCache[tuple[str, str], bool] = TTLCache(
-            maxsize=dedupe_max, ttl=dedupe_ttl_seconds, timer=clock
-        )
+        # (channel, message id) -> when it expires. One TTL for all, so insertion order is
+        # expiry order. Not cachetools.TTLCache: bench/confirm_roundtrip.py memory round
+        # trips per CPU-second drop by about a fifth with it (~20 µs more per message).
+        self._seen: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._dedupe_ttl = dedupe_ttl_seconds
+        self._dedupe_max = dedupe_max
+        self._clock = clock
         self._interceptor: Interceptor | None = None
         self._listeners: list[InboundListener] = []
         # One intake at a time per session, so two copies of a reply (or a reply and a
@@ -173,10 +177,15 @@ class MessageBus:
         """
         if not message_id:
             return False
+        seen, now = self._seen, self._clock()
+        while seen and next(iter(seen.values())) <= now:
+            seen.popitem(last=False)
         key = (channel, message_id)
-        if key in self._seen:
+        if key in seen:
             return True
-        self._seen[key] = True
+        if len(seen) >= self._dedupe_max:
+            seen.popitem(last=False)
+        seen[key] = now + self._dedupe_ttl
         return False
 
     async def publish_inbound(self, msg: InboundMessage) -> PublishResult:

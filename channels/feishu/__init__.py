@@ -1,9 +1,14 @@
 """Feishu (Lark) channel. ``lark_oapi`` is imported only by ``create_channel``, so a
-gateway without Feishu enabled never pays for (or needs) the SDK import."""
+gateway without Feishu enabled never pays for (or needs) the SDK import. Every module here
+imports lark-oapi by full module paths, after ``defer_package_inits`` (sdk_imports.py)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from channels.feishu.sdk_imports import defer_package_inits
+
+defer_package_inits()
 
 if TYPE_CHECKING:
     from channels.base import Channel, ChannelContext

@@ -139,7 +139,15 @@ class FeishuChannel(Channel):
         When Feishu cannot be reached (network down, Feishu answering 5xx), the channel
         starts anyway, is not ready (``/readyz`` says why) and keeps trying on the one
         backoff policy; sends retry on their own, and go out once the API is back.
+        A failed start stops what it started (the API client's connections too).
         """
+        try:
+            await self._start()
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self) -> None:
         try:
             await self._learn_identity()
         except _NotYet as exc:
@@ -183,6 +191,7 @@ class FeishuChannel(Channel):
             await self._ws.stop()
             self._ws = None
         await self._tasks.cancel()
+        await self.api.aclose()
         log.info("feishu.stopped")
 
     @property

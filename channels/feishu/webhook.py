@@ -21,7 +21,7 @@ from typing import Any
 
 import structlog
 from aiohttp import web
-from lark_oapi.api.im.v1 import P2ImMessageReceiveV1
+from lark_oapi.api.im.v1.model.p2_im_message_receive_v1 import P2ImMessageReceiveV1
 from lark_oapi.core.exception import UnmarshalException
 from lark_oapi.core.json import JSON
 from lark_oapi.core.utils import AESCipher

@@ -39,11 +39,12 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import aiohttp
-import lark_oapi as lark
 import structlog
 import websockets
+from lark_oapi.core.enum import LogLevel
 from lark_oapi.core.json import JSON
 from lark_oapi.event.callback.model.p2_card_action_trigger import P2CardActionTriggerResponse
+from lark_oapi.event.dispatcher_handler import EventDispatcherHandler
 from lark_oapi.ws import client as ws_client
 from lark_oapi.ws.const import GEN_ENDPOINT_URI, INTERNAL_ERROR, OK, SYSTEM_BUSY
 from lark_oapi.ws.exception import ClientException, ServerException
@@ -66,7 +67,7 @@ MessageSink = Callable[[FeishuMessage], None]
 CardHandler = Callable[[CardAction], dict[str, Any]]
 
 
-class FeishuWsClient(lark.ws.Client):  # type: ignore[misc]
+class FeishuWsClient(ws_client.Client):  # type: ignore[misc]
     """``lark.ws.Client`` with the daemon-hostile parts replaced (see the module docstring)."""
 
     def __init__(
@@ -81,7 +82,7 @@ class FeishuWsClient(lark.ws.Client):  # type: ignore[misc]
         super().__init__(
             app_id,
             app_secret,
-            log_level=lark.LogLevel.WARNING,
+            log_level=LogLevel.WARNING,
             event_handler=event_handler,
             domain=resolve_domain(domain),
             auto_reconnect=False,
@@ -200,7 +201,7 @@ class LongConnection:
         self._backoff_max = backoff_max
         self._stop_timeout = stop_timeout
         handler = (
-            lark.EventDispatcherHandler.builder("", "")
+            EventDispatcherHandler.builder("", "")
             .register_p2_im_message_receive_v1(self._message)
             .register_p2_card_action_trigger(self._card)
             .build()
