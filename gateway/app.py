@@ -292,6 +292,8 @@ async def build(
         )
         for channel in _build_channels(settings, context, console, console_streams, stopped):
             channels.add(channel)
+            if isinstance(channel, ConsoleChannel):
+                loop.on_turn(channel.on_turn)  # "thinking…" in the terminal's prompt
 
         gateway = Gateway(
             settings=settings,
@@ -419,6 +421,7 @@ def _build_channels(
                 stdin=console_streams[0] if console_streams else None,
                 stdout=console_streams[1] if console_streams else None,
                 on_eof=stopped.set,
+                history_file=settings.data_dir / "chat_history",
             )
         )
     if context.http is not None and settings.channels.webchat.enabled:

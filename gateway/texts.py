@@ -287,7 +287,9 @@ def notify_ran(name: str, what: str) -> str:
 NOT_ALLOWED = "您没有使用此机器人的权限 / you are not allowed to use this bot"
 APPROVE_BUTTON = "确认 Approve"
 REJECT_BUTTON = "取消 Cancel"
-CONSOLE_BANNER = "gateway chat — /help 帮助 · Ctrl-D 退出 exit"
+CONSOLE_BANNER = "gateway chat — /help 帮助 · ↑ 历史 history · Ctrl-D 退出 exit"
+CONSOLE_THINKING = "思考中… / thinking…"
+CONSOLE_RUNNING = "执行中… / running…"
 DINGTALK_UNSUPPORTED_MESSAGE = (
     "暂只支持文字消息 / only text messages are supported; please type your request"
 )
