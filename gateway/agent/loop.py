@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import structlog
@@ -10,6 +10,9 @@ import structlog
 from gateway.bus import InboundMessage, MessageBus, OutboundMessage
 from gateway.runtime import BackgroundTasks, KeyedSerial
 from gateway.tools.runner import TurnContext
+
+# (message, True when its turn starts / False when it ends)
+TurnListener = Callable[[InboundMessage, bool], None]
 
 log = structlog.get_logger(__name__)
 
@@ -23,9 +26,10 @@ class Agent(Protocol):
 class AgentLoop:
     """Takes messages off the bus and runs turns.
 
-    Each message becomes a turn of its own, run one at a time per session: a confirmation
-    pending in one chat never blocks another, and a session's messages are answered in
-    the order they arrived.
+    Each message becomes a turn of its own, run one at a time per session — per member in
+    a group chat: a confirmation pending in one chat never blocks another, one member's
+    pending call never delays another member's answer (invariant 10), and each person's
+    messages are answered in the order they arrived.
     """
 
     def __init__(
@@ -41,6 +45,16 @@ class AgentLoop:
         self._sessions = KeyedSerial()
         self._turns = BackgroundTasks("agent-turns")
         self._intake = BackgroundTasks("agent-intake")
+        self._turn_listeners: list[TurnListener] = []
+
+    def on_turn(self, listener: TurnListener) -> None:
+        """Called with (message, True) when its turn starts and (message, False) when it
+        ends: the terminal chat shows "thinking…" in between."""
+        self._turn_listeners.append(listener)
+
+    def _tell(self, msg: InboundMessage, running: bool) -> None:
+        for listener in self._turn_listeners:
+            listener(msg, running)
 
     def turn_for(self, msg: InboundMessage) -> TurnContext:
         async def say(text: str) -> None:
@@ -79,16 +93,19 @@ class AgentLoop:
             self._turns.spawn(self._turn(msg), name=f"turn-{msg.session_key}")
 
     async def _turn(self, msg: InboundMessage) -> None:
-        async with self._sessions.hold(msg.session_key):
+        async with self._sessions.hold(serial_key(msg)):
             # Taken as the turn starts: a crash from here on does not replay the message
             # (its tool calls may have run); one before it does (invariant 9).
             await self.bus.mark_taken(msg)
             with structlog.contextvars.bound_contextvars(session=msg.session_key):
+                self._tell(msg, True)
                 try:
                     await self.agent.handle(msg, self.turn_for(msg))
                 except Exception as exc:  # a failed turn is told to the chat, never lost
                     log.exception("agent.turn_failed")
                     await self.turn_for(msg).say(f"⚠️ 处理失败 / failed: {type(exc).__name__}")
+                finally:
+                    self._tell(msg, False)
 
     async def stop_intake(self) -> None:
         await self._intake.cancel()
@@ -100,3 +117,10 @@ class AgentLoop:
     async def stop(self, timeout: float = 5.0) -> None:
         await self.stop_intake()
         await self._turns.stop(timeout)
+
+
+def serial_key(msg: InboundMessage) -> str:
+    """Whose turns run one at a time: the session, or in a group one member of it."""
+    if msg.is_group:
+        return f"{msg.session_key}\x00{msg.sender_id}"
+    return msg.session_key
