@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import ErrorDetails
 
 from gateway.confirm.model import Status
+from gateway.confirm.store import StoreUnavailableError
 
 log = structlog.get_logger(__name__)
 
@@ -362,6 +363,12 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
     except ApiError as exc:
         log.info("http.client_error", path=request.path, status=exc.status, error=exc.message)
         return error_response(exc.status, exc.message, field=exc.field)
+    except StoreUnavailableError as exc:
+        # Redis down or its pool exhausted (issue 13): a clear 503 to retry, not a 500.
+        log.warning("http.store_unavailable", path=request.path, error=str(exc))
+        response = error_response(503, f"the confirmation store is unavailable: {exc}")
+        response.headers["Retry-After"] = "5"
+        return response
     except web.HTTPException as exc:
         if not request.path.startswith("/api/") or exc.status < 400:
             raise
