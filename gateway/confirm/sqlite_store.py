@@ -13,7 +13,6 @@ from __future__ import annotations
 import builtins
 import json
 import sqlite3
-from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -59,14 +58,9 @@ class SqliteConfirmationStore(ConfirmationStore):
     one trail, in the order things happened.
     """
 
-    def __init__(self, db: SqliteThread, *, pending_by_session: Counter[str]) -> None:
+    def __init__(self, db: SqliteThread) -> None:
         self._db = db
         self._finished = FinishedIds()
-        # This process owns the file (one owner per data dir), so it sees every record
-        # become pending (create) and stop being so (finish): a session with none is
-        # answered without a query. Without it: bench/ingest.py (sqlite) answers per
-        # server CPU-second drop, one thread hop and query more per message.
-        self._pending = pending_by_session
 
     @classmethod
     async def open(
@@ -76,21 +70,11 @@ class SqliteConfirmationStore(ConfirmationStore):
         db = await SqliteThread.connect(path, busy_timeout_ms=busy_timeout_ms)
         try:
             found = await db.run(migrate)
-            pending = await db.run(
-                lambda conn: Counter(
-                    dict(
-                        conn.execute(
-                            "SELECT session_key, COUNT(*) FROM confirmations"
-                            " WHERE status = 'pending' GROUP BY session_key"
-                        ).fetchall()
-                    )
-                )
-            )
         except BaseException:
             await db.close()
             raise
         log.info("confirm.sqlite_opened", path=str(path), schema_found=found)
-        return cls(db, pending_by_session=pending)
+        return cls(db)
 
     async def close(self) -> None:
         await self._db.close()
@@ -107,8 +91,6 @@ class SqliteConfirmationStore(ConfirmationStore):
                 raise ConfirmationExistsError(confirmation.id) from exc
 
         await self._db.run(create)
-        if confirmation.status is Status.PENDING:
-            self._pending[confirmation.session_key] += 1
 
     async def get(self, confirmation_id: str) -> Confirmation | None:
         return await self._db.run(
@@ -116,9 +98,6 @@ class SqliteConfirmationStore(ConfirmationStore):
         )
 
     async def list_pending(self, session_key: str) -> Confirmations:
-        if self._pending[session_key] <= 0:
-            self._pending.pop(session_key, None)
-            return []
         # Matches the partial index confirmations_pending_by_session word for word.
         sql = f"{rows.SELECT} WHERE session_key = ? AND status = 'pending' ORDER BY created_at, seq"
         return await self._db.run(lambda conn: _many(conn, sql, (session_key,)))
@@ -175,8 +154,6 @@ class SqliteConfirmationStore(ConfirmationStore):
 
         current, changed = await self._db.run(finish)
         if changed:
-            assert current is not None
-            self._pending[current.session_key] -= 1
             self._finished.announce(confirmation_id)
         return current, changed
 

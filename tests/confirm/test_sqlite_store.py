@@ -181,8 +181,6 @@ async def test_queries_use_indexes_whatever_the_backlog(tmp_path: Path) -> None:
             await store.create(make(f"B{n:03d}", session=f"x:{n % 7}", created_at=T0 + n))
         await store.create(make("MINE", session="webchat:new", owner="i1"))
         await store.finish("MINE", Status.APPROVED, by="a", via="t", reason=None, now=T0 + 1)
-        # One still pending there, so its pending list is a query (with none, it is not).
-        await store.create(make("MIN2", session="webchat:new", created_at=T0 + 2))
         await store.heartbeat(
             Instance(id="i1", pid=1, host="h", started_at=T0, seen_at=T0), lease=15
         )
@@ -219,29 +217,6 @@ async def test_queries_use_indexes_whatever_the_backlog(tmp_path: Path) -> None:
     ]
     count = next(steps for sql, steps in plans.items() if "count(*)" in sql)
     assert count == ["SEARCH confirmations USING COVERING INDEX confirmations_status (status=?)"]
-
-
-async def test_a_session_with_nothing_pending_costs_no_query(tmp_path: Path) -> None:
-    # Issue 14: every inbound message asks for its session's pending list; this process owns
-    # the file, so it knows when the answer is empty (also for records of an earlier run).
-    path = tmp_path / "pending.db"
-    store = await SqliteConfirmationStore.open(path)
-    try:
-        assert await _statements(store, lambda: store.list_pending("s:1")) == []
-        await store.create(make("P001", session="s:1"))
-        assert [c.id for c in await store.list_pending("s:1")] == ["P001"]
-        await store.create(make("P002", session="s:1"))
-        await store.finish("P001", Status.REJECTED, by="a", via="t", reason=None, now=T0 + 1)
-        assert [c.id for c in await store.list_pending("s:1")] == ["P002"]
-    finally:
-        await store.close()
-    again = await SqliteConfirmationStore.open(path)
-    try:
-        assert [c.id for c in await again.list_pending("s:1")] == ["P002"]
-        await again.finish("P002", Status.EXPIRED, by=None, via=None, reason=None, now=T0 + 2)
-        assert await _statements(again, lambda: again.list_pending("s:1")) == []
-    finally:
-        await again.close()
 
 
 async def test_one_thread_hop_per_store_operation(store: SqliteConfirmationStore) -> None:
