@@ -1,19 +1,33 @@
-"""A terminal chat through the same bus and confirmation path (``gateway chat``)."""
+"""A terminal chat through the same bus and confirmation path (``gateway chat``).
+
+On a terminal, lines are read with prompt_toolkit (channels.console_prompt): line editing,
+history, and the prompt shows "thinking…" while a turn runs. From a pipe, lines are read
+as they come.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 import sys
+import uuid
 from collections.abc import Callable
-from typing import ClassVar, TextIO
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar, TextIO
 
 import structlog
 
 from channels.base import Channel
 from gateway import texts
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage
+from gateway.confirm.model import Status
 from gateway.runtime import BackgroundTasks
+
+if TYPE_CHECKING:
+    from prompt_toolkit.input import Input
+    from prompt_toolkit.output import Output
+
+    from channels.console_prompt import PromptReader
 
 log = structlog.get_logger(__name__)
 
@@ -31,14 +45,33 @@ class ConsoleChannel(Channel):
         stdin: TextIO | None = None,
         stdout: TextIO | None = None,
         on_eof: Callable[[], None] | None = None,
+        interactive: bool | None = None,
+        history_file: Path | None = None,
+        prompt_io: tuple[Input, Output] | None = None,
     ) -> None:
+        """``interactive`` None: prompt_toolkit when stdin and stdout are terminals (or
+        ``prompt_io`` is given, as tests do); plain line reading otherwise."""
         self.bus = bus
         self.user = user
         self.stdin = stdin or sys.stdin
-        self.stdout = stdout or sys.stdout
+        self._stdout = stdout
         self.on_eof = on_eof
+        if interactive is None:
+            interactive = prompt_io is not None or (
+                stdin is None and stdout is None and sys.stdin.isatty() and sys.stdout.isatty()
+            )
+        self.interactive = interactive
+        self._history_file = history_file
+        self._prompt_io = prompt_io
+        self._reader: PromptReader | None = None
+        # What the gateway is doing for this chat, shown in the prompt.
+        self._turns = 0
+        self._activity: str | None = None
         self._tasks = BackgroundTasks("console")
         self._ids = itertools.count(1)
+        # Message ids are remembered across restarts (duplicate drop, the inbox): a new
+        # run must not reuse the last run's "console-1", or its first lines are dropped.
+        self._run_id = uuid.uuid4().hex[:12]
         self._lines: asyncio.Queue[str | None] = asyncio.Queue()
         self._reader_fd: int | None = None
         self._buffer = b""
@@ -47,7 +80,44 @@ class ConsoleChannel(Channel):
     def chat_id(self) -> str:
         return self.user
 
+    @property
+    def stdout(self) -> TextIO:
+        # Looked up at each write: under prompt_toolkit, sys.stdout is patched to print
+        # above the prompt line.
+        return self._stdout or sys.stdout
+
+    @property
+    def activity(self) -> str | None:
+        """``texts.CONSOLE_THINKING`` / ``CONSOLE_RUNNING`` while busy, None when idle or
+        waiting for the person's decision."""
+        return self._activity
+
+    def on_turn(self, msg: InboundMessage, running: bool) -> None:
+        """The agent loop started or finished a turn (any chat; only ours counts)."""
+        if msg.channel != self.name or msg.chat_id != self.chat_id:
+            return
+        self._turns += 1 if running else -1
+        self._set_activity(texts.CONSOLE_THINKING if self._turns > 0 else None)
+
+    def _set_activity(self, activity: str | None) -> None:
+        self._activity = activity
+        if self._reader is not None:
+            self._reader.refresh()
+
     async def start(self) -> None:
+        if self.interactive:
+            from channels.console_prompt import PromptReader
+
+            io = self._prompt_io
+            self._reader = PromptReader(
+                activity=lambda: self._activity,
+                history_file=self._history_file,
+                input=io[0] if io else None,
+                output=io[1] if io else None,
+            )
+            self._tasks.spawn(self._run_prompt(), name="console-prompt")
+            self._print(texts.CONSOLE_BANNER)
+            return
         loop = asyncio.get_running_loop()
         fd = self.stdin.fileno()
         # add_reader keeps stdin off a thread: a thread blocked in readline() would keep
@@ -75,12 +145,27 @@ class ConsoleChannel(Channel):
         while True:
             line = await self._lines.get()
             if line is None:
-                if self.on_eof is not None:
-                    self.on_eof()
+                self._ended()
                 return
-            text = line.strip()
-            if not text:
-                continue
+            await self._publish(line)
+
+    async def _run_prompt(self) -> None:
+        assert self._reader is not None
+        with self._reader.printing_above():
+            while True:
+                line = await self._reader.read()
+                if line is None:  # Ctrl-D or Ctrl-C: the chat ends
+                    self._ended()
+                    return
+                await self._publish(line)
+
+    def _ended(self) -> None:
+        if self.on_eof is not None:
+            self.on_eof()
+
+    async def _publish(self, line: str) -> None:
+        text = line.strip()
+        if text:
             await self.bus.publish_inbound(
                 InboundMessage(
                     channel=self.name,
@@ -88,7 +173,7 @@ class ConsoleChannel(Channel):
                     sender_id=self.user,
                     sender_name=self.user,
                     text=text,
-                    message_id=f"console-{next(self._ids)}",
+                    message_id=f"console-{self._run_id}-{next(self._ids)}",
                 )
             )
 
@@ -99,8 +184,12 @@ class ConsoleChannel(Channel):
     async def send(self, msg: OutboundMessage) -> None:
         if msg.kind is OutboundKind.CONFIRMATION:
             self._print("\n" + msg.text + "\n")
-        else:
-            self._print(f"bot> {msg.text}")
+            self._set_activity(None)  # the turn waits for the person, not the gateway
+            return
+        self._print(f"bot> {msg.text}")
+        if msg.kind is OutboundKind.CONFIRMATION_UPDATE and self._turns > 0:
+            approved = msg.confirmation is not None and msg.confirmation.status is Status.APPROVED
+            self._set_activity(texts.CONSOLE_RUNNING if approved else texts.CONSOLE_THINKING)
 
     async def stop(self) -> None:
         if self._reader_fd is not None:

@@ -96,6 +96,10 @@ class ConfirmationSettings(Section):
     redis_prefix: str = Field(default="gateway:confirm", min_length=1)
     # How long decided confirmations stay readable in Redis (the audit trail is SQLite's job).
     redis_finished_ttl_seconds: float = Field(default=30 * 24 * 3600.0, gt=0)
+    # Connections per replica (the finished feed holds one); past it callers queue for up
+    # to redis_pool_timeout_seconds, then the request fails closed (chat told, HTTP 503).
+    redis_max_connections: int = Field(default=64, ge=2)
+    redis_pool_timeout_seconds: float = Field(default=5.0, gt=0)
     # Settled records and their audit events are purged this long after their decision.
     retention_days: float = Field(default=30.0, gt=0)
 

@@ -204,6 +204,8 @@ async def build(
             if data_lock is not None:
                 opened.callback(data_lock.release)
             store = await open_store(settings)
+            for warning in await store.durability_warnings():
+                log.warning("store.durability", problem=warning)
         opened.push_async_callback(store.close)
         if inbox is None:
             inbox = await open_inbox(settings)
@@ -281,6 +283,8 @@ async def build(
         )
         for channel in _build_channels(settings, context, console, console_streams, stopped):
             channels.add(channel)
+            if isinstance(channel, ConsoleChannel):
+                loop.on_turn(channel.on_turn)  # "thinking…" in the terminal's prompt
 
         gateway = Gateway(
             settings=settings,
@@ -357,6 +361,8 @@ async def open_store(settings: Settings) -> ConfirmationStore:
             url,
             prefix=settings.confirmation.redis_prefix,
             finished_ttl_seconds=settings.confirmation.redis_finished_ttl_seconds,
+            max_connections=settings.confirmation.redis_max_connections,
+            pool_timeout_seconds=settings.confirmation.redis_pool_timeout_seconds,
         )
     except (RedisError, OSError, ValueError) as exc:  # ValueError: a malformed URL
         raise ConfigError(
@@ -405,6 +411,7 @@ def _build_channels(
                 stdin=console_streams[0] if console_streams else None,
                 stdout=console_streams[1] if console_streams else None,
                 on_eof=stopped.set,
+                history_file=settings.data_dir / "chat_history",
             )
         )
     if context.http is not None and settings.channels.webchat.enabled:

@@ -39,6 +39,14 @@ HELP_NO_MODEL = (
 )
 UNKNOWN_COMMAND = "未知命令 {command}，输入 /help 查看 / unknown command {command}; type /help"
 SHUTDOWN_REASON = "网关关闭 / gateway shutting down"
+STORE_UNAVAILABLE_MESSAGE = (
+    "⚠️ 确认存储暂不可用，这条消息未处理，请稍后再发 / the confirmation store is unavailable "
+    "right now: this message was not handled; send it again later"
+)
+STORE_UNAVAILABLE = (
+    "⚠️ 确认存储暂不可用，{tool} 未执行，请稍后重试 / the confirmation store is unavailable "
+    "right now: {tool} did not run; try again later"
+)
 SUPERSEDED_REASON = "收到新消息，已取消 / superseded by a new message"
 TOO_MANY_UNCLEAR = "多次回复不明确 / too many unclear replies"
 TIMEOUT_REASON = "超时未确认 / no decision before the timeout"
@@ -250,7 +258,9 @@ def notify_ran(name: str, what: str) -> str:
 NOT_ALLOWED = "您没有使用此机器人的权限 / you are not allowed to use this bot"
 APPROVE_BUTTON = "确认 Approve"
 REJECT_BUTTON = "取消 Cancel"
-CONSOLE_BANNER = "gateway chat — /help 帮助 · Ctrl-D 退出 exit"
+CONSOLE_BANNER = "gateway chat — /help 帮助 · ↑ 历史 history · Ctrl-D 退出 exit"
+CONSOLE_THINKING = "思考中… / thinking…"
+CONSOLE_RUNNING = "执行中… / running…"
 DINGTALK_UNSUPPORTED_MESSAGE = (
     "暂只支持文字消息 / only text messages are supported; please type your request"
 )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import structlog
@@ -10,6 +10,9 @@ import structlog
 from gateway.bus import InboundMessage, MessageBus, OutboundMessage
 from gateway.runtime import BackgroundTasks, KeyedSerial
 from gateway.tools.runner import TurnContext
+
+# (message, True when its turn starts / False when it ends)
+TurnListener = Callable[[InboundMessage, bool], None]
 
 log = structlog.get_logger(__name__)
 
@@ -41,6 +44,16 @@ class AgentLoop:
         self._sessions = KeyedSerial()
         self._turns = BackgroundTasks("agent-turns")
         self._intake = BackgroundTasks("agent-intake")
+        self._turn_listeners: list[TurnListener] = []
+
+    def on_turn(self, listener: TurnListener) -> None:
+        """Called with (message, True) when its turn starts and (message, False) when it
+        ends: the terminal chat shows "thinking…" in between."""
+        self._turn_listeners.append(listener)
+
+    def _tell(self, msg: InboundMessage, running: bool) -> None:
+        for listener in self._turn_listeners:
+            listener(msg, running)
 
     def turn_for(self, msg: InboundMessage) -> TurnContext:
         async def say(text: str) -> None:
@@ -84,11 +97,14 @@ class AgentLoop:
             # (its tool calls may have run); one before it does (invariant 9).
             await self.bus.mark_taken(msg)
             with structlog.contextvars.bound_contextvars(session=msg.session_key):
+                self._tell(msg, True)
                 try:
                     await self.agent.handle(msg, self.turn_for(msg))
                 except Exception as exc:  # a failed turn is told to the chat, never lost
                     log.exception("agent.turn_failed")
                     await self.turn_for(msg).say(f"⚠️ 处理失败 / failed: {type(exc).__name__}")
+                finally:
+                    self._tell(msg, False)
 
     async def stop_intake(self) -> None:
         await self._intake.cancel()

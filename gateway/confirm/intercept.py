@@ -14,6 +14,7 @@ from gateway import texts
 from gateway.bus import InboundMessage, OutboundMessage, SenderIdentity
 from gateway.confirm.model import Confirmation, DecideOutcome, Decision
 from gateway.confirm.replies import ParsedReply, ReplyIntent
+from gateway.confirm.store import StoreUnavailableError
 
 if TYPE_CHECKING:
     from gateway.confirm.service import ConfirmationService
@@ -35,6 +36,15 @@ class ReplyIntercept:
 
     async def read(self, msg: InboundMessage) -> bool:
         """True when ``msg`` was handled here (decided, or the sender was told why not)."""
+        try:
+            return await self._read(msg)
+        except StoreUnavailableError:
+            # Fail closed (issue 13): without the store a reply cannot be told from a new
+            # request, and a new request could not be held. Say so; nothing was decided.
+            await self._reply_to(msg, texts.STORE_UNAVAILABLE_MESSAGE)
+            return True
+
+    async def _read(self, msg: InboundMessage) -> bool:
         pending = await self._service.store.list_pending(msg.session_key)
         if not pending:
             return await self._on_reply_to_finished(msg)

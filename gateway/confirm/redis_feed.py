@@ -39,6 +39,13 @@ def is_disconnect(exc: BaseException) -> bool:
     return isinstance(exc, RedisConnectionError | RedisTimeoutError | OSError)
 
 
+async def drop_idle_connections(redis: Redis) -> None:
+    """After a disconnect the pool's idle connections are dead too (a Redis restart, a
+    network cut): close them now, so the next callers connect afresh instead of each
+    failing once on a stale socket (commands are not retried: see from_url)."""
+    await redis.connection_pool.disconnect(inuse_connections=False)
+
+
 class FinishedStream:
     """Reads ``key`` from where the feed started, forever, across disconnects."""
 
@@ -67,8 +74,10 @@ class FinishedStream:
     async def _read(self, last: str) -> Any:
         away = False
 
-        def reconnecting(state: Any) -> None:
+        async def reconnecting(state: Any) -> None:
             nonlocal away
+            if not away:
+                await drop_idle_connections(self._redis)
             away = True
             log.warning(
                 "confirm.feed_reconnecting",

@@ -11,13 +11,20 @@ hashes to one slot, as multi-key scripts require.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
+import contextlib
+import functools
+import inspect
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar, cast
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
 
 from gateway.confirm import redis_scripts as lua
 from gateway.confirm.model import Confirmation, ExecState, Status
@@ -31,14 +38,57 @@ from gateway.confirm.redis_codec import (
     pairs,
     text,
 )
-from gateway.confirm.redis_feed import STREAM_MAXLEN, FinishedStream
+from gateway.confirm.redis_feed import (
+    STREAM_MAXLEN,
+    FinishedStream,
+    drop_idle_connections,
+    is_disconnect,
+)
 from gateway.confirm.redis_ledger import RedisLedger
-from gateway.confirm.store import ConfirmationExistsError, ConfirmationStore
+from gateway.confirm.store import (
+    ConfirmationExistsError,
+    ConfirmationStore,
+    StoreUnavailableError,
+)
 
 DEFAULT_PREFIX = "gateway:confirm"
 DEFAULT_FINISHED_TTL_SECONDS = 30 * 24 * 3600.0
+DEFAULT_MAX_CONNECTIONS = 64
+DEFAULT_POOL_TIMEOUT_SECONDS = 5.0
+# /readyz must answer even while Redis hangs (CLIENT PAUSE, a dead host).
+_PING_TIMEOUT_SECONDS = 2.0
 
 
+def _fail_closed(cls: type[RedisConfirmationStore]) -> type[RedisConfirmationStore]:
+    """Every public store operation raises StoreUnavailableError when Redis cannot be
+    reached or the pool stays exhausted past its timeout, so callers above the store
+    (service, runner, HTTP) handle one error, with no Redis import."""
+    for name, method in list(vars(cls).items()) + [
+        (n, m) for n, m in vars(RedisLedger).items() if n not in vars(cls)
+    ]:
+        if name.startswith("_") or name in ("close", "unavailable"):
+            continue
+        if inspect.iscoroutinefunction(method):
+            setattr(cls, name, _translated(method))
+    return cls
+
+
+def _translated(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(method)
+    async def call(self: RedisConfirmationStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await method(self, *args, **kwargs)
+        except (RedisError, OSError) as exc:
+            if not is_disconnect(exc):
+                raise
+            with contextlib.suppress(RedisError, OSError):
+                await drop_idle_connections(self._redis)
+            raise StoreUnavailableError(f"Redis: {type(exc).__name__}: {exc}") from exc
+
+    return call
+
+
+@_fail_closed
 class RedisConfirmationStore(RedisLedger, ConfirmationStore):
     """Confirmations in Redis, shared by every replica that uses the same prefix.
 
@@ -74,10 +124,25 @@ class RedisConfirmationStore(RedisLedger, ConfirmationStore):
         *,
         prefix: str = DEFAULT_PREFIX,
         finished_ttl_seconds: float = DEFAULT_FINISHED_TTL_SECONDS,
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        pool_timeout_seconds: float = DEFAULT_POOL_TIMEOUT_SECONDS,
         **client_kwargs: Any,
     ) -> RedisConfirmationStore:
-        """Connect and check the server answers, so a wrong URL fails at start-up."""
-        client: Redis = Redis.from_url(url, **client_kwargs)
+        """Connect and check the server answers, so a wrong URL fails at start-up.
+
+        Connections come from a bounded pool: past ``max_connections`` a caller waits for
+        one up to ``pool_timeout_seconds`` (backpressure), then gets StoreUnavailableError.
+        redis-py's default pool raised MaxConnectionsError at once: 500s, lost cards.
+        """
+        # No retries: redis-py would re-send a script whose reply was lost, and a claim or
+        # finish run twice reports "lost" or "already decided" for what this call did.
+        # A disconnect fails the call (closed, StoreUnavailableError); the pool then drops
+        # its idle connections so the next call connects afresh.
+        client_kwargs.setdefault("retry", Retry(NoBackoff(), 0))
+        pool = BlockingConnectionPool.from_url(
+            url, max_connections=max_connections, timeout=pool_timeout_seconds, **client_kwargs
+        )
+        client = Redis.from_pool(pool)
         try:
             await client.ping()
         except BaseException:
@@ -86,6 +151,41 @@ class RedisConfirmationStore(RedisLedger, ConfirmationStore):
         return cls(
             client, prefix=prefix, finished_ttl_seconds=finished_ttl_seconds, close_client=True
         )
+
+    async def unavailable(self) -> str | None:
+        try:
+            async with asyncio.timeout(_PING_TIMEOUT_SECONDS):
+                await self._redis.ping()
+        except TimeoutError:
+            return f"Redis did not answer within {_PING_TIMEOUT_SECONDS:g} s"
+        except (RedisError, OSError) as exc:
+            return f"Redis: {type(exc).__name__}: {exc}"
+        return None
+
+    async def durability_warnings(self) -> tuple[str, ...]:
+        """Persistence off or an eviction policy that may drop keys: a restart or memory
+        pressure would lose pending and approved calls (the ledger lives only here)."""
+        try:
+            found: dict[str, str] = {}
+            for name in ("appendonly", "save", "maxmemory-policy"):
+                reply = await self._redis.config_get(name)
+                found.update({text(k): text(v or "") for k, v in reply.items() if k is not None})
+        except RedisError as exc:  # CONFIG is often disabled on managed Redis
+            return (f"could not read the Redis configuration ({exc}): check persistence",)
+        warnings: builtins.list[str] = []
+        if found.get("appendonly") != "yes":
+            snapshots = "snapshots only" if found.get("save") else "no persistence at all"
+            warnings.append(
+                f"Redis has appendonly=no ({snapshots}): a Redis restart loses the "
+                "decisions and executions since the last snapshot; set appendonly yes"
+            )
+        policy = found.get("maxmemory-policy", "noeviction")
+        if policy != "noeviction":
+            warnings.append(
+                f"Redis maxmemory-policy is {policy}: under memory pressure it may evict "
+                "confirmation records; set maxmemory-policy noeviction"
+            )
+        return tuple(warnings)
 
     async def close(self) -> None:
         if self._close_client:

@@ -22,6 +22,12 @@ class ConfirmationExistsError(Exception):
     """The id is taken; the service draws another."""
 
 
+class StoreUnavailableError(Exception):
+    """The store's server cannot be reached, or every connection stayed busy past the pool
+    timeout. The operation did not happen (each write is one atomic step): callers fail
+    closed and say so."""
+
+
 class ConfirmationStore(ABC):
     """Async persistence of confirmations with an atomic, first-wins status change."""
 
@@ -188,6 +194,14 @@ class ConfirmationStore(ABC):
     @abstractmethod
     async def count(self, status: Status) -> int:
         """How many records have ``status``: one indexed query, never a full load."""
+
+    async def unavailable(self) -> str | None:
+        """Why the store cannot serve right now (for /readyz), or None when it can."""
+        return None
+
+    async def durability_warnings(self) -> tuple[str, ...]:
+        """Server settings that could lose records (logged once at start)."""
+        return ()
 
     async def close(self) -> None:  # noqa: B027 - optional hook, most backends need it
         """Release connections."""

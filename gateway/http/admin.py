@@ -106,10 +106,16 @@ class AdminApi:
         return web.json_response({"status": "ok"})
 
     async def readyz(self, _: web.Request) -> web.Response:
-        ready = self.ready()
-        return web.json_response(
-            {"ready": ready, "channels": self.channel_status()}, status=200 if ready else 503
-        )
+        # The store is asked each time: a Redis outage must show here (issue 13), and
+        # clear again without a restart when Redis is back.
+        problem = await self.store.unavailable()
+        ready = self.ready() and problem is None
+        body = {
+            "ready": ready,
+            "channels": self.channel_status(),
+            "store": {"ready": problem is None, "reason": problem},
+        }
+        return web.json_response(body, status=200 if ready else 503)
 
     async def get_metrics(self, _: web.Request) -> web.Response:
         try:

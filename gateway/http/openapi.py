@@ -167,6 +167,9 @@ class Health(Answer):
 class Readiness(Answer):
     ready: bool
     channels: list[dict[str, Any]] = Field(description="each channel's name, ready and details")
+    store: dict[str, Any] = Field(
+        description="the confirmation store: ready, and the reason when not (Redis down)"
+    )
 
 
 class DeadLetters(Answer):
@@ -237,8 +240,11 @@ ROUTES = (
     Route(
         "get",
         "/readyz",
-        "all channels started",
-        {200: Reply("ready", Readiness), 503: Reply("not ready; channels say why", Readiness)},
+        "all channels started and the confirmation store reachable",
+        {
+            200: Reply("ready", Readiness),
+            503: Reply("not ready; channels and store say why", Readiness),
+        },
     ),
     Route(
         "get", "/metrics", "Prometheus metrics", {200: Reply("text exposition format", media=TEXT)}

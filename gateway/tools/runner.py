@@ -16,6 +16,7 @@ import structlog
 from gateway import texts
 from gateway.confirm.model import Confirmation, Status, ToolCall
 from gateway.confirm.service import ConfirmationService
+from gateway.confirm.store import StoreUnavailableError
 from gateway.tools.base import ToolArgumentsError, ToolRegistry
 from gateway.tools.policy import Policy, PolicyDecision
 
@@ -131,21 +132,25 @@ class ToolRunner:
             )
             return ToolOutcome("manual", preview.summary, decision=decision)
         if decision.level == "confirm":
-            final = await self.confirmations.request(
-                session_key=turn.session_key,
-                channel=turn.channel,
-                chat_id=turn.chat_id,
-                requester=turn.sender_id,
-                is_group=turn.is_group,
-                tool_call=call,
-                summary=preview.summary,
-                # Which rule asked, for the admin API and cards; the person sees why.
-                details={**preview.details, "policy_rule": decision.rule},
-                risk=decision.risk,
-                approvers=turn.approvers,
-                four_eyes=decision.four_eyes,
-                metadata=turn.metadata,
-            )
+            try:
+                final = await self.confirmations.request(
+                    session_key=turn.session_key,
+                    channel=turn.channel,
+                    chat_id=turn.chat_id,
+                    requester=turn.sender_id,
+                    is_group=turn.is_group,
+                    tool_call=call,
+                    summary=preview.summary,
+                    # Which rule asked, for the admin API and cards; the person sees why.
+                    details={**preview.details, "policy_rule": decision.rule},
+                    risk=decision.risk,
+                    approvers=turn.approvers,
+                    four_eyes=decision.four_eyes,
+                    metadata=turn.metadata,
+                )
+            except StoreUnavailableError as exc:  # fail closed, and say so (issue 13)
+                await turn.say(texts.STORE_UNAVAILABLE.format(tool=call.name))
+                return ToolOutcome("error", str(exc), decision=decision)
             if final.status is not Status.APPROVED or final.tool_call != call:
                 status: OutcomeStatus = (
                     "rejected"

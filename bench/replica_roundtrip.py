@@ -1,0 +1,142 @@
+"""Cross-replica decide -> resume on Redis, and the Redis commands a round trip costs.
+
+Two confirmation services (replicas A and B) share one Redis store under a fresh prefix.
+A asks (``service.request``, as a turn does); B decides (``service.decide``, as a reply that
+reached B would); the figure is the time from B's decide call to A's request returning,
+woken by the finished stream. Run sequentially ``--n`` times, after ``--warmup`` trips.
+
+Commands are counted on the client side (every command and pipeline entry the two
+clients send, one EVALSHA counting as one, plus the blocking XREADs of the followers),
+so other users of a shared Redis do not disturb the figure.
+
+    .venv/bin/python bench/replica_roundtrip.py --n 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from redis.asyncio.client import Pipeline, Redis  # noqa: E402
+
+from config.keywords import load_keywords  # noqa: E402
+from config.settings import DEFAULT_KEYWORDS_FILE, ConfirmationSettings  # noqa: E402
+from gateway.bus import MessageBus, OutboundKind  # noqa: E402
+from gateway.confirm.model import Decision, ToolCall  # noqa: E402
+from gateway.confirm.redis_store import RedisConfirmationStore  # noqa: E402
+from gateway.confirm.service import ConfirmationService  # noqa: E402
+
+COMMANDS: Counter[str] = Counter()
+
+
+def _count_commands() -> None:
+    plain = Redis.execute_command
+    piped = Pipeline.execute
+
+    async def execute_command(self: Redis, *args: Any, **options: Any) -> Any:
+        if not isinstance(self, Pipeline):
+            COMMANDS[str(args[0]).upper()] += 1
+        return await plain(self, *args, **options)
+
+    async def execute(self: Pipeline, raise_on_error: bool = True) -> Any:
+        for command, _ in self.command_stack:
+            COMMANDS[str(command[0]).upper()] += 1
+        return await piped(self, raise_on_error)
+
+    Redis.execute_command = execute_command  # type: ignore[method-assign]
+    Pipeline.execute = execute  # type: ignore[method-assign]
+
+
+def _service(store: RedisConfirmationStore) -> ConfirmationService:
+    return ConfirmationService(
+        store=store,
+        bus=MessageBus(),
+        settings=ConfirmationSettings(timeout_seconds=300),
+        keywords=load_keywords(DEFAULT_KEYWORDS_FILE),
+    )
+
+
+async def _trip(a: ConfirmationService, b: ConfirmationService, n: int) -> float:
+    call = ToolCall(name="sql_modify", args={"sql": "DELETE FROM t WHERE id = 1"}, call_id=f"c{n}")
+    asked = asyncio.ensure_future(
+        a.request(
+            session_key=f"bench:chat{n}",
+            channel="bench",
+            chat_id=f"chat{n}",
+            requester="alice",
+            is_group=False,
+            tool_call=call,
+            summary="DELETE t",
+        )
+    )
+    prompt = await a.bus.consume_outbound()
+    while prompt.kind is not OutboundKind.CONFIRMATION:
+        prompt = await a.bus.consume_outbound()
+    assert prompt.confirmation is not None
+    start = time.perf_counter()
+    await b.decide(prompt.confirmation.id, Decision.APPROVE, actor="alice", via="text")
+    await asyncio.wait_for(asked, timeout=10)
+    return time.perf_counter() - start
+
+
+async def main(url: str, n: int, warmup: int) -> None:
+    _count_commands()
+    prefix = f"bench:{uuid.uuid4().hex}"
+    store_a = await RedisConfirmationStore.from_url(url, prefix=prefix)
+    store_b = await RedisConfirmationStore.from_url(url, prefix=prefix)
+    a, b = _service(store_a), _service(store_b)
+    await a.recover()
+    await b.recover()
+    try:
+        for i in range(warmup):
+            await _trip(a, b, -1 - i)
+            await _trip(a, a, -1000 - i)
+        # Interleaved, so that machine noise hits both alike. The baseline: the same
+        # replica asks and decides (its turn is woken in process, no stream hop).
+        times: list[float] = []
+        local: list[float] = []
+        counted: Counter[str] = Counter()
+        for i in range(n):
+            COMMANDS.clear()
+            times.append(await _trip(a, b, i))
+            counted.update(COMMANDS)
+            local.append(await _trip(a, a, 10_000 + i))
+    finally:
+        await a.shutdown()
+        await b.shutdown()
+        keys = [k async for k in store_a._redis.scan_iter(match=f"{prefix}:*")]
+        if keys:
+            await store_a._redis.delete(*keys)
+        await store_a.close()
+        await store_b.close()
+    for label, series in (("cross-replica", times), ("same replica (baseline)", local)):
+        ms = sorted(t * 1000 for t in series)
+        p99 = ms[min(len(ms) - 1, round(0.99 * len(ms)) - 1)]
+        print(
+            f"{label} decide -> resume, n={n}: p50 {statistics.median(ms):.2f} ms, "
+            f"p99 {p99:.2f} ms, max {ms[-1]:.2f} ms"
+        )
+    total = sum(counted.values())
+    print(f"Redis commands per round trip (both replicas): {total / n:.1f}")
+    for name, count in sorted(counted.items(), key=lambda kv: -kv[1]):
+        print(f"  {name:<10} {count / n:.2f}")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--url", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--n", type=int, default=200)
+    parser.add_argument("--warmup", type=int, default=20)
+    args = parser.parse_args()
+    asyncio.run(main(args.url, args.n, args.warmup))

@@ -1,0 +1,156 @@
+"""Redis down and overloaded, through a real gateway (issue 13, items 3 and 4).
+
+The gateway reaches Redis through a TCP proxy the test stops and starts: an outage of this
+gateway's Redis only (the Redis on this machine is shared with other tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+import pytest
+from redis.asyncio import Redis
+
+from gateway import texts
+from gateway.confirm.redis_store import RedisConfirmationStore
+from gateway.confirm.store import StoreUnavailableError
+from tests.confirm.records import make
+from tests.fakes.tcp_proxy import TcpProxy
+from tests.services import mask_url, require_service
+from tests.webchat.support import base_url, eventually, make_settings, order_exists, running_gateway
+from tests.webchat.test_rest import poll, say, wait_for_kind
+
+REDIS_URL = os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+pytestmark = pytest.mark.services
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+
+
+@pytest.fixture
+async def prefix() -> AsyncIterator[str]:
+    prefix = f"gateway-test:{uuid.uuid4().hex}"
+    admin = Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+    try:
+        await admin.ping()
+    except (OSError, ConnectionError) as exc:
+        await admin.aclose()
+        require_service(f"Redis at {mask_url(REDIS_URL)}", exc)
+    yield prefix
+    keys = [k async for k in admin.scan_iter(match=f"{prefix}:*")]
+    if keys:
+        await admin.delete(*keys)
+    await admin.aclose()
+
+
+@pytest.fixture
+async def proxy() -> AsyncIterator[TcpProxy]:
+    parts = urlsplit(REDIS_URL)
+    proxy = TcpProxy(parts.hostname or "127.0.0.1", parts.port or 6379)
+    await proxy.start()
+    yield proxy
+    await proxy.stop()
+
+
+def _through(proxy: TcpProxy) -> str:
+    return urlsplit(REDIS_URL)._replace(netloc=proxy.url_host).geturl()
+
+
+async def _readyz(http: aiohttp.ClientSession) -> tuple[int, dict[str, Any]]:
+    async with http.get("/readyz") as resp:
+        body: dict[str, Any] = await resp.json()
+        return resp.status, body
+
+
+async def test_redis_down_fails_closed_and_everything_resumes_when_it_returns(
+    tmp_path: Path, prefix: str, proxy: TcpProxy
+) -> None:
+    settings = make_settings(
+        tmp_path,
+        confirmation={"store": "redis", "redis_url": _through(proxy), "redis_prefix": prefix},
+    )
+    async with (
+        running_gateway(settings) as gw,
+        aiohttp.ClientSession(base_url=base_url(gw)) as http,
+    ):
+        status, body = await _readyz(http)
+        assert (status, body["store"]) == (200, {"ready": True, "reason": None})
+
+        await proxy.stop()  # Redis is gone for this gateway
+        status, body = await _readyz(http)
+        assert status == 503
+        assert body["store"]["ready"] is False and "Redis" in body["store"]["reason"]
+
+        await say(http, "room", "alice", "/sql DELETE FROM orders WHERE id = 3")
+        refusal = texts.STORE_UNAVAILABLE_MESSAGE
+
+        async def told() -> bool:
+            return any(m["text"] == refusal for m in (await poll(http, "room"))["messages"])
+
+        await eventually(told)
+        assert order_exists(settings.data_dir, 3)  # failed closed: nothing ran
+
+        await proxy.start()  # Redis is back: no restart
+        await eventually(lambda: _ready(http))
+        await say(http, "room2", "alice", "/sql DELETE FROM orders WHERE id = 3")
+        card = await wait_for_kind(http, "room2", "confirmation", "pending")
+        await say(http, "room2", "alice", f"确认 {card['confirmation']['id']}")
+        await wait_for_kind(http, "room2", "confirmation_update", "approved")
+        await eventually(lambda: _gone(settings.data_dir, 3))
+
+
+async def _ready(http: aiohttp.ClientSession) -> bool:
+    return (await _readyz(http))[0] == 200
+
+
+async def _gone(data_dir: Path, order_id: int) -> bool:
+    return not order_exists(data_dir, order_id)
+
+
+async def test_a_full_pool_queues_callers_then_fails_closed(prefix: str) -> None:
+    name = f"pool-{uuid.uuid4().hex[:8]}"
+    store = await RedisConfirmationStore.from_url(
+        REDIS_URL, prefix=prefix, max_connections=2, pool_timeout_seconds=5, client_name=name
+    )
+    try:
+        # Backpressure: 300 concurrent writers on 2 connections wait their turn; none fails.
+        await asyncio.gather(*(store.create(make(f"Q{n:03d}")) for n in range(300)))
+        assert len(await store.list_all_pending()) == 300
+
+        tight = await RedisConfirmationStore.from_url(
+            REDIS_URL, prefix=prefix, max_connections=2, pool_timeout_seconds=0.2
+        )
+        try:
+            async with tight.finished_feed() as one, tight.finished_feed() as two:
+                readers = [asyncio.ensure_future(anext(f)) for f in (one, two)]
+                try:
+                    # Both connections sit in XREAD: the next caller waits 0.2 s, then is
+                    # refused with the store's own error, not a MaxConnectionsError.
+                    await eventually(lambda: _both_held(tight))
+                    with pytest.raises(StoreUnavailableError):
+                        await tight.create(make("LATE"))
+                finally:
+                    for r in readers:
+                        r.cancel()
+                    await asyncio.gather(*readers, return_exceptions=True)
+            await tight.create(make("LATE"))  # connections back: it goes through
+        finally:
+            await tight.close()
+    finally:
+        await store.close()
+
+
+async def _both_held(store: RedisConfirmationStore) -> bool:
+    pool = store._redis.connection_pool
+    return len(pool._in_use_connections) == 2  # type: ignore[attr-defined]
