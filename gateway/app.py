@@ -29,7 +29,7 @@ from config.checks import (
 )
 from config.keywords import KeywordStore
 from config.settings import ConfigError, Settings
-from gateway import extras, texts
+from gateway import extras
 from gateway.agent.commands import CommandAgent
 from gateway.agent.loop import Agent, AgentLoop
 from gateway.bus import MessageBus, OutboundMessage
@@ -47,8 +47,9 @@ from gateway.http.server import HttpServer, admin_token_problem
 from gateway.inbox import Inbox, open_inbox
 from gateway.metrics import Metrics
 from gateway.tools.base import PluginError, ToolRegistry
+from gateway.tools.executor import Executor
 from gateway.tools.policy import Policy
-from gateway.tools.runner import ToolRunner
+from gateway.tools.runner import ToolOutcome, ToolRunner
 from gateway.tools.sql import SqlDatabase, SqlModifyTool, SqlQueryTool
 
 log = structlog.get_logger(__name__)
@@ -71,6 +72,7 @@ class Gateway:
         confirmations: ConfirmationService,
         sql_db: SqlDatabase,
         registry: ToolRegistry,
+        executor: Executor,
         runner: ToolRunner,
         agent: Agent,
         loop: AgentLoop,
@@ -88,6 +90,7 @@ class Gateway:
         self.confirmations = confirmations
         self.sql_db = sql_db
         self.registry = registry
+        self.executor = executor
         self.runner = runner
         self.agent = agent
         self.loop = loop
@@ -140,7 +143,9 @@ class Gateway:
         self.stopped.set()
 
     async def stop(self) -> None:
-        """Intake stops; pending confirmations are cancelled (chats told); outbound drains.
+        """Intake stops; pending confirmations are cancelled (chats told); running calls
+        get ``confirmation.stop_timeout_seconds`` to finish, the rest are reported
+        interrupted (chats told); the instance leaves the store; outbound drains.
 
         Idempotent: a failed start() already stopped what it had started.
         """
@@ -149,8 +154,10 @@ class Gateway:
         self._stopping = True
         await self.loop.stop_intake()
         await self.retention.stop()
-        await self.confirmations.shutdown()
+        await self.confirmations.stop_asking()
+        await self.executor.stop(self.settings.confirmation.stop_timeout_seconds)
         await self.loop.stop(timeout=5.0)
+        await self.confirmations.close()
         await _close_agent(self.agent)
         await self.channels.stop(drain_timeout=5.0)
         if self.http is not None:
@@ -232,15 +239,17 @@ async def build(
         )
         confirmations.subscribe(metrics.on_confirmation)
         bus.add_inbound_listener(metrics.on_inbound)
+        executor = Executor(registry=registry, confirmations=confirmations)
         runner = ToolRunner(
             registry=registry,
             policy=Policy(settings.policy),
             confirmations=confirmations,
+            executor=executor,
             on_tool_run=metrics.on_tool_run,
         )
-        confirmations.set_orphan_handler(orphan_runner(runner, bus))
         agent = _build_agent(settings, runner, registry, confirmations, bus, sql_db, metrics)
         opened.push_async_callback(_close_agent, agent)
+        confirmations.set_orphan_handler(orphan_runner(runner, bus, agent))
         loop = AgentLoop(
             bus=bus,
             agent=agent,
@@ -295,6 +304,7 @@ async def build(
             confirmations=confirmations,
             sql_db=sql_db,
             registry=registry,
+            executor=executor,
             runner=runner,
             agent=agent,
             loop=loop,
@@ -432,8 +442,12 @@ async def _close_agent(agent: Agent) -> None:
         await aclose()
 
 
-def orphan_runner(runner: ToolRunner, bus: MessageBus) -> OrphanHandler:
-    """Run an approved call whose waiting turn is gone, and tell its chat how it went."""
+def orphan_runner(runner: ToolRunner, bus: MessageBus, agent: Agent) -> OrphanHandler:
+    """Run an approved call whose waiting turn is gone; its turn goes on when it can.
+
+    With a stored model continuation the result goes back to the model, whose answer is
+    posted; otherwise the chat gets the result line.
+    """
 
     async def run(confirmation: Confirmation) -> None:
         async def say(text: str) -> None:
@@ -446,13 +460,17 @@ def orphan_runner(runner: ToolRunner, bus: MessageBus) -> OrphanHandler:
                 )
             )
 
-        outcome = await runner.run_orphan(confirmation, say)
-        if outcome.status == "ok":
-            await say(texts.tool_result(confirmation.tool_call.name, outcome.output))
-        elif outcome.status == "error":
-            await say(texts.tool_failed(confirmation.tool_call.name, outcome.output))
+        resume: Resume | None = getattr(agent, "resume", None)
+        if confirmation.continuation is None:
+            resume = None
+        outcome = await runner.run_orphan(confirmation, say, report=resume is None)
+        if resume is not None and outcome.status != "elsewhere":
+            await resume(confirmation, outcome, say)
 
     return run
+
+
+Resume = Callable[[Confirmation, ToolOutcome, Callable[[str], Awaitable[None]]], Awaitable[None]]
 
 
 async def run_until_stopped(

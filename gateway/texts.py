@@ -225,6 +225,35 @@ def pending_list(pending: Sequence[Confirmation], now: float) -> str:
     return "\n".join(lines)
 
 
+# ---- The execution ledger: what became of an approved call ----
+
+INTERRUPTED_RESULT = "interrupted: the process running it stopped before it reported an end"
+
+
+def interrupted(c: Confirmation) -> str:
+    """The call's runner died or was stopped mid-run: never retried by itself."""
+    return (
+        f"⚠️ [{c.id}] {c.tool_call.name} 中断：可能已执行也可能未执行，如需重试请重新发起 / "
+        "interrupted: it may or may not have taken effect; ask again to re-run"
+    )
+
+
+def ran_elsewhere(c: Confirmation) -> str:
+    """A turn whose claim lost: another process has the call (and posts its result)."""
+    return (
+        f"ℹ️ [{c.id}] {c.tool_call.name} 由另一个网关进程执行，结果会在此发布 / "
+        "run by another gateway process; its result is posted here"
+    )
+
+
+def prompt_reposted(c: Confirmation, now: float) -> str:
+    """A pending prompt shown again after a restart, with the time left."""
+    return (
+        "🔁 网关已重启，此操作仍在等待确认 / the gateway restarted; this still waits:\n"
+        + prompt(c, now)
+    )
+
+
 def tool_result(name: str, result: Any, confirmation_id: str | None = None) -> str:
     """A tool's result; after a confirmation, the line names its id and says it is done."""
     if confirmation_id is None:
