@@ -33,6 +33,7 @@ from gateway import extras
 from gateway.agent.commands import CommandAgent
 from gateway.agent.loop import Agent, AgentLoop
 from gateway.bus import MessageBus, OutboundMessage
+from gateway.confirm.grants import GrantBook, open_grant_store
 from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.model import Confirmation
 from gateway.confirm.replicas import OrphanHandler
@@ -41,6 +42,7 @@ from gateway.confirm.service import ConfirmationService
 from gateway.confirm.store import ConfirmationStore
 from gateway.data_lock import DataDirLock
 from gateway.http.admin import AdminApi
+from gateway.http.grants_api import GrantsApi
 from gateway.http.jsonapi import one_line
 from gateway.http.page import AdminPage
 from gateway.http.server import HttpServer, admin_token_problem
@@ -165,6 +167,7 @@ class Gateway:
         await self.keywords.stop_watching()
         await self.bus.stop()
         await self.store.close()
+        await self.confirmations.grants.store.close()
         await self.sql_db.close()
         if self.data_lock is not None:
             self.data_lock.release()  # last: the store is closed, the next owner may come
@@ -234,8 +237,16 @@ async def build(
         bus = MessageBus(inbox=inbox)
         metrics = Metrics()
         keywords = KeywordStore.open(settings.keywords_file)
+        grant_store = await open_grant_store(settings, store)
+        opened.push_async_callback(grant_store.close)
+        grants = GrantBook(grant_store, clock=clock)
         confirmations = ConfirmationService(
-            store=store, bus=bus, settings=settings.confirmation, keywords=keywords, clock=clock
+            store=store,
+            bus=bus,
+            settings=settings.confirmation,
+            keywords=keywords,
+            clock=clock,
+            grants=grants,
         )
         confirmations.subscribe(metrics.on_confirmation)
         bus.add_inbound_listener(metrics.on_inbound)
@@ -244,6 +255,7 @@ async def build(
             registry=registry,
             policy=Policy(settings.policy),
             confirmations=confirmations,
+            grants=grants,
             executor=executor,
             on_tool_run=metrics.on_tool_run,
         )
@@ -274,6 +286,7 @@ async def build(
                 ready=lambda: channels.ready,
                 channel_status=channels.status,
             ).register(http.app)
+            GrantsApi(grants=grants, confirmations=confirmations).register(http.app)
             AdminPage(
                 confirmations=confirmations,
                 keywords=keywords,

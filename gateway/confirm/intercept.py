@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from gateway import texts
 from gateway.bus import InboundMessage, OutboundMessage, SenderIdentity
+from gateway.confirm.grants import grant_sentence
 from gateway.confirm.ledger import audit
 from gateway.confirm.model import Confirmation, DecideOutcome, Decision
 from gateway.confirm.replies import ParsedReply, ReplyIntent
@@ -142,6 +143,16 @@ class ReplyIntercept:
         if result.outcome is not DecideOutcome.DECIDED:
             # A decision is announced by the update message; anything else is told here.
             await self._reply_to(msg, result.message)
+        elif parsed.grant_minutes is not None and result.confirmation is not None:
+            _, said = await grant_sentence(
+                self._service.grants,
+                result.confirmation,
+                scope="session",
+                minutes=parsed.grant_minutes,
+                by=msg.sender_id,
+                via="text",
+            )
+            await self._reply_to(msg, said)
 
     async def _audit_read(
         self, target: Confirmation, msg: InboundMessage, parsed: ParsedReply, how: str

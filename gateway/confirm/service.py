@@ -26,6 +26,7 @@ from gateway.confirm.deadlines import Deadlines
 from gateway.confirm.events import ConfirmationEvent as ConfirmationEvent
 from gateway.confirm.events import Listener as Listener
 from gateway.confirm.events import Listeners
+from gateway.confirm.grants import GrantBook, MemoryGrantStore
 from gateway.confirm.intercept import ReplyIntercept
 from gateway.confirm.ledger import audit, new_instance
 from gateway.confirm.model import (
@@ -60,10 +61,13 @@ class ConfirmationService:
         settings: ConfirmationSettings,
         keywords: KeywordStore | KeywordSet,
         clock: Callable[[], float] = time.time,
+        grants: GrantBook | None = None,
         instance: Instance | None = None,
     ) -> None:
         self.store = store
         self.bus = bus
+        # Replies such as "确认 30分钟" give grants here (intercept.py); the runner reads them.
+        self.grants = grants or GrantBook(MemoryGrantStore(), clock=clock)
         self.settings = settings
         self.clock = clock
         # This process in the store: owner of what it asks, claimer of what it runs.

@@ -15,6 +15,7 @@ from typing import Any, Literal
 import structlog
 
 from gateway import texts
+from gateway.confirm.grants import GrantBook, MemoryGrantStore, covered_call
 from gateway.confirm.model import Confirmation, Status, ToolCall
 from gateway.confirm.service import ConfirmationService
 from gateway.confirm.store import StoreUnavailableError
@@ -112,12 +113,14 @@ class ToolRunner:
         registry: ToolRegistry,
         policy: Policy,
         confirmations: ConfirmationService,
+        grants: GrantBook | None = None,
         executor: Executor,
         on_tool_run: ToolRunObserver | None = None,
     ) -> None:
         self.registry = registry
         self.policy = policy
         self.confirmations = confirmations
+        self.grants = grants or GrantBook(MemoryGrantStore())
         self.executor = executor
         self._on_tool_run = on_tool_run
 
@@ -152,6 +155,12 @@ class ToolRunner:
             )
             return ToolOutcome("manual", preview.summary, decision=decision)
         if decision.level == "confirm":
+            grant = await self.grants.covering(
+                **covered_call(call, turn.session_key, turn.sender_id, decision)
+            )
+            if grant is not None:  # an approver said "don't ask again" for this (grants.py)
+                await turn.say(texts.grant_used(call.name, grant))
+                return await self._execute(call, args, turn, decision, None)
             try:
                 final = await self.confirmations.request(
                     session_key=turn.session_key,

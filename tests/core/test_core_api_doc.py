@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "core-api.md"
-IMPORT = re.compile(r"^from ([\w.]+) import (.+)$", re.MULTILINE)
+IMPORT = re.compile(r"^from ([\w.]+) import (\([^)]*\)|.+)$", re.MULTILINE)
 DOTTED = re.compile(r"`([A-Z]\w*)\.(\w+)`")
 
 
@@ -19,7 +19,9 @@ def _imported() -> dict[str, object]:
     names: dict[str, object] = {}
     for module_name, listed in IMPORT.findall(DOC.read_text(encoding="utf-8")):
         module = importlib.import_module(module_name)
-        for name in (n.strip() for n in listed.split(",")):
+        for name in (n.strip() for n in listed.strip("()").split(",")):
+            if not name:
+                continue
             assert hasattr(module, name), f"docs/core-api.md: {module_name} has no {name}"
             names[name] = getattr(module, name)
     return names
