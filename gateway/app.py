@@ -9,55 +9,50 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import structlog
 
-from channels.base import Channel, ChannelContext
+from channels.base import ChannelContext
 from channels.console import ConsoleChannel
 from channels.manager import ChannelManager
 from config.checks import (
     channel_warnings,
-    check_channel_settings,
-    data_dir_problem,
-    masked_url,
-    sql_url_problem,
 )
 from config.keywords import KeywordStore
 from config.settings import ConfigError, Settings
-from gateway import extras
-from gateway.agent.commands import CommandAgent
 from gateway.agent.loop import Agent, AgentLoop
-from gateway.bus import MessageBus, OutboundMessage
+from gateway.bus import MessageBus
 from gateway.confirm.grants import GrantBook, open_grant_store
-from gateway.confirm.memory_store import MemoryConfirmationStore
-from gateway.confirm.model import Confirmation
-from gateway.confirm.replicas import OrphanHandler
 from gateway.confirm.retention import Retention
 from gateway.confirm.service import ConfirmationService
 from gateway.confirm.store import ConfirmationStore
 from gateway.data_lock import DataDirLock
 from gateway.http.admin import AdminApi
 from gateway.http.grants_api import GrantsApi
-from gateway.http.jsonapi import one_line
 from gateway.http.page import AdminPage
-from gateway.http.server import HttpServer, admin_token_problem
+from gateway.http.server import HttpServer
 from gateway.inbox import Inbox, open_inbox
 from gateway.metrics import Metrics
+from gateway.parts import (
+    build_agent,
+    build_channels,
+    check_settings,
+    close_agent,
+    lock_data_dir,
+    open_store,
+    orphan_runner,
+)
 from gateway.tools.base import PluginError, ToolRegistry
 from gateway.tools.executor import Executor
 from gateway.tools.policy import Policy
-from gateway.tools.runner import ToolOutcome, ToolRunner
+from gateway.tools.runner import ToolRunner
 from gateway.tools.sql import SqlDatabase, SqlModifyTool, SqlQueryTool
 
 log = structlog.get_logger(__name__)
-
-# Platform channels are imported only when enabled: `import lark_oapi` alone costs seconds.
-PLATFORM_CHANNELS = {"feishu": "channels.feishu", "dingtalk": "channels.dingtalk"}
 
 
 class Gateway:
@@ -160,7 +155,7 @@ class Gateway:
         await self.executor.stop(self.settings.confirmation.stop_timeout_seconds)
         await self.loop.stop(timeout=5.0)
         await self.confirmations.close()
-        await _close_agent(self.agent)
+        await close_agent(self.agent)
         await self.channels.stop(drain_timeout=5.0)
         if self.http is not None:
             await self.http.stop()
@@ -259,8 +254,8 @@ async def build(
             executor=executor,
             on_tool_run=metrics.on_tool_run,
         )
-        agent = _build_agent(settings, runner, registry, confirmations, bus, sql_db, metrics)
-        opened.push_async_callback(_close_agent, agent)
+        agent = build_agent(settings, runner, registry, confirmations, bus, sql_db, metrics)
+        opened.push_async_callback(close_agent, agent)
         confirmations.set_orphan_handler(orphan_runner(runner, bus, agent))
         loop = AgentLoop(
             bus=bus,
@@ -303,7 +298,7 @@ async def build(
             http=http.app if http else None,
             metrics=metrics,
         )
-        for channel in _build_channels(settings, context, console, console_streams, stopped):
+        for channel in build_channels(settings, context, console, console_streams, stopped):
             channels.add(channel)
             if isinstance(channel, ConsoleChannel):
                 loop.on_turn(channel.on_turn)  # "thinking…" in the terminal's prompt
@@ -331,159 +326,6 @@ async def build(
         )
         opened.pop_all()
     return gateway
-
-
-def check_settings(settings: Settings, *, serve_http: bool = True) -> list[str]:
-    """What stops ``build`` before it opens anything, one fix-it sentence each.
-
-    ``gateway check-config`` prints the same list.
-    """
-    problems = check_channel_settings(settings)
-    if serve_http:
-        token = settings.admin.token.get_secret_value() if settings.admin.token else None
-        problem = admin_token_problem(settings.server.host, token, settings.server.allowed_hosts)
-        if problem is not None:
-            problems.append(problem)
-    for problem in (sql_url_problem(settings.tools.sql.url), data_dir_problem(settings.data_dir)):
-        if problem is not None:
-            problems.append(problem)
-    problems.extend(extras.missing(settings))
-    return problems
-
-
-def lock_data_dir(settings: Settings) -> DataDirLock | None:
-    """With the SQLite store, take the data dir for this process (DataDirInUse otherwise).
-
-    Only SQLite: its confirmations, inbox and audit log in the data dir have one owner.
-    With Redis several replicas are normal and may share a data dir: what they keep
-    there is the demo SQL database (SQLite locks its own writes), and the keyword file
-    (each reads it); their inbox is not in the data dir (gateway.inbox.open_inbox).
-    """
-    if settings.confirmation.store != "sqlite":
-        return None
-    return DataDirLock.acquire(settings.data_dir)
-
-
-async def open_store(settings: Settings) -> ConfirmationStore:
-    """The configured confirmation store, opened; ConfigError when its server is unusable."""
-    kind = settings.confirmation.store
-    if kind == "memory":
-        return MemoryConfirmationStore()
-    if kind == "sqlite":
-        from gateway.confirm.sqlite_store import SqliteConfirmationStore
-
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        return await SqliteConfirmationStore.open(settings.data_dir / "confirmations.db")
-    from redis.exceptions import RedisError
-
-    from gateway.confirm.redis_store import RedisConfirmationStore
-
-    url = settings.confirmation.redis_url
-    try:
-        return await RedisConfirmationStore.from_url(
-            url,
-            prefix=settings.confirmation.redis_prefix,
-            finished_ttl_seconds=settings.confirmation.redis_finished_ttl_seconds,
-            max_connections=settings.confirmation.redis_max_connections,
-            pool_timeout_seconds=settings.confirmation.redis_pool_timeout_seconds,
-        )
-    except (RedisError, OSError, ValueError) as exc:  # ValueError: a malformed URL
-        raise ConfigError(
-            f"confirmation.store is redis, and Redis at {masked_url(url)} cannot be used "
-            f"({one_line(exc) or type(exc).__name__}): start it, or set "
-            "GATEWAY_CONFIRMATION__REDIS_URL (or [confirmation] redis_url)"
-        ) from exc
-
-
-def _build_agent(
-    settings: Settings,
-    runner: ToolRunner,
-    registry: ToolRegistry,
-    confirmations: ConfirmationService,
-    bus: MessageBus,
-    sql_db: SqlDatabase,
-    metrics: Metrics,
-) -> Agent:
-    if settings.llm.configured:
-        from gateway.agent.model_agent import build_model_agent
-
-        return build_model_agent(
-            settings=settings,
-            runner=runner,
-            registry=registry,
-            confirmations=confirmations,
-            bus=bus,
-            on_model_request=metrics.on_model_request,
-        )
-    return CommandAgent(runner=runner, confirmations=confirmations, sql_dialect=sql_db.dialect)
-
-
-def _build_channels(
-    settings: Settings,
-    context: ChannelContext,
-    console: bool,
-    console_streams: tuple[TextIO, TextIO] | None,
-    stopped: asyncio.Event,
-) -> list[Channel]:
-    built: list[Channel] = []
-    if console:
-        built.append(
-            ConsoleChannel(
-                bus=context.bus,
-                user=settings.channels.console.user,
-                stdin=console_streams[0] if console_streams else None,
-                stdout=console_streams[1] if console_streams else None,
-                on_eof=stopped.set,
-                history_file=settings.data_dir / "chat_history",
-            )
-        )
-    if context.http is not None and settings.channels.webchat.enabled:
-        from channels.webchat import create_channel as create_webchat
-
-        built.append(create_webchat(context))
-    for name, module_name in PLATFORM_CHANNELS.items():
-        if getattr(settings.channels, name).enabled:
-            module = importlib.import_module(module_name)
-            built.append(module.create_channel(context))
-    return built
-
-
-async def _close_agent(agent: Agent) -> None:
-    # The model agent holds an HTTP client (connection pool) that must be closed.
-    aclose: Callable[[], Awaitable[None]] | None = getattr(agent, "aclose", None)
-    if aclose is not None:
-        await aclose()
-
-
-def orphan_runner(runner: ToolRunner, bus: MessageBus, agent: Agent) -> OrphanHandler:
-    """Run an approved call whose waiting turn is gone; its turn goes on when it can.
-
-    With a stored model continuation the result goes back to the model, whose answer is
-    posted; otherwise the chat gets the result line.
-    """
-
-    async def run(confirmation: Confirmation) -> None:
-        async def say(text: str) -> None:
-            await bus.publish_outbound(
-                OutboundMessage(
-                    channel=confirmation.channel,
-                    chat_id=confirmation.chat_id,
-                    text=text,
-                    session_key=confirmation.session_key,
-                )
-            )
-
-        resume: Resume | None = getattr(agent, "resume", None)
-        if confirmation.continuation is None:
-            resume = None
-        outcome = await runner.run_orphan(confirmation, say, report=resume is None)
-        if resume is not None and outcome.status != "elsewhere":
-            await resume(confirmation, outcome, say)
-
-    return run
-
-
-Resume = Callable[[Confirmation, ToolOutcome, Callable[[str], Awaitable[None]]], Awaitable[None]]
 
 
 async def run_until_stopped(
