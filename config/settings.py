@@ -96,6 +96,11 @@ class ConfirmationSettings(Section):
     redis_prefix: str = Field(default="gateway:confirm", min_length=1)
     # How long decided confirmations stay readable in Redis (the audit trail is SQLite's job).
     redis_finished_ttl_seconds: float = Field(default=30 * 24 * 3600.0, gt=0)
+    # A process that has not heartbeaten for this long is dead: others adopt its records.
+    # It heartbeats every lease/3 seconds, so two missed beats are not yet death.
+    lease_seconds: float = Field(default=15.0, gt=0)
+    # SIGTERM lets running calls finish for this long; the rest are reported interrupted.
+    stop_timeout_seconds: float = Field(default=30.0, ge=0)
     # Connections per replica (the finished feed holds one); past it callers queue for up
     # to redis_pool_timeout_seconds, then the request fails closed (chat told, HTTP 503).
     redis_max_connections: int = Field(default=64, ge=2)

@@ -29,10 +29,11 @@ from config.checks import (
 )
 from config.keywords import KeywordStore
 from config.settings import ConfigError, Settings
-from gateway import extras, texts
+from gateway import extras
 from gateway.agent.commands import CommandAgent
 from gateway.agent.loop import Agent, AgentLoop
 from gateway.bus import MessageBus, OutboundMessage
+from gateway.confirm.grants import GrantBook, open_grant_store
 from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.model import Confirmation
 from gateway.confirm.replicas import OrphanHandler
@@ -41,14 +42,16 @@ from gateway.confirm.service import ConfirmationService
 from gateway.confirm.store import ConfirmationStore
 from gateway.data_lock import DataDirLock
 from gateway.http.admin import AdminApi
+from gateway.http.grants_api import GrantsApi
 from gateway.http.jsonapi import one_line
 from gateway.http.page import AdminPage
 from gateway.http.server import HttpServer, admin_token_problem
 from gateway.inbox import Inbox, open_inbox
 from gateway.metrics import Metrics
 from gateway.tools.base import PluginError, ToolRegistry
+from gateway.tools.executor import Executor
 from gateway.tools.policy import Policy
-from gateway.tools.runner import ToolRunner
+from gateway.tools.runner import ToolOutcome, ToolRunner
 from gateway.tools.sql import SqlDatabase, SqlModifyTool, SqlQueryTool
 
 log = structlog.get_logger(__name__)
@@ -71,6 +74,7 @@ class Gateway:
         confirmations: ConfirmationService,
         sql_db: SqlDatabase,
         registry: ToolRegistry,
+        executor: Executor,
         runner: ToolRunner,
         agent: Agent,
         loop: AgentLoop,
@@ -88,6 +92,7 @@ class Gateway:
         self.confirmations = confirmations
         self.sql_db = sql_db
         self.registry = registry
+        self.executor = executor
         self.runner = runner
         self.agent = agent
         self.loop = loop
@@ -140,7 +145,9 @@ class Gateway:
         self.stopped.set()
 
     async def stop(self) -> None:
-        """Intake stops; pending confirmations are cancelled (chats told); outbound drains.
+        """Intake stops; pending confirmations are cancelled (chats told); running calls
+        get ``confirmation.stop_timeout_seconds`` to finish, the rest are reported
+        interrupted (chats told); the instance leaves the store; outbound drains.
 
         Idempotent: a failed start() already stopped what it had started.
         """
@@ -149,8 +156,10 @@ class Gateway:
         self._stopping = True
         await self.loop.stop_intake()
         await self.retention.stop()
-        await self.confirmations.shutdown()
+        await self.confirmations.stop_asking()
+        await self.executor.stop(self.settings.confirmation.stop_timeout_seconds)
         await self.loop.stop(timeout=5.0)
+        await self.confirmations.close()
         await _close_agent(self.agent)
         await self.channels.stop(drain_timeout=5.0)
         if self.http is not None:
@@ -158,6 +167,7 @@ class Gateway:
         await self.keywords.stop_watching()
         await self.bus.stop()
         await self.store.close()
+        await self.confirmations.grants.store.close()
         await self.sql_db.close()
         if self.data_lock is not None:
             self.data_lock.release()  # last: the store is closed, the next owner may come
@@ -227,20 +237,31 @@ async def build(
         bus = MessageBus(inbox=inbox)
         metrics = Metrics()
         keywords = KeywordStore.open(settings.keywords_file)
+        grant_store = await open_grant_store(settings, store)
+        opened.push_async_callback(grant_store.close)
+        grants = GrantBook(grant_store, clock=clock)
         confirmations = ConfirmationService(
-            store=store, bus=bus, settings=settings.confirmation, keywords=keywords, clock=clock
+            store=store,
+            bus=bus,
+            settings=settings.confirmation,
+            keywords=keywords,
+            clock=clock,
+            grants=grants,
         )
         confirmations.subscribe(metrics.on_confirmation)
         bus.add_inbound_listener(metrics.on_inbound)
+        executor = Executor(registry=registry, confirmations=confirmations)
         runner = ToolRunner(
             registry=registry,
             policy=Policy(settings.policy),
             confirmations=confirmations,
+            grants=grants,
+            executor=executor,
             on_tool_run=metrics.on_tool_run,
         )
-        confirmations.set_orphan_handler(orphan_runner(runner, bus))
         agent = _build_agent(settings, runner, registry, confirmations, bus, sql_db, metrics)
         opened.push_async_callback(_close_agent, agent)
+        confirmations.set_orphan_handler(orphan_runner(runner, bus, agent))
         loop = AgentLoop(
             bus=bus,
             agent=agent,
@@ -265,6 +286,7 @@ async def build(
                 ready=lambda: channels.ready,
                 channel_status=channels.status,
             ).register(http.app)
+            GrantsApi(grants=grants, confirmations=confirmations).register(http.app)
             AdminPage(
                 confirmations=confirmations,
                 keywords=keywords,
@@ -295,6 +317,7 @@ async def build(
             confirmations=confirmations,
             sql_db=sql_db,
             registry=registry,
+            executor=executor,
             runner=runner,
             agent=agent,
             loop=loop,
@@ -432,8 +455,12 @@ async def _close_agent(agent: Agent) -> None:
         await aclose()
 
 
-def orphan_runner(runner: ToolRunner, bus: MessageBus) -> OrphanHandler:
-    """Run an approved call whose waiting turn is gone, and tell its chat how it went."""
+def orphan_runner(runner: ToolRunner, bus: MessageBus, agent: Agent) -> OrphanHandler:
+    """Run an approved call whose waiting turn is gone; its turn goes on when it can.
+
+    With a stored model continuation the result goes back to the model, whose answer is
+    posted; otherwise the chat gets the result line.
+    """
 
     async def run(confirmation: Confirmation) -> None:
         async def say(text: str) -> None:
@@ -446,13 +473,17 @@ def orphan_runner(runner: ToolRunner, bus: MessageBus) -> OrphanHandler:
                 )
             )
 
-        outcome = await runner.run_orphan(confirmation, say)
-        if outcome.status == "ok":
-            await say(texts.tool_result(confirmation.tool_call.name, outcome.output))
-        elif outcome.status == "error":
-            await say(texts.tool_failed(confirmation.tool_call.name, outcome.output))
+        resume: Resume | None = getattr(agent, "resume", None)
+        if confirmation.continuation is None:
+            resume = None
+        outcome = await runner.run_orphan(confirmation, say, report=resume is None)
+        if resume is not None and outcome.status != "elsewhere":
+            await resume(confirmation, outcome, say)
 
     return run
+
+
+Resume = Callable[[Confirmation, ToolOutcome, Callable[[str], Awaitable[None]]], Awaitable[None]]
 
 
 async def run_until_stopped(

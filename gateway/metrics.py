@@ -150,6 +150,8 @@ class Metrics:
             self.requested.labels(tool=c.tool_call.name).inc()
             self.pending.inc()
             return
+        if event.kind != "resolved":
+            return  # an execution ending: the status ended earlier and was counted then
         self.pending.dec()
         self.resolved.labels(outcome=c.status.value, via=c.decided_via or "-").inc()
         decided = c.decided_at or time.time()

@@ -7,10 +7,22 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
 import structlog
 
 from config.settings import DEFAULT_KEYWORDS_FILE, Settings, load_settings
+
+# The machine is shared and noisy: a property test's verdict must not depend on how long one
+# example took (a deadline hit under load reads as a flaky failure), and nothing is written
+# into the working tree (no .hypothesis/ example database).
+hypothesis.settings.register_profile(
+    "gateway",
+    deadline=None,
+    database=None,
+    suppress_health_check=[hypothesis.HealthCheck.too_slow],
+)
+hypothesis.settings.load_profile("gateway")
 
 
 @pytest.fixture(autouse=True)

@@ -26,9 +26,10 @@ class Agent(Protocol):
 class AgentLoop:
     """Takes messages off the bus and runs turns.
 
-    Each message becomes a turn of its own, run one at a time per session: a confirmation
-    pending in one chat never blocks another, and a session's messages are answered in
-    the order they arrived.
+    Each message becomes a turn of its own, run one at a time per session — per member in
+    a group chat: a confirmation pending in one chat never blocks another, one member's
+    pending call never delays another member's answer (invariant 10), and each person's
+    messages are answered in the order they arrived.
     """
 
     def __init__(
@@ -92,7 +93,7 @@ class AgentLoop:
             self._turns.spawn(self._turn(msg), name=f"turn-{msg.session_key}")
 
     async def _turn(self, msg: InboundMessage) -> None:
-        async with self._sessions.hold(msg.session_key):
+        async with self._sessions.hold(serial_key(msg)):
             # Taken as the turn starts: a crash from here on does not replay the message
             # (its tool calls may have run); one before it does (invariant 9).
             await self.bus.mark_taken(msg)
@@ -116,3 +117,10 @@ class AgentLoop:
     async def stop(self, timeout: float = 5.0) -> None:
         await self.stop_intake()
         await self._turns.stop(timeout)
+
+
+def serial_key(msg: InboundMessage) -> str:
+    """Whose turns run one at a time: the session, or in a group one member of it."""
+    if msg.is_group:
+        return f"{msg.session_key}\x00{msg.sender_id}"
+    return msg.session_key

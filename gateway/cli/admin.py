@@ -247,9 +247,8 @@ def _list(args: argparse.Namespace, client: AdminClient) -> int:
     return EXIT_OK
 
 
-def register(subparsers: Any) -> None:
-    """Add ``confirmations`` to the ``gateway`` command."""
-    # Options go after the action (``confirmations list --url ...``), via a parent parser.
+def common_options() -> argparse.ArgumentParser:
+    """--url, --token, --timeout, --json: a parent parser for every admin API command."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--url", help="the daemon's base URL (default from [server] host/port)")
     common.add_argument(
@@ -259,6 +258,13 @@ def register(subparsers: Any) -> None:
     )
     common.add_argument("--timeout", type=float, default=10.0, help="seconds per request")
     common.add_argument("--json", action="store_true", help="print the API's JSON")
+    return common
+
+
+def register(subparsers: Any) -> None:
+    """Add ``confirmations`` to the ``gateway`` command."""
+    # Options go after the action (``confirmations list --url ...``), via a parent parser.
+    common = common_options()
     p = subparsers.add_parser(
         "confirmations", help="list and decide confirmations on a running daemon (admin API)"
     )

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from gateway.cli import admin, init, policy
+from gateway.cli import admin, grants, init, policy
 
 EXIT_CONFIG = 2
 
@@ -96,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(handler=_command("cmd_keywords"))
 
     admin.register(sub)
+    grants.register(sub)
     policy.register(sub)
     init.register(sub)
     _accept_config_anywhere(parser)

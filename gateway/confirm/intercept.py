@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 
 from gateway import texts
 from gateway.bus import InboundMessage, OutboundMessage, SenderIdentity
+from gateway.confirm.grants import grant_sentence
+from gateway.confirm.ledger import audit
 from gateway.confirm.model import Confirmation, DecideOutcome, Decision
 from gateway.confirm.replies import ParsedReply, ReplyIntent
 from gateway.confirm.store import StoreUnavailableError
@@ -131,12 +133,39 @@ class ReplyIntercept:
             await self._reply_to(msg, target)
             return
         decision = Decision.APPROVE if parsed.intent is ReplyIntent.CONFIRM else Decision.REJECT
+        allowed, _ = self._service.may_decide(target, msg.sender_id, decision)
+        how = "decision" if allowed else "not_allowed"
+        await self._audit_read(target, msg, parsed, how)
         result = await self._service.decide_record(
             target, decision, actor=msg.sender_id, via="text", reason=parsed.reason
         )
         if result.outcome is not DecideOutcome.DECIDED:
             # A decision is announced by the update message; anything else is told here.
             await self._reply_to(msg, result.message)
+        elif parsed.grant_minutes is not None and result.confirmation is not None:
+            _, said = await grant_sentence(
+                self._service.grants,
+                result.confirmation,
+                scope="session",
+                minutes=parsed.grant_minutes,
+                by=msg.sender_id,
+                via="text",
+            )
+            await self._reply_to(msg, said)
+
+    async def _audit_read(
+        self, target: Confirmation, msg: InboundMessage, parsed: ParsedReply, how: str
+    ) -> None:
+        """The audit line of a reply read against ``target``: its intent and how it was taken."""
+        await audit(
+            self._service,
+            target.id,
+            "reply_read",
+            actor=msg.sender_id,
+            intent=parsed.intent.value,
+            how=how,
+            message_id=msg.message_id,
+        )
 
     async def _on_unclear(
         self,
@@ -150,8 +179,10 @@ class ReplyIntercept:
             await self._reply_to(msg, target)
             return
         if not self._may_take_part(target, msg.sender_id):
+            await self._audit_read(target, msg, parsed, "not_allowed")
             await self._reply_to(msg, texts.ONLY_APPROVERS)
             return
+        await self._audit_read(target, msg, parsed, "unclear")
         count = self._unclear.get(target.id, 0) + 1
         self._unclear[target.id] = count
         left = self._service.settings.max_unclear_replies - count

@@ -1,14 +1,16 @@
-"""Other replicas and earlier processes: follow the finished feed, recover after a restart.
+"""Other processes, alive or dead: heartbeats, adoption, and the finished feed.
 
-A turn waits on a future in the process that asked. Two things can strand it or its call:
+A turn waits on a future in the process that asked; the store holds the truth. So that no
+call is stranded when that process dies or another one takes a decision:
 
-- With a shared store (Redis) a decision may land on another replica (the platform
-  delivered the reply there). The store's finished feed tells this process, which wakes
-  its turn.
-- After a restart, calls are still pending in the store. Each gets its deadline armed
-  again here. When no other process uses the store, none of them has a turn anywhere, so
-  this process adopts them: an adopted call that is approved runs here, through the orphan
-  handler.
+- Every process heartbeats (``lease/3`` seconds). One whose heartbeat is older than the
+  lease is dead, and a live process adopts what it answered for: pending calls (their
+  deadline is armed here and their prompt posted again), approved calls nobody claimed
+  (claimed and run here, through the orphan handler, which also lets a model turn go on),
+  and calls that were running (reported ``interrupted``, never re-run, unless the tool is
+  idempotent: then claimed once more). This runs at start and every few seconds.
+- With a shared store (Redis) a decision may land on another replica. The store's finished
+  feed tells this process, which wakes its turn, or runs the call it adopted.
 """
 
 from __future__ import annotations
@@ -16,12 +18,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from gateway import texts
-from gateway.confirm.model import Confirmation, Status
+from gateway.bus import OutboundKind, OutboundMessage
+from gateway.confirm.ledger import audit, interrupt
+from gateway.confirm.model import Confirmation, ExecState, Status
+from gateway.confirm.store import may_claim
 from gateway.runtime import BackgroundTasks
 
 if TYPE_CHECKING:
@@ -29,6 +35,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
+# Runs an approved call whose waiting turn is gone (claim first: see gateway/tools/executor).
 OrphanHandler = Callable[[Confirmation], Coroutine[Any, Any, None]]
 
 # A Redis client stuck in a read must not hold up shutdown.
@@ -36,53 +43,189 @@ _FOLLOWER_STOP_SECONDS = 2.0
 
 
 class Replicas:
-    """Recovery at start, the follower of the finished feed, and the adopted calls."""
+    """Heartbeats, adoption of dead processes' records, the follower of the finished feed."""
 
     def __init__(self, service: ConfirmationService, *, tasks: BackgroundTasks) -> None:
         self._service = service
-        self._tasks = tasks
-        self.orphan_handler: OrphanHandler | None = None
-        # Pending calls taken over from a previous process: no turn waits for them anywhere.
-        self.adopted: set[str] = set()
-        self._feed = contextlib.AsyncExitStack()
+        self._tasks = tasks  # the service's: runs of adopted calls, drained at shutdown
+        self._loops = BackgroundTasks("replicas")  # heartbeat, scan, follower
+        self._scanning: asyncio.Task[None] | None = None
         self._follower: asyncio.Task[None] | None = None
+        self._feed = contextlib.AsyncExitStack()
+        self.orphan_handler: OrphanHandler | None = None
+        # Pending calls adopted here: no turn waits for them anywhere.
+        self.adopted: set[str] = set()
+
+    @property
+    def me(self) -> str:
+        return self._service.instance.id
+
+    # ------------------------------------------------------------------ start
 
     async def recover(self) -> None:
-        """Expire what ran out while down, re-arm the rest; with a shared store, follow it."""
+        """At start: heartbeat, adopt what dead processes left, then keep doing both."""
         service = self._service
+        await self.beat()
+        await self.adopt_dead()
+        # Pending records whose owner left no heartbeat at all (stored before instances
+        # existed): no turn waits for them anywhere. Once, at start: a full listing.
+        known = {i.id for i in await service.store.list_instances()}
         for c in await service.store.list_all_pending():
-            if c.expires_at <= service.clock():
-                await service.expire(c.id, reason=texts.RESTART_REASON)
-            elif c.id not in service.deadlines:
-                service.deadlines.arm(c.id, c.expires_at)
-                if not service.store.shared:
-                    self.adopted.add(c.id)
-                log.info("confirm.recovered", confirmation_id=c.id)
+            if c.owner not in known and c.id not in service.deadlines:
+                await self._take(c)
+        if not self._loops:
+            self._loops.spawn(self._beat_loop(), name="heartbeat")
+            self._scanning = self._loops.spawn(self._scan_loop(), name="adopt-dead")
         if service.store.shared and self._follower is None:
             # Subscribed before recover() returns: nothing finished from here on is missed.
             ids = await self._feed.enter_async_context(service.store.finished_feed())
-            self._follower = self._tasks.spawn(self._follow(ids), name="follow-replicas")
+            self._follower = self._loops.spawn(self._follow(ids), name="follow-replicas")
 
-    async def _follow(self, ids: AsyncIterator[str]) -> None:
+    async def beat(self) -> None:
         service = self._service
-        async for confirmation_id in ids:
-            service.deadlines.disarm(confirmation_id)
-            if service.is_waiting(confirmation_id):
-                record = await service.store.get(confirmation_id)
-                if record is not None and record.status.is_terminal:
-                    service.wake(record)
+        alive = replace(service.instance, seen_at=service.clock())
+        await service.store.heartbeat(alive, lease=service.lease)
+
+    async def _beat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._service.lease / 3)
+            try:
+                await self.beat()
+            except Exception:  # the store is down: keep beating, the next one may land
+                log.exception("confirm.heartbeat_failed")
+
+    async def _scan_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._service.lease / 3)
+            try:
+                await self.adopt_dead()
+            except Exception:  # the store is down: try again at the next scan
+                log.exception("confirm.adopt_failed")
+
+    # ------------------------------------------------------------------ adoption
+
+    async def adopt_dead(self) -> None:
+        """Take over what dead instances answered for; forget those that left nothing."""
+        service = self._service
+        now = service.clock()
+        instances = await service.store.list_instances()
+        known = {i.id for i in instances}
+        dead = {i.id for i in instances if i.id != self.me and not i.alive(now, service.lease)}
+        for instance_id in sorted(dead):
+            settled = True
+            for c in await service.store.list_unsettled(instance=instance_id):
+                settled &= await self._take(c, dead=instance_id)
+            if settled:
+                log.info("confirm.instance_dead", instance=instance_id)
+                await service.store.forget_instance(instance_id)
+        for c in await service.store.list_approved_waiting():
+            # Approved, unclaimed, and nobody alive answers for it (its turn died with it).
+            if c.owner != self.me and (c.owner in dead or c.owner not in known):
+                await self._take(c)
+
+    async def _take(self, c: Confirmation, *, dead: str | None = None) -> bool:
+        """Adopt, run or interrupt one record of a dead process; False to try again later."""
+        service = self._service
+        ex = c.execution
+        if ex.state.in_flight and ex.claimed_by != self.me:
+            if may_claim(c, service.clock()):
+                self._run(c)  # idempotent, its one claimer died: claimed once more
+                return True
+            if c.idempotent and ex.attempts == 1:
+                return False  # its lease runs a little longer than the heartbeat: wait
+            await interrupt(service, c.id, claimer=ex.claimed_by or "")
+            return True
+        if c.status is Status.PENDING or (
+            c.status is Status.APPROVED and ex.state is ExecState.WAITING
+        ):
+            if c.owner == self.me:
+                return True
+            adopted = await service.store.adopt(c.id, from_owner=c.owner, to_owner=self.me)
+            if adopted is None:
+                return True  # another process adopted it first
+            log.info("confirm.adopted", confirmation_id=c.id, from_owner=c.owner)
+            await audit(service, c.id, "adopted", actor=self.me, from_owner=c.owner or dead)
+            if adopted.status is Status.APPROVED:
+                self._run(adopted)
+            else:
+                await self._adopt_pending(adopted)
+        return True
+
+    async def _adopt_pending(self, c: Confirmation) -> None:
+        service = self._service
+        if c.expires_at <= service.clock():
+            await service.expire(c.id, reason=texts.RESTART_REASON)
+            return
+        self.adopted.add(c.id)
+        service.deadlines.arm(c.id, c.expires_at)
+        # The person may not know the call still waits: show its prompt again, once.
+        await service.bus.publish_outbound(
+            OutboundMessage(
+                channel=c.channel,
+                chat_id=c.chat_id,
+                session_key=c.session_key,
+                kind=OutboundKind.CONFIRMATION,
+                text=texts.prompt_reposted(c, service.clock()),
+                confirmation=c,
+            )
+        )
+        await audit(service, c.id, "prompt_reposted", actor=self.me)
+
+    def _run(self, c: Confirmation) -> None:
+        if self.orphan_handler is None:
+            log.warning("confirm.no_orphan_handler", confirmation_id=c.id)
+            return
+        self._tasks.spawn(self.orphan_handler(c), name=f"orphan-{c.id}")
 
     def finished(self, final: Confirmation) -> None:
         """``final`` just ended here: an adopted call that was approved runs now."""
         if final.id not in self.adopted:
             return
         self.adopted.discard(final.id)
-        if final.status is Status.APPROVED and self.orphan_handler is not None:
-            self._tasks.spawn(self.orphan_handler(final), name=f"orphan-{final.id}")
+        if final.status is Status.APPROVED:
+            self._run(final)
 
-    async def stop(self) -> None:
-        if self._follower is not None:
-            self._follower.cancel()
-            await asyncio.wait([self._follower], timeout=_FOLLOWER_STOP_SECONDS)
-            self._follower = None
+    # ------------------------------------------------------------------ other replicas
+
+    async def _follow(self, ids: AsyncIterator[str]) -> None:
+        service = self._service
+        async for confirmation_id in ids:
+            service.deadlines.disarm(confirmation_id)
+            if service.is_waiting(confirmation_id) or confirmation_id in self.adopted:
+                record = await service.store.get(confirmation_id)
+                if record is not None and record.status.is_terminal:
+                    service.wake(record)
+                    self.finished(record)  # adopted here, decided on another replica
+
+    # ------------------------------------------------------------------ stop
+
+    async def stop_adopting(self) -> None:
+        """Stop taking over others' work and following the feed; keep the heartbeat."""
+        for task in (self._scanning, self._follower):
+            if task is not None:
+                task.cancel()
+                await asyncio.wait([task], timeout=_FOLLOWER_STOP_SECONDS)
+        self._scanning = self._follower = None
         await self._feed.aclose()
+
+    async def stop_asking(self) -> None:
+        """Stop adopting; cancel the pending calls this instance answers for (chats told).
+
+        Only ours: with a shared store (Redis) other replicas keep theirs.
+        """
+        await self.stop_adopting()
+        for c in await self._service.store.list_unsettled(instance=self.me):
+            if c.status is Status.PENDING and c.owner == self.me:
+                await self._service.cancel(c.id, reason=texts.SHUTDOWN_REASON)
+
+    async def close(self) -> None:
+        """Interrupt what is still in flight here, stop heartbeating and leave."""
+        await self.stop_adopting()
+        for c in await self._service.store.list_unsettled(instance=self.me):
+            if c.execution.state.in_flight and c.execution.claimed_by == self.me:
+                await interrupt(self._service, c.id, claimer=self.me)
+        await self._loops.cancel()
+        try:
+            await self._service.store.forget_instance(self.me)
+        except Exception:  # stopping with the store down: others see the heartbeat age
+            log.exception("confirm.forget_instance_failed")

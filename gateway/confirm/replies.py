@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from config.keywords import KeywordSet, normalize_word
@@ -34,6 +34,7 @@ class ParsedReply:
     matched: tuple[str, ...] = ()
     reason: str | None = None
     why: str = ""
+    grant_minutes: int | None = None  # "确认 30分钟": approve, and skip asking for 30 min
 
 
 # Words that add nothing to a decision: "确认吧", "yes please".
@@ -50,6 +51,9 @@ QUESTION_MARKS = "?？"
 REASON_SEPARATORS = frozenset(",，:：;；。.-—")
 
 _ID_CHARS = frozenset(ID_ALPHABET)
+# A grant's length at the end of a confirm: "确认 30分钟", "ok 30 min", "确认 2小时".
+_DURATION = re.compile(r"\s*(\d{1,4})\s*(分钟|分|min|mins|minutes|小时|h|hours?)$")
+_HOURS = frozenset({"小时", "h", "hour", "hours"})
 
 
 def _is_cjk(ch: str) -> bool:
@@ -196,10 +200,29 @@ class ReplyParser:
         return out
 
     def parse(self, text: str) -> ParsedReply:
-        """The intent of ``text`` and the confirmation id it names, if any."""
+        """The intent of ``text`` and the confirmation id it names, if any.
+
+        A clean confirm followed by a duration (``确认 30分钟``, ``ok 2h``) also asks for a
+        session grant of that many minutes (gateway/confirm/grants.py); a duration after
+        anything else is unclear.
+        """
         norm = normalize_word(text)
         norm = norm.lstrip("/")
         stripped = norm.rstrip(TRAILING + " ")
+        duration = _DURATION.search(stripped)
+        if duration is not None and duration.start() > 0:
+            parsed = self._parse(stripped[: duration.start()].rstrip(TRAILING + " "))
+            if parsed.intent is ReplyIntent.NONE:
+                return self._parse(stripped)  # "开会 30分钟": ordinary chat
+            if parsed.intent is ReplyIntent.CANCEL:
+                return replace(parsed, intent=ReplyIntent.UNCLEAR, why="a duration after 取消")
+            if parsed.intent is not ReplyIntent.CONFIRM:
+                return parsed
+            unit = 60 if duration.group(2) in _HOURS else 1
+            return replace(parsed, grant_minutes=int(duration.group(1)) * unit)
+        return self._parse(stripped)
+
+    def _parse(self, stripped: str) -> ParsedReply:
         if not stripped:
             return ParsedReply(ReplyIntent.NONE, why="empty")
         tokens = self._tokenize(stripped)

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any, Literal
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import structlog
 
@@ -24,10 +23,16 @@ from config.settings import ConfirmationSettings
 from gateway import texts
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage
 from gateway.confirm.deadlines import Deadlines
+from gateway.confirm.events import ConfirmationEvent as ConfirmationEvent
+from gateway.confirm.events import Listener as Listener
+from gateway.confirm.events import Listeners
+from gateway.confirm.grants import GrantBook, MemoryGrantStore
 from gateway.confirm.intercept import ReplyIntercept
+from gateway.confirm.ledger import audit, new_instance
 from gateway.confirm.model import (
     Confirmation,
     Decision,
+    Instance,
     Risk,
     Status,
     ToolCall,
@@ -39,19 +44,10 @@ from gateway.confirm.model import DecideResult as DecideResult
 from gateway.confirm.model import new_call_id as new_call_id
 from gateway.confirm.replicas import OrphanHandler, Replicas
 from gateway.confirm.replies import ReplyParser
-from gateway.confirm.store import ConfirmationExistsError, Confirmations, ConfirmationStore
+from gateway.confirm.store import Confirmations, ConfirmationStore, create_with_free_id
 from gateway.runtime import BackgroundTasks
 
 log = structlog.get_logger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class ConfirmationEvent:
-    kind: Literal["requested", "resolved"]
-    confirmation: Confirmation
-
-
-Listener = Callable[[ConfirmationEvent], Awaitable[None] | None]
 
 
 class ConfirmationService:
@@ -65,11 +61,17 @@ class ConfirmationService:
         settings: ConfirmationSettings,
         keywords: KeywordStore | KeywordSet,
         clock: Callable[[], float] = time.time,
+        grants: GrantBook | None = None,
+        instance: Instance | None = None,
     ) -> None:
         self.store = store
         self.bus = bus
+        # Replies such as "确认 30分钟" give grants here (intercept.py); the runner reads them.
+        self.grants = grants or GrantBook(MemoryGrantStore(), clock=clock)
         self.settings = settings
         self.clock = clock
+        # This process in the store: owner of what it asks, claimer of what it runs.
+        self.instance = instance or new_instance(clock)
         if isinstance(keywords, KeywordStore):
             self._parser = ReplyParser(keywords.words)
             keywords.on_change(self._on_keywords)
@@ -77,7 +79,8 @@ class ConfirmationService:
             self._parser = ReplyParser(keywords)
         self._tasks = BackgroundTasks("confirmations")
         self._waiters: dict[str, asyncio.Future[Confirmation]] = {}
-        self._listeners: list[Listener] = []
+        self._listeners = Listeners()
+        self.subscribe = self._listeners.subscribe  # (listener) -> unsubscribe
         self._closing = False
         self.deadlines = Deadlines(on_deadline=self.expire, clock=clock, tasks=self._tasks)
         self._replies = ReplyIntercept(self)
@@ -92,16 +95,6 @@ class ConfirmationService:
 
     def _on_keywords(self, words: KeywordSet) -> None:
         self._parser = ReplyParser(words)
-
-    def subscribe(self, listener: Listener) -> Callable[[], None]:
-        """Call ``listener`` on every requested/resolved event. Returns an unsubscribe."""
-        self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
-        return unsubscribe
 
     def set_orphan_handler(self, handler: OrphanHandler) -> None:
         """Who runs an approved call whose waiting turn is gone (after a restart)."""
@@ -123,14 +116,13 @@ class ConfirmationService:
         if fut is not None and not fut.done():
             fut.set_result(final)
 
-    async def _emit(self, event: ConfirmationEvent) -> None:
-        for listener in tuple(self._listeners):
-            try:
-                result = listener(event)
-                if result is not None:
-                    await result
-            except Exception:  # one failing listener (metrics, SSE) must not stop the others
-                log.exception("confirm.listener_failed", confirmation_id=event.confirmation.id)
+    @property
+    def lease(self) -> float:
+        return self.settings.lease_seconds
+
+    async def announce_execution(self, final: Confirmation) -> None:
+        """Tell listeners (admin feed) how an approved call ended."""
+        await self._listeners.emit(ConfirmationEvent("executed", final))
 
     # ------------------------------------------------------------------ asking
 
@@ -150,6 +142,8 @@ class ConfirmationService:
         four_eyes: bool = False,
         timeout: float | None = None,
         metadata: Mapping[str, Any] | None = None,
+        idempotent: bool = False,
+        continuation: Mapping[str, Any] | None = None,
     ) -> Confirmation:
         """Store a pending confirmation, post the prompt, and wait for its terminal record.
 
@@ -158,7 +152,8 @@ class ConfirmationService:
         """
         now = self.clock()
         timeout = self.settings.timeout_seconds if timeout is None else timeout
-        conf = await self._store_new(
+        conf = await create_with_free_id(
+            self.store,
             Confirmation(
                 id=new_confirmation_id(),
                 session_key=session_key,
@@ -174,8 +169,12 @@ class ConfirmationService:
                 risk=risk,
                 approvers=tuple(dict.fromkeys((*self.settings.approvers, *approvers))),
                 four_eyes=four_eyes,
-            )
+                owner=self.instance.id,
+                idempotent=idempotent,
+                continuation=continuation,
+            ),
         )
+        await audit(self, conf.id, "requested", actor=requester, tool=tool_call.name)
         fut: asyncio.Future[Confirmation] = asyncio.get_running_loop().create_future()
         self._waiters[conf.id] = fut
         self.deadlines.arm(conf.id, conf.expires_at)
@@ -201,7 +200,8 @@ class ConfirmationService:
                         metadata=metadata or {},
                     )
                 )
-                await self._emit(ConfirmationEvent("requested", conf))
+                await audit(self, conf.id, "prompt_sent", channel=channel, chat_id=chat_id)
+                await self._listeners.emit(ConfirmationEvent("requested", conf))
             # Not shielded: a cancelled turn cancels this future, and the handler below
             # then records the confirmation as cancelled.
             return await fut
@@ -218,21 +218,6 @@ class ConfirmationService:
         finally:
             self.deadlines.disarm(conf.id)
             del self._waiters[conf.id]
-
-    async def _store_new(self, conf: Confirmation) -> Confirmation:
-        """Store ``conf``, drawing another id while its id is taken."""
-        length = len(conf.id)
-        for attempt in range(30):
-            if attempt:
-                if attempt % 10 == 0:
-                    length += 1  # crowded id space: longer ids
-                conf = replace(conf, id=new_confirmation_id(length))
-            try:
-                await self.store.create(conf)
-            except ConfirmationExistsError:
-                continue
-            return conf
-        raise RuntimeError("could not draw a free confirmation id")
 
     # ------------------------------------------------------------------ deciding
 
@@ -359,6 +344,7 @@ class ConfirmationService:
         )
         self.wake(final)
         self._replies.forget(confirmation_id)
+        await audit(self, confirmation_id, "decided", actor=by, via=via, status=status.value)
         await self.bus.publish_outbound(
             OutboundMessage(
                 channel=final.channel,
@@ -369,7 +355,7 @@ class ConfirmationService:
                 confirmation=final,
             )
         )
-        await self._emit(ConfirmationEvent("resolved", final))
+        await self._listeners.emit(ConfirmationEvent("resolved", final))
         self._replicas.finished(final)
         return final, True
 
@@ -392,17 +378,28 @@ class ConfirmationService:
     # ------------------------------------------------------------------ start and stop
 
     async def recover(self) -> None:
-        """At start: take over what is pending in the store (replicas.py)."""
+        """At start: heartbeat, and take over what dead processes left (replicas.py)."""
         await self._replicas.recover()
 
-    async def shutdown(self) -> None:
-        """Cancel the pending confirmations this process holds (chats are told)."""
+    async def adopt_dead(self) -> None:
+        """One adoption scan now (it also runs every few seconds after ``recover``)."""
+        await self._replicas.adopt_dead()
+
+    async def stop_asking(self) -> None:
+        """First step of a stop: pending calls this process answers for are cancelled
+        (chats told), new requests are cancelled at once, adoption stops. Heartbeats go on
+        while running calls finish."""
         self._closing = True
-        # Only ours: with a shared store (Redis) other replicas keep theirs.
-        mine = set(self._waiters) | self._replicas.adopted
-        for c in await self.store.list_all_pending():
-            if c.id in mine:
-                await self.cancel(c.id, reason=texts.SHUTDOWN_REASON)
+        await self._replicas.stop_asking()
         self.deadlines.clear()
-        await self._replicas.stop()
+
+    async def close(self) -> None:
+        """Last step of a stop: what still runs here is interrupted (chats told), the
+        heartbeat stops and the instance leaves the store."""
         await self._tasks.drain()
+        await self._replicas.close()
+
+    async def shutdown(self) -> None:
+        """Stop: cancel pending calls, interrupt what still runs, leave (chats are told)."""
+        await self.stop_asking()
+        await self.close()

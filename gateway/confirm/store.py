@@ -10,9 +10,17 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import replace
 from typing import ClassVar
 
-from gateway.confirm.model import AuditEvent, Confirmation, ExecState, Instance, Status
+from gateway.confirm.model import (
+    AuditEvent,
+    Confirmation,
+    ExecState,
+    Instance,
+    Status,
+    new_confirmation_id,
+)
 
 # An alias: inside the store classes `list` is also a method name.
 Confirmations = list[Confirmation]
@@ -257,3 +265,19 @@ def may_claim(current: Confirmation, now: float) -> bool:
         and ex.lease_until is not None
         and ex.lease_until <= now
     )
+
+
+async def create_with_free_id(store: ConfirmationStore, conf: Confirmation) -> Confirmation:
+    """Store ``conf``, drawing another id while its id is taken; the record as stored."""
+    length = len(conf.id)
+    for attempt in range(30):
+        if attempt:
+            if attempt % 10 == 0:
+                length += 1  # crowded id space: longer ids
+            conf = replace(conf, id=new_confirmation_id(length))
+        try:
+            await store.create(conf)
+        except ConfirmationExistsError:
+            continue
+        return conf
+    raise RuntimeError("could not draw a free confirmation id")

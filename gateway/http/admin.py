@@ -18,9 +18,11 @@ from aiohttp import web
 
 from config.keywords import KeywordsError, KeywordSet, KeywordStore, ListName, WordExists
 from config.settings import AdminSettings
+from gateway.confirm.grants import grant_sentence
 from gateway.confirm.model import Confirmation, Decision, Status
 from gateway.confirm.service import ConfirmationEvent, ConfirmationService, DecideOutcome
 from gateway.confirm.store import ConfirmationStore
+from gateway.http.grants_api import say_in
 from gateway.http.identity import identity_of
 from gateway.http.jsonapi import (
     ApiError,
@@ -182,10 +184,31 @@ class AdminApi:
             "message": result.message,
             "confirmation": result.confirmation.to_dict() if result.confirmation else None,
         }
+        if body.grant is not None:
+            answer["grant"] = await self._grant(result.confirmation, body, actor)
         if status != 200:
             answer["error"] = result.message
         log.info("admin.decision", confirmation_id=cid, outcome=result.outcome.value, actor=actor)
         return web.json_response(answer, status=status)
+
+    async def _grant(
+        self, c: Confirmation | None, body: DecisionBody, actor: str
+    ) -> dict[str, Any] | None:
+        """The grant asked for with an approval, told in the call's chat; None if refused."""
+        if c is None or c.status is not Status.APPROVED or body.grant is None:
+            return None
+        if c.decided_by != actor or c.decided_via != "admin":
+            return None  # approved, but by someone else: their decision, not this grant
+        grant, said = await grant_sentence(
+            self.confirmations.grants,
+            c,
+            scope=body.grant.scope,
+            minutes=body.grant.minutes,
+            by=actor,
+            via="admin",
+        )
+        await say_in(self.confirmations.bus, c.channel, c.chat_id, c.session_key, said)
+        return grant.to_dict() if grant else None
 
     # ------------------------------------------------------------------ events
 

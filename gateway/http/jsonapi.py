@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import ErrorDetails
 
 from gateway.confirm.model import Status
+from gateway.confirm.store import StoreUnavailableError
 
 log = structlog.get_logger(__name__)
 
@@ -86,8 +87,23 @@ Word = Annotated[str, Field(max_length=64)]
 WordList = Annotated[list[Word], Field(max_length=MAX_WORDS)]
 
 
+class GrantBody(JsonBody):
+    """Don't ask again: this session's calls of the tool by the requester, or this exact call."""
+
+    scope: Literal["session", "call"]
+    minutes: int = Field(ge=1, le=30 * 24 * 60, description="session: at most 1440")
+
+
+class RevokeBody(JsonBody):
+    actor: str | None = Field(default=None, max_length=128)
+
+
 class DecisionBody(JsonBody):
     """Approve or reject a pending confirmation as the operator (via=admin)."""
+
+    grant: GrantBody | None = Field(
+        default=None, description="with approve: also skip asking for such calls for a while"
+    )
 
     decision: Literal["approve", "reject"]
     actor: str | None = Field(
@@ -347,6 +363,12 @@ async def json_errors(request: web.Request, handler: Handler) -> web.StreamRespo
     except ApiError as exc:
         log.info("http.client_error", path=request.path, status=exc.status, error=exc.message)
         return error_response(exc.status, exc.message, field=exc.field)
+    except StoreUnavailableError as exc:
+        # Redis down or its pool exhausted (issue 13): a clear 503 to retry, not a 500.
+        log.warning("http.store_unavailable", path=request.path, error=str(exc))
+        response = error_response(503, f"the confirmation store is unavailable: {exc}")
+        response.headers["Retry-After"] = "5"
+        return response
     except web.HTTPException as exc:
         if not request.path.startswith("/api/") or exc.status < 400:
             raise

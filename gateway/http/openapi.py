@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
-from gateway.confirm.model import Risk, Status
 from gateway.http.jsonapi import (
     NAME_RULE,
     ChatHistoryQuery,
@@ -26,178 +25,26 @@ from gateway.http.jsonapi import (
     KeywordsBody,
     PolicyTestBody,
     ReplyTestBody,
+    RevokeBody,
+)
+from gateway.http.openapi_models import (
+    Accepted,
+    ChatHistory,
+    ConfirmationEvents,
+    ConfirmationList,
+    DeadLetters,
+    DecisionResult,
+    Error,
+    GrantList,
+    Health,
+    Keywords,
+    OneConfirmation,
+    OneGrant,
+    PolicyAnswer,
+    Readiness,
+    ReplyReading,
 )
 from gateway.http.server import needs_admin
-
-# ---------------------------------------------------------------------- answers
-
-
-class Answer(BaseModel):
-    # Exact: tests/admin check that real answers validate against these models.
-    model_config = ConfigDict(extra="forbid")
-
-
-class Error(Answer):
-    error: str
-    field: str | None = None
-
-
-class ToolCallView(Answer):
-    name: str
-    args: dict[str, Any]
-    call_id: str
-
-
-class ExecutionView(Answer):
-    """What became of the call after the decision (the execution ledger)."""
-
-    state: Literal["waiting", "claimed", "running", "succeeded", "failed", "interrupted", "skipped"]
-    claimed_by: str | None
-    lease_until: float | None
-    attempts: int
-    started_at: float | None
-    finished_at: float | None
-    result: str | None
-
-
-class Confirmation(Answer):
-    """A held tool call and what became of it."""
-
-    id: str = Field(examples=["K7Q2"])
-    session_key: str = Field(examples=["webchat:lobby"])
-    channel: str
-    chat_id: str
-    requester: str
-    is_group: bool
-    tool_call: ToolCallView
-    summary: str
-    details: dict[str, Any] = Field(
-        description="tool-specific; SQL: statement, kind, tables, rows_affected"
-    )
-    risk: Risk
-    approvers: list[str]
-    four_eyes: bool
-    created_at: float = Field(description="Unix time, seconds")
-    expires_at: float
-    status: Status
-    decided_by: str | None
-    decided_at: float | None
-    decided_via: str | None = Field(examples=["web"])
-    reason: str | None
-    feedback: bool
-    prompt_refs: dict[str, str]
-    execution: ExecutionView
-    owner: str | None
-    idempotent: bool
-    continuation: dict[str, Any] | None
-
-
-class ConfirmationList(Answer):
-    confirmations: list[Confirmation]
-    next_cursor: str | None = Field(
-        description="pass as ?cursor= for the next page; null on the last page"
-    )
-
-
-class AuditEventView(Answer):
-    """One transition of a confirmation."""
-
-    confirmation_id: str
-    at: float = Field(description="Unix time, seconds")
-    kind: str = Field(
-        examples=["requested"],
-        description=(
-            "requested, prompt_sent, reply_read, decided, claimed, started, finished, "
-            "interrupted, prompt_reposted, adopted"
-        ),
-    )
-    actor: str | None
-    detail: dict[str, Any] = Field(
-        description="by kind: reply_read {intent, how}, decided {via}, finished {state, result}"
-    )
-
-
-class ConfirmationEvents(Answer):
-    confirmation_id: str
-    events: list[AuditEventView] = Field(description="oldest first")
-
-
-class OneConfirmation(Answer):
-    confirmation: Confirmation
-
-
-class DecisionResult(Answer):
-    outcome: Literal["decided", "already_decided", "not_found", "forbidden", "expired"]
-    message: str
-    confirmation: Confirmation | None
-    error: str | None = None
-
-
-class Keywords(Answer):
-    confirm: list[str]
-    cancel: list[str]
-    file: str
-    last_error: str | None = None
-
-
-class ReplyReading(Answer):
-    intent: Literal["confirm", "cancel", "unclear", "none"]
-    confirmation_id: str | None
-    matched: list[str] = Field(description="the decision words found")
-    reason: str | None = Field(description="a cancel's reason ('取消，太危险了')")
-    why: str
-
-
-class PolicyAnswer(Answer):
-    tool: str
-    summary: str
-    level: str = Field(examples=["confirm"])
-    risk: str
-    rule: str = Field(description="what decided the level")
-    risk_rule: str | None
-    four_eyes: bool
-    matched: list[str] = Field(description="every rule that matched, most specific first")
-    refused: str | None = Field(description="the tool refused the call before the policy")
-
-
-class Health(Answer):
-    status: str
-
-
-class Readiness(Answer):
-    ready: bool
-    channels: list[dict[str, Any]] = Field(description="each channel's name, ready and details")
-    store: dict[str, Any] = Field(
-        description="the confirmation store: ready, and the reason when not (Redis down)"
-    )
-
-
-class DeadLetters(Answer):
-    channel: str | None = None
-    failed: list[dict[str, Any]]
-
-
-class Accepted(Answer):
-    message_id: str
-
-
-class ChatMessage(Answer):
-    seq: int
-    kind: Literal["text", "confirmation", "confirmation_update"]
-    text: str
-    confirmation: Confirmation | None = None
-    at: float
-    user: str | None = Field(description="who wrote it; null for the gateway")
-    message_id: str | None = None
-    can_decide: dict[str, Any] | None = Field(
-        default=None, description="only with ?user= and a confirmation: may that user decide"
-    )
-
-
-class ChatHistory(Answer):
-    messages: list[ChatMessage]
-    last_seq: int
-
 
 # ---------------------------------------------------------------------- routes
 
@@ -323,6 +170,26 @@ ROUTES = (
         },
         body=KeywordBody,
         path_params={"list": {"type": "string", "enum": ["confirm", "cancel"]}},
+    ),
+    Route("get", "/api/grants", "live grants, oldest first", {200: Reply("grants", GrantList)}),
+    Route(
+        "get",
+        "/api/grants/{id}",
+        "one grant and its audit trail (given, used, revoked)",
+        {200: Reply("the grant", OneGrant), 404: Reply("unknown id", Error)},
+        path_params=ID,
+    ),
+    Route(
+        "post",
+        "/api/grants/{id}/revoke",
+        "end a grant now; its chat is told",
+        {
+            200: Reply("the revoked grant", OneGrant),
+            404: Reply("unknown id", Error),
+            409: Reply("already expired or revoked", Error),
+        },
+        body=RevokeBody,
+        path_params=ID,
     ),
     Route(
         "post",

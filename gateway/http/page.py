@@ -136,6 +136,7 @@ class AdminPage:
         html = page_html.admin_page(
             pending=await self._pending(),
             history=await search(self.confirmations, query),
+            grants=await self.confirmations.grants.live(),
             query={k: v for k, v in request.query.items() if isinstance(v, str)},
             words=words.to_dict(),
             keywords_file=str(self.keywords.path),
@@ -156,6 +157,8 @@ class AdminPage:
         if name == "history":
             found = await search(self.confirmations, self._history_query(request))
             return _html(page_html.history_list(found))
+        if name == "grants":
+            return _html(page_html.grants_list(await self.confirmations.grants.live()))
         if name == "keywords":
             store = self.keywords
             words = store.words.to_dict()

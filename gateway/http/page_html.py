@@ -13,7 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
 
-from gateway.confirm.model import Confirmation, Status
+from gateway.confirm.grants import Grant
+from gateway.confirm.model import Confirmation, Risk, Status
 
 STATUSES = [s.value for s in Status]
 
@@ -87,6 +88,7 @@ def admin_page(
     *,
     pending: Sequence[Confirmation],
     history: Sequence[Confirmation],
+    grants: Sequence[Grant],
     query: Mapping[str, str],
     words: Mapping[str, Sequence[str]],
     keywords_file: str,
@@ -101,6 +103,10 @@ def admin_page(
 <h2>{bi("待确认", "Pending")}</h2>
 <p id="notice" class="notice" role="status" hidden></p>
 <div id="pending-list">{pending_list(pending, now)}</div>
+</section>
+<section class="panel" id="grants">
+<h2>{bi("免确认授权", "Grants")}</h2>
+<div id="grants-list">{grants_list(grants)}</div>
 </section>
 <section class="panel" id="history">
 <h2>{bi("历史", "History")}</h2>
@@ -146,10 +152,47 @@ def pending_card(c: Confirmation, now: float) -> str:
 </dl>
 <div class="actions">
 <button type="button" class="approve" data-id="{e(c.id)}">{bi("批准", "Approve")}</button>
+{grant_buttons(c)}
 <input type="text" class="reason" maxlength="1000" placeholder="原因 reason" aria-label="reason">
 <button type="button" class="reject" data-id="{e(c.id)}">{bi("拒绝", "Reject")}</button>
 </div>
 </article>"""
+
+
+def grant_buttons(c: Confirmation) -> str:
+    """Approve and stop asking: never offered where a grant cannot apply (grants.py)."""
+    if c.risk is Risk.CRITICAL or c.four_eyes:
+        return ""
+    return (
+        f'<button type="button" class="approve-grant" data-id="{e(c.id)}" data-scope="session" '
+        f'data-minutes="30">{bi("批准，30 分钟内同类免确认", "Approve, skip asking 30 min")}'
+        "</button>"
+        f'<button type="button" class="approve-grant" data-id="{e(c.id)}" data-scope="call" '
+        f'data-minutes="10080">{bi("总是批准此调用（7 天）", "Always this exact call (7 d)")}'
+        "</button>"
+    )
+
+
+def grants_list(grants: Sequence[Grant]) -> str:
+    if not grants:
+        return f'<p class="empty">{bi("没有生效的授权。", "No live grants.")}</p>'
+    rows = []
+    for g in grants:
+        covers = (
+            f"{e(g.requester)} @ {e(g.session_key)}"
+            if g.scope == "session"
+            else f"<code>{e(json.dumps(dict(g.args), ensure_ascii=False))}</code>"
+        )
+        rows.append(
+            f'<li class="row grant-row" data-id="{e(g.id)}"><b>{e(g.id)}</b>'
+            f'<span class="tag">{e(g.scope)}</span><span class="tool">{e(g.tool)}</span>'
+            f"<span>{covers}</span>"
+            f'<span class="via">{bi("授权人", "by")} {e(g.granted_by)} · '
+            f"{bi('至', 'until')} {e(clock(g.expires_at))}</span>"
+            f'<button type="button" class="revoke-grant" data-id="{e(g.id)}">'
+            f"{bi('撤销', 'Revoke')}</button></li>"
+        )
+    return f'<ul class="rows">{"".join(rows)}</ul>'
 
 
 def statement(c: Confirmation) -> str:

@@ -41,9 +41,10 @@ class Tool(ABC):
     params: ClassVar[type[BaseModel]]
     default_level: ClassVar[Level] = "auto"
     risk: ClassVar[Risk] = Risk.LOW
-    # True when running the call twice has the effect of running it once, or when a run cut
-    # short leaves no effect (one statement in one transaction). Such a call may be claimed
-    # once more after its claimer died; any other call is reported interrupted instead.
+    # True only when running the call twice has the effect of running it once. Such a call
+    # may be claimed once more after its claimer died; any other call is reported
+    # interrupted instead. "One transaction" is not enough: a process can die after COMMIT
+    # and before the ledger heard of it (docs/model.md, "Idempotent tools").
     idempotent: ClassVar[bool] = False
 
     def parse_args(self, args: Mapping[str, Any]) -> BaseModel:
@@ -85,8 +86,10 @@ class FunctionTool(Tool):
         params: type[BaseModel],
         level: Level,
         risk: Risk,
+        idempotent: bool = False,
     ) -> None:
         self._func = func
+        self.idempotent = idempotent  # type: ignore[misc]
         self.name = name  # type: ignore[misc]
         self.description = description  # type: ignore[misc]
         self.params = params  # type: ignore[misc]
@@ -130,6 +133,7 @@ def tool(
     requires_confirmation: bool = False,
     level: Level | None = None,
     risk: Risk | str = Risk.MEDIUM,
+    idempotent: bool = False,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]: ...
 
 
@@ -142,10 +146,12 @@ def tool(
     requires_confirmation: bool = False,
     level: Level | None = None,
     risk: Risk | str = Risk.MEDIUM,
+    idempotent: bool = False,
 ) -> Any:
     """Mark a function as a tool. The registry picks it up from its module.
 
     ``requires_confirmation=True`` means level ``confirm`` unless a policy rule says otherwise.
+    ``idempotent=True`` promises that running a call twice does what running it once does.
     The function is returned unchanged (still callable in tests), with the tool attached.
     """
 
@@ -160,6 +166,7 @@ def tool(
             params=_params_model(f, tool_name),
             level=chosen,
             risk=Risk(risk),
+            idempotent=idempotent,
         )
         setattr(f, TOOL_ATTR, t)
         return f

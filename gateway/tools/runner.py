@@ -1,7 +1,8 @@
 """Runs a tool call through the policy and, when asked for, a person's decision.
 
 This is where the hold is enforced: ``Tool.run`` is reached for a ``confirm`` call only
-after the confirmation service returned an ``approved`` record for that very call.
+after the confirmation service returned an ``approved`` record for that very call, and
+then only through the executor's claim (gateway/tools/executor.py): one claim, one run.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from typing import Any, Literal
 import structlog
 
 from gateway import texts
+from gateway.confirm.grants import GrantBook, MemoryGrantStore, covered_call
 from gateway.confirm.model import Confirmation, Status, ToolCall
 from gateway.confirm.service import ConfirmationService
 from gateway.confirm.store import StoreUnavailableError
 from gateway.tools.base import ToolArgumentsError, ToolRegistry
+from gateway.tools.executor import Executor, Ran
 from gateway.tools.policy import Policy, PolicyDecision
 
 # (tool name, "ok" | "error", seconds): how the metrics see each run.
@@ -26,7 +29,15 @@ ToolRunObserver = Callable[[str, str, float], None]
 log = structlog.get_logger(__name__)
 
 OutcomeStatus = Literal[
-    "ok", "error", "denied", "manual", "rejected", "expired", "cancelled", "unknown_tool"
+    "ok",
+    "error",
+    "denied",
+    "manual",
+    "rejected",
+    "expired",
+    "cancelled",
+    "unknown_tool",
+    "elsewhere",  # approved, but another process won the claim: it runs (ran) there
 ]
 
 
@@ -42,6 +53,9 @@ class TurnContext:
     say: Callable[[str], Awaitable[None]]
     metadata: Mapping[str, Any] = field(default_factory=dict)
     approvers: tuple[str, ...] = ()
+    # Stored on a confirmation this turn asks for, so that the turn can go on after a
+    # restart (the model conversation up to the call; see gateway/agent/model_agent.py).
+    continuation: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +96,11 @@ class ToolOutcome:
             )
         if self.status == "error":
             return f"Error: {self.output}"
+        if self.status == "elsewhere":
+            return (
+                "This call was approved and is run by another gateway process; its result "
+                "is posted to the chat there. Do not retry it."
+            )
         return self.output
 
 
@@ -94,11 +113,15 @@ class ToolRunner:
         registry: ToolRegistry,
         policy: Policy,
         confirmations: ConfirmationService,
+        grants: GrantBook | None = None,
+        executor: Executor,
         on_tool_run: ToolRunObserver | None = None,
     ) -> None:
         self.registry = registry
         self.policy = policy
         self.confirmations = confirmations
+        self.grants = grants or GrantBook(MemoryGrantStore())
+        self.executor = executor
         self._on_tool_run = on_tool_run
 
     async def invoke(self, call: ToolCall, turn: TurnContext) -> ToolOutcome:
@@ -132,6 +155,12 @@ class ToolRunner:
             )
             return ToolOutcome("manual", preview.summary, decision=decision)
         if decision.level == "confirm":
+            grant = await self.grants.covering(
+                **covered_call(call, turn.session_key, turn.sender_id, decision)
+            )
+            if grant is not None:  # an approver said "don't ask again" for this (grants.py)
+                await turn.say(texts.grant_used(call.name, grant))
+                return await self._execute(call, args, turn, decision, None)
             try:
                 final = await self.confirmations.request(
                     session_key=turn.session_key,
@@ -147,6 +176,8 @@ class ToolRunner:
                     approvers=turn.approvers,
                     four_eyes=decision.four_eyes,
                     metadata=turn.metadata,
+                    idempotent=tool.idempotent,
+                    continuation=turn.continuation,
                 )
             except StoreUnavailableError as exc:  # fail closed, and say so (issue 13)
                 await turn.say(texts.STORE_UNAVAILABLE.format(tool=call.name))
@@ -160,7 +191,12 @@ class ToolRunner:
                     else "cancelled"
                 )
                 return ToolOutcome(status, texts.outcome(final), final, decision)
-            return await self._execute(call, args, turn, decision, final)
+            started = time.monotonic()
+            ran = await self.executor.run(final, say=turn.say, args=args)
+            if ran.status == "lost":
+                await turn.say(ran.output)
+            self._observe_ran(ran, started)
+            return _outcome(ran, decision)
         outcome = await self._execute(call, args, turn, decision, None)
         if decision.level == "notify" and outcome.status == "ok":
             await turn.say(texts.notify_ran(call.name, _describe(preview.details, preview.summary)))
@@ -192,33 +228,47 @@ class ToolRunner:
             self._on_tool_run(tool, result, time.monotonic() - started)
 
     async def run_orphan(
-        self, confirmation: Confirmation, say: Callable[[str], Awaitable[None]]
+        self, confirmation: Confirmation, say: Callable[[str], Awaitable[None]], *, report: bool
     ) -> ToolOutcome:
-        """Run an approved call whose turn did not survive a restart.
+        """Run an approved call whose turn did not survive a restart (claim first).
 
         The person approved exactly this stored call; the policy is checked again in case
-        it was tightened meanwhile.
+        it was tightened meanwhile: then the call is settled as failed without running.
+        ``report`` posts the result line (no model turn goes on to say it).
         """
         call = confirmation.tool_call
         tool = self.registry.get(call.name)
-        if tool is None:
-            await say(texts.tool_failed(call.name, "tool no longer exists"))
-            return ToolOutcome("unknown_tool", call.name)
-        args = tool.parse_args(call.args)
-        preview = await tool.preview(args)
-        decision = self.policy.evaluate(tool, args.model_dump(), preview)
-        if decision.level in ("deny", "manual"):
-            await say(texts.tool_denied(call.name, decision.rule))
-            return ToolOutcome("denied", decision.rule, confirmation, decision)
-        turn = TurnContext(
-            session_key=confirmation.session_key,
-            channel=confirmation.channel,
-            chat_id=confirmation.chat_id,
-            sender_id=confirmation.requester,
-            is_group=confirmation.is_group,
-            say=say,
-        )
-        return await self._execute(call, args, turn, decision, confirmation)
+        refused: str | None = None
+        decision: PolicyDecision | None = None
+        if tool is not None:
+            try:
+                args = tool.parse_args(call.args)
+            except ToolArgumentsError as exc:
+                refused = str(exc)
+            else:
+                preview = await tool.preview(args)
+                decision = self.policy.evaluate(tool, args.model_dump(), preview)
+                if decision.level in ("deny", "manual"):
+                    refused = texts.tool_denied(call.name, decision.rule)
+        if refused is not None:
+            ran = await self.executor.refuse(confirmation, refused, say=say)
+        else:
+            started = time.monotonic()
+            ran = await self.executor.run(confirmation, say=say, report=report)
+            self._observe_ran(ran, started)
+        return _outcome(ran, decision)
+
+    def _observe_ran(self, ran: Ran, started: float) -> None:
+        if ran.status != "lost":
+            name = ran.record.tool_call.name
+            self._observe(name, "ok" if ran.status == "succeeded" else "error", started)
+
+
+def _outcome(ran: Ran, decision: PolicyDecision | None) -> ToolOutcome:
+    status: OutcomeStatus = (
+        "ok" if ran.status == "succeeded" else "error" if ran.status == "failed" else "elsewhere"
+    )
+    return ToolOutcome(status, ran.output, ran.record, decision)
 
 
 def _describe(details: Mapping[str, Any], summary: str) -> str:

@@ -218,6 +218,8 @@ class SqlQueryTool(_SqlTool):
     )
     default_level: ClassVar[Level] = "auto"
     risk: ClassVar[Risk] = Risk.LOW
+    # A read in a read-only transaction: running it again changes nothing.
+    idempotent: ClassVar[bool] = True
 
     async def preview(self, args: BaseModel) -> ToolPreview:
         analysis = self.analyze(args)

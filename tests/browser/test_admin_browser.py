@@ -161,3 +161,32 @@ async def test_reject_with_a_reason_keywords_and_testers(
     await expect(page.locator("#policy-result")).to_contain_text('"level": "confirm"')
     await page.screenshot(path=str(ARTIFACTS / "admin-360-testers.png"), full_page=True)
     await page.context.close()
+
+
+async def test_approve_with_a_grant_then_revoke_it_from_the_page(
+    gateway: Gateway, browser: Browser, page_errors: list[str]
+) -> None:
+    url = base_url(gateway)
+    page = await open_admin(browser, url, page_errors)
+    await say(url, "ops3", "carol", "/sql DELETE FROM orders WHERE id = 5")
+    card = page.locator("#pending-list .card")
+    await card.locator('.approve-grant[data-scope="session"]').click()
+    row = page.locator("#grants-list .grant-row")
+    await expect(row).to_have_count(1)
+    await expect(row).to_contain_text("carol @ webchat:ops3")
+    await page.screenshot(path=str(ARTIFACTS / "admin-360-grant.png"), full_page=True)
+
+    # Carol's next DELETE runs without a card.
+    await say(url, "ops3", "carol", "/sql DELETE FROM orders WHERE id = 6")
+
+    async def ran() -> bool:
+        return not order_exists(gateway.settings.data_dir, 6)
+
+    await eventually(ran)
+    assert await gateway.confirmations.list_pending("webchat:ops3") == []
+
+    await row.locator(".revoke-grant").click()
+    await expect(page.locator("#grants-list .empty")).to_be_visible()
+    await say(url, "ops3", "carol", "/sql DELETE FROM orders WHERE id = 7")
+    await expect(page.locator("#pending-list .card")).to_have_count(1)
+    await page.context.close()

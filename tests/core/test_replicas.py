@@ -105,6 +105,10 @@ async def test_a_call_left_by_a_previous_process_runs_here_once_approved() -> No
 
     h.service.set_orphan_handler(orphan)
     await h.service.recover()
+    # Its prompt is shown again once, with the time left.
+    reposted = await h.next_out(OutboundKind.CONFIRMATION)
+    assert reposted.confirmation is not None and reposted.confirmation.id == left.id
+    assert "重启" in reposted.text and "Time left" in reposted.text
     task, conf = await h.ask(chat="c2")  # asked here: its own turn runs it, not the handler
     await h.reply(f"确认 {left.id}")
     await h.reply("确认", chat="c2")

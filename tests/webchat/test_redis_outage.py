@@ -91,6 +91,9 @@ async def test_redis_down_fails_closed_and_everything_resumes_when_it_returns(
         status, body = await _readyz(http)
         assert status == 503
         assert body["store"]["ready"] is False and "Redis" in body["store"]["reason"]
+        async with http.get("/api/confirmations") as resp:
+            assert resp.status == 503, await resp.text()
+            assert "store is unavailable" in (await resp.json())["error"]
 
         await say(http, "room", "alice", "/sql DELETE FROM orders WHERE id = 3")
         refusal = texts.STORE_UNAVAILABLE_MESSAGE

@@ -49,7 +49,11 @@ function refreshRecords() {
   if (pendingRefresh) return;
   pendingRefresh = setTimeout(async () => {
     pendingRefresh = null;
-    await Promise.all([refresh("pending", "#pending-list"), refresh("history", "#history-list")]);
+    await Promise.all([
+      refresh("pending", "#pending-list"),
+      refresh("history", "#history-list"),
+      refresh("grants", "#grants-list"),
+    ]);
   }, 50);
 }
 
@@ -77,12 +81,23 @@ async function decide(button, decision) {
   const id = button.dataset.id;
   const reasonBox = card ? $(".reason", card) : null;
   const body = { decision };
+  if (button.dataset.scope) {
+    body.grant = { scope: button.dataset.scope, minutes: Number(button.dataset.minutes) };
+  }
   if (reasonBox && reasonBox.value.trim()) body.reason = reasonBox.value.trim();
   for (const b of card ? card.querySelectorAll("button") : [button]) b.disabled = true;
   const { ok, data } = await send("POST", `/api/confirmations/${encodeURIComponent(id)}/decision`, body);
   notice(data.message || data.error || "", !ok);
   refreshRecords();
   if (document.querySelector(".detail")) window.location.reload();
+}
+
+async function revoke(button) {
+  button.disabled = true;
+  const id = encodeURIComponent(button.dataset.id);
+  const { ok, data } = await send("POST", `/api/grants/${id}/revoke`, {});
+  notice(ok ? `revoked ${button.dataset.id}` : data.error || "cannot revoke", !ok);
+  refreshRecords();
 }
 
 async function changeWord(list, word, add) {
@@ -119,7 +134,9 @@ document.addEventListener("click", (event) => {
   const target = event.target instanceof Element ? event.target.closest("button") : null;
   if (!target) return;
   if (target.classList.contains("approve")) decide(target, "approve");
+  else if (target.classList.contains("approve-grant")) decide(target, "approve");
   else if (target.classList.contains("reject")) decide(target, "reject");
+  else if (target.classList.contains("revoke-grant")) revoke(target);
   else if (target.classList.contains("remove-word")) {
     changeWord(target.dataset.list, target.dataset.word, false);
   }

@@ -1,0 +1,50 @@
+"""What the confirmation service tells its listeners (metrics, the admin feed)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import structlog
+
+from gateway.confirm.model import Confirmation
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfirmationEvent:
+    # requested, resolved (a status end), executed (an execution end: succeeded, failed,
+    # interrupted; the record's ``execution`` says which)
+    kind: Literal["requested", "resolved", "executed"]
+    confirmation: Confirmation
+
+
+Listener = Callable[[ConfirmationEvent], Awaitable[None] | None]
+
+
+class Listeners:
+    """Listeners called in turn on every event; one that fails does not stop the others."""
+
+    def __init__(self) -> None:
+        self._listeners: list[Listener] = []
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call ``listener`` on every event. Returns an unsubscribe."""
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return unsubscribe
+
+    async def emit(self, event: ConfirmationEvent) -> None:
+        for listener in tuple(self._listeners):
+            try:
+                result = listener(event)
+                if result is not None:
+                    await result
+            except Exception:  # one failing listener (metrics, SSE) must not stop the others
+                log.exception("confirm.listener_failed", confirmation_id=event.confirmation.id)

@@ -1,0 +1,305 @@
+"""Scoped grants: an approver's "don't ask again" for a while, and what it may never cover.
+
+Two scopes, both with an expiry:
+
+- ``session``: the same tool, asked for by the same person in the same session, for N
+  minutes (reply ``确认 30分钟``). Any arguments of that tool.
+- ``call``: exactly this call (same tool, same normalised arguments) in any session.
+
+A grant never covers a ``critical`` call, a four-eyes call (a second person must look at
+each one), another tool, other arguments (``call``), or a call of higher risk than the
+one it was given on. Grants are stored (memory, SQLite, Redis: one contract suite),
+listed and revoked by the admin API, page and CLI, and every give / use / revoke is in
+their audit trail. The runner asks ``GrantBook.covering`` where the policy said
+``confirm``; the chat is told whose grant let a call run, and until when.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+import structlog
+
+from gateway import texts
+from gateway.confirm.model import Confirmation, Risk, ToolCall
+
+if TYPE_CHECKING:
+    from config.settings import Settings
+
+log = structlog.get_logger(__name__)
+
+Scope = Literal["session", "call"]
+RISK_ORDER = {Risk.LOW: 0, Risk.MEDIUM: 1, Risk.HIGH: 2, Risk.CRITICAL: 3}
+# Longest grants: a day for a session, thirty days for one exact call.
+MAX_MINUTES: Mapping[str, int] = {"session": 24 * 60, "call": 30 * 24 * 60}
+
+
+def args_key(args: Mapping[str, Any]) -> str:
+    """The identity of a call's arguments: keys sorted, JSON, hashed."""
+    text = json.dumps(dict(args), sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Grant:
+    """Permission to run calls without asking, given on one confirmation, until a time."""
+
+    id: str
+    scope: Scope
+    tool: str
+    session_key: str  # where it was given; a session grant covers only this session
+    channel: str  # where to tell people it was revoked
+    chat_id: str
+    requester: str  # whose calls a session grant covers
+    args_key: str | None  # a call grant covers only these arguments
+    args: Mapping[str, Any]  # the arguments it was given on, for people to read
+    risk: Risk  # the highest risk it covers
+    granted_by: str
+    granted_via: str
+    confirmation_id: str
+    created_at: float
+    expires_at: float
+    revoked_by: str | None = None
+    revoked_at: float | None = None
+
+    def live(self, now: float) -> bool:
+        return self.revoked_at is None and now < self.expires_at
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["args"] = dict(self.args)
+        data["risk"] = self.risk.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Grant:
+        return cls(**{**data, "args": dict(data["args"]), "risk": Risk(data["risk"])})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GrantEvent:
+    """One line of a grant's audit trail."""
+
+    grant_id: str
+    at: float
+    kind: Literal["given", "used", "revoked"]
+    actor: str | None
+    detail: str = ""  # used: the call id and session
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class GrantStore(ABC):
+    """Where grants and their audit trail live. Contract: tests/confirm/test_grants_contract.py."""
+
+    @abstractmethod
+    async def add(self, grant: Grant) -> None: ...
+
+    @abstractmethod
+    async def get(self, grant_id: str) -> Grant | None: ...
+
+    @abstractmethod
+    async def live(self, now: float) -> list[Grant]:
+        """Grants neither expired nor revoked, oldest first."""
+
+    @abstractmethod
+    async def revoke(self, grant_id: str, *, by: str, now: float) -> Grant | None:
+        """Mark a live grant revoked (first call wins); the grant as it now is, or None."""
+
+    @abstractmethod
+    async def record(self, event: GrantEvent) -> None: ...
+
+    @abstractmethod
+    async def events(self, grant_id: str) -> list[GrantEvent]:
+        """A grant's audit trail, oldest first."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""
+
+
+class MemoryGrantStore(GrantStore):
+    """In-process grants: tests and the terminal chat."""
+
+    def __init__(self) -> None:
+        self._grants: dict[str, Grant] = {}
+        self._events: list[GrantEvent] = []
+
+    async def add(self, grant: Grant) -> None:
+        self._grants[grant.id] = grant
+
+    async def get(self, grant_id: str) -> Grant | None:
+        return self._grants.get(grant_id)
+
+    async def live(self, now: float) -> list[Grant]:
+        for gid in [g.id for g in self._grants.values() if now >= g.expires_at]:
+            del self._grants[gid]  # expired ones only take room; their trail stays
+        return sorted((g for g in self._grants.values() if g.live(now)), key=lambda g: g.created_at)
+
+    async def revoke(self, grant_id: str, *, by: str, now: float) -> Grant | None:
+        grant = self._grants.get(grant_id)
+        if grant is None or not grant.live(now):
+            return None
+        done = replace(grant, revoked_by=by, revoked_at=now)
+        self._grants[grant_id] = done
+        return done
+
+    async def record(self, event: GrantEvent) -> None:
+        self._events.append(event)
+
+    async def events(self, grant_id: str) -> list[GrantEvent]:
+        return [e for e in self._events if e.grant_id == grant_id]
+
+
+def covered_call(call: ToolCall, session_key: str, requester: str, decision: Any) -> dict[str, Any]:
+    """``GrantBook.covering``'s arguments for a call the policy wants confirmed."""
+    return {
+        "tool": call.name,
+        "args": call.args,
+        "session_key": session_key,
+        "requester": requester,
+        "risk": decision.risk,
+        "four_eyes": decision.four_eyes,
+        "call_id": call.call_id,
+    }
+
+
+class GrantRefusedError(ValueError):
+    """A grant that may not be given; the message says why (for the person)."""
+
+
+async def grant_sentence(
+    book: GrantBook, c: Confirmation, *, scope: Scope, minutes: int, by: str, via: str
+) -> tuple[Grant | None, str]:
+    """Give a grant on approved ``c``; the grant (or None) and the sentence for its chat."""
+    try:
+        grant = await book.give(c, scope=scope, minutes=minutes, by=by, via=via)
+    except GrantRefusedError as exc:
+        return None, texts.grant_refused(str(exc))
+    return grant, texts.grant_given(grant)
+
+
+class GrantBook:
+    """Gives, finds, lists and revokes grants; audits each."""
+
+    def __init__(self, store: GrantStore, *, clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.clock = clock
+
+    async def give(
+        self, c: Confirmation, *, scope: Scope, minutes: int, by: str, via: str
+    ) -> Grant:
+        """A grant on approved confirmation ``c``; GrantRefusedError when it may not cover it."""
+        if c.risk is Risk.CRITICAL:
+            raise GrantRefusedError(texts.GRANT_NOT_CRITICAL)
+        if c.four_eyes:
+            raise GrantRefusedError(texts.GRANT_NOT_FOUR_EYES)
+        if not 1 <= minutes <= MAX_MINUTES[scope]:
+            raise GrantRefusedError(texts.grant_length(scope, MAX_MINUTES[scope]))
+        now = self.clock()
+        grant = Grant(
+            id=f"g{secrets.token_hex(4)}",
+            scope=scope,
+            tool=c.tool_call.name,
+            session_key=c.session_key,
+            channel=c.channel,
+            chat_id=c.chat_id,
+            requester=c.requester,
+            args_key=args_key(c.tool_call.args) if scope == "call" else None,
+            args=dict(c.tool_call.args),
+            risk=c.risk,
+            granted_by=by,
+            granted_via=via,
+            confirmation_id=c.id,
+            created_at=now,
+            expires_at=now + minutes * 60,
+        )
+        await self.store.add(grant)
+        await self.store.record(
+            GrantEvent(grant_id=grant.id, at=now, kind="given", actor=by, detail=c.id)
+        )
+        return grant
+
+    async def covering(
+        self,
+        *,
+        tool: str,
+        args: Mapping[str, Any],
+        session_key: str,
+        requester: str,
+        risk: Risk,
+        four_eyes: bool,
+        call_id: str,
+    ) -> Grant | None:
+        """The live grant that lets this call run without asking (recorded as used), or None."""
+        if risk is Risk.CRITICAL or four_eyes:
+            return None
+        now = self.clock()
+        key = args_key(args)
+        try:
+            live = await self.store.live(now)
+        except Exception as exc:
+            # Any store failure (Redis down, a locked file): no grant, so the call is asked
+            # for as usual. A grant store outage must never let a call through unasked.
+            log.warning("grants.unreadable", error=f"{type(exc).__name__}: {exc}")
+            return None
+        for grant in live:
+            if grant.tool != tool or RISK_ORDER[risk] > RISK_ORDER[grant.risk]:
+                continue
+            if grant.scope == "call" and grant.args_key != key:
+                continue
+            if grant.scope == "session" and (
+                grant.session_key != session_key or grant.requester != requester
+            ):
+                continue
+            detail = f"{call_id} in {session_key} by {requester}"
+            await self.store.record(
+                GrantEvent(grant_id=grant.id, at=now, kind="used", actor=None, detail=detail)
+            )
+            return grant
+        return None
+
+    async def live(self) -> list[Grant]:
+        return await self.store.live(self.clock())
+
+    async def get(self, grant_id: str) -> Grant | None:
+        return await self.store.get(grant_id)
+
+    async def revoke(self, grant_id: str, *, by: str) -> Grant | None:
+        now = self.clock()
+        done = await self.store.revoke(grant_id, by=by, now=now)
+        if done is not None:
+            await self.store.record(GrantEvent(grant_id=grant_id, at=now, kind="revoked", actor=by))
+        return done
+
+    async def events(self, grant_id: str) -> list[GrantEvent]:
+        return await self.store.events(grant_id)
+
+
+async def open_grant_store(settings: Settings, confirmations: object) -> GrantStore:
+    """Grants live beside the confirmations: the same SQLite file, the same Redis.
+
+    In memory when the confirmations are (tests hand ``build`` a memory store).
+    """
+    from gateway.confirm.memory_store import MemoryConfirmationStore
+
+    kind = settings.confirmation.store
+    if isinstance(confirmations, MemoryConfirmationStore):
+        return MemoryGrantStore()
+    if kind == "sqlite":
+        from gateway.confirm.sqlite_grants import SqliteGrantStore
+
+        return await SqliteGrantStore.open(settings.data_dir / "confirmations.db")
+    if kind == "redis":
+        from gateway.confirm.redis_grants import RedisGrantStore
+
+        c = settings.confirmation
+        return await RedisGrantStore.from_url(c.redis_url, prefix=c.redis_prefix)
+    return MemoryGrantStore()

@@ -1,0 +1,75 @@
+"""Admin routes for grants: list the live ones, read one with its audit trail, revoke.
+
+Grants are given with a decision (``POST /api/confirmations/{id}/decision`` with
+``grant``), by a reply such as ``确认 30分钟``, or from the admin page.
+"""
+
+from __future__ import annotations
+
+import structlog
+from aiohttp import web
+
+from gateway import texts
+from gateway.bus import MessageBus, OutboundMessage
+from gateway.confirm.grants import Grant, GrantBook
+from gateway.confirm.service import ConfirmationService
+from gateway.http.identity import identity_of
+from gateway.http.jsonapi import ApiError, RevokeBody, read_body
+
+log = structlog.get_logger(__name__)
+
+MAX_GRANT_ID = 32
+
+
+class GrantsApi:
+    """``/api/grants``: list, show, revoke."""
+
+    def __init__(self, *, grants: GrantBook, confirmations: ConfirmationService) -> None:
+        self.grants = grants
+        self.confirmations = confirmations
+
+    def register(self, app: web.Application) -> None:
+        app.router.add_get("/api/grants", self.list_grants)
+        app.router.add_get("/api/grants/{id}", self.get_grant)
+        app.router.add_post("/api/grants/{id}/revoke", self.revoke)
+
+    async def list_grants(self, _: web.Request) -> web.Response:
+        return web.json_response({"grants": [g.to_dict() for g in await self.grants.live()]})
+
+    async def get_grant(self, request: web.Request) -> web.Response:
+        grant = await self._find(request)
+        events = await self.grants.events(grant.id)
+        return web.json_response(
+            {"grant": grant.to_dict(), "events": [e.to_dict() for e in events]}
+        )
+
+    async def revoke(self, request: web.Request) -> web.Response:
+        grant = await self._find(request)
+        body = await read_body(request, RevokeBody) if request.can_read_body else RevokeBody()
+        actor = identity_of(request).user(request) or (body.actor or "").strip() or "admin"
+        done = await self.grants.revoke(grant.id, by=actor)
+        if done is None:
+            raise ApiError(409, f"grant {grant.id} has already ended (expired or revoked)")
+        log.info("admin.grant_revoked", grant_id=grant.id, actor=actor)
+        await say_in(
+            self.confirmations.bus,
+            done.channel,
+            done.chat_id,
+            done.session_key,
+            texts.grant_revoked(done),
+        )
+        return web.json_response({"grant": done.to_dict()})
+
+    async def _find(self, request: web.Request) -> Grant:
+        gid = request.match_info["id"]
+        grant = await self.grants.get(gid) if len(gid) <= MAX_GRANT_ID else None
+        if grant is None:
+            raise ApiError(404, f"no grant {gid[:MAX_GRANT_ID]}", field="id")
+        return grant
+
+
+async def say_in(bus: MessageBus, channel: str, chat_id: str, session_key: str, text: str) -> None:
+    """Tell a chat what happened to a grant (given, refused, revoked)."""
+    await bus.publish_outbound(
+        OutboundMessage(channel=channel, chat_id=chat_id, session_key=session_key, text=text)
+    )

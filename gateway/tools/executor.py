@@ -1,0 +1,181 @@
+"""The one place an approved call runs: claim, start, run, finish — in the store.
+
+Whoever wants to run an approved call — the turn that asked (gateway/tools/runner.py) or a
+process that adopted it after its turn died (gateway/confirm/replicas.py) — comes here.
+The store's compare-and-set claim lets exactly one of them run it; the others are told
+where it went. What the call came to is written to the record's execution ledger
+(``succeeded`` | ``failed`` with the error text | ``interrupted``) and to its audit trail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal
+
+import structlog
+from pydantic import BaseModel
+
+from gateway import texts
+from gateway.confirm.ledger import audit, interrupt, summarize
+from gateway.confirm.model import Confirmation, ExecState
+from gateway.confirm.service import ConfirmationService
+from gateway.tools.base import ToolArgumentsError, ToolRegistry
+
+log = structlog.get_logger(__name__)
+
+Say = Callable[[str], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Ran:
+    """What became of an approved call handed to the executor."""
+
+    # succeeded / failed: it ran here; lost: another process has (or had) the call.
+    status: Literal["succeeded", "failed", "lost"]
+    output: str  # the tool's whole output, the error text, or why it was lost
+    record: Confirmation  # the record as this process last saw it
+
+
+@dataclass(slots=True)
+class _Running:
+    task: asyncio.Task[object] | None
+    done: asyncio.Event
+
+
+class Executor:
+    """Runs approved calls under the store's claim; drains them on stop."""
+
+    def __init__(self, *, registry: ToolRegistry, confirmations: ConfirmationService) -> None:
+        self.registry = registry
+        self.confirmations = confirmations
+        self._running: dict[str, _Running] = {}
+
+    @property
+    def running(self) -> int:
+        """How many calls run here now."""
+        return len(self._running)
+
+    async def run(
+        self,
+        record: Confirmation,
+        *,
+        say: Say,
+        args: BaseModel | None = None,
+        report: bool = False,
+    ) -> Ran:
+        """Claim ``record``'s call and run it, once; ``report`` posts the result line.
+
+        ``args`` are the parsed arguments when the caller has them (the turn); otherwise
+        they are parsed from the stored call.
+        """
+        service = self.confirmations
+        me = service.instance.id
+        claimed = await service.store.claim(
+            record.id, instance=me, now=service.clock(), lease=service.lease
+        )
+        if claimed is None:
+            now = await service.store.get(record.id) or record
+            log.info(
+                "tool.claim_lost", confirmation_id=record.id, claimed_by=now.execution.claimed_by
+            )
+            return Ran("lost", texts.ran_elsewhere(now), now)
+        await audit(service, record.id, "claimed", actor=me, attempt=claimed.execution.attempts)
+        call = claimed.tool_call
+        tool = self.registry.get(call.name)
+        try:
+            if tool is None:
+                raise ToolArgumentsError(f"no tool named {call.name!r} any more")
+            parsed = args if args is not None else tool.parse_args(call.args)
+        except ToolArgumentsError as exc:
+            return await self._finish(claimed, ExecState.FAILED, str(exc), say=say, report=report)
+        started = await service.store.start_execution(record.id, instance=me, now=service.clock())
+        if started is None:
+            # Our claim was taken from us (this process looked dead to another one).
+            now = await service.store.get(record.id) or claimed
+            return Ran("lost", texts.ran_elsewhere(now), now)
+        await audit(service, record.id, "started", actor=me)
+        running = _Running(asyncio.current_task(), asyncio.Event())
+        self._running[record.id] = running
+        try:
+            result = await tool.run(parsed)
+        except asyncio.CancelledError:
+            # Stopped mid-run (stop timeout, or the turn was cancelled): it may or may not
+            # have taken effect, so it is reported interrupted, never retried by itself.
+            await asyncio.shield(interrupt(service, record.id, claimer=me))
+            raise
+        except Exception as exc:  # a tool's failure is the call's outcome, told to the chat
+            log.warning("tool.failed", tool=call.name, error=f"{type(exc).__name__}: {exc}")
+            state, output = ExecState.FAILED, f"{type(exc).__name__}: {exc}"
+        else:
+            log.info("tool.ran", tool=call.name, confirmation_id=record.id)
+            state, output = ExecState.SUCCEEDED, str(result)
+        finally:
+            del self._running[record.id]
+            running.done.set()
+        return await self._finish(started, state, output, say=say, report=report)
+
+    async def refuse(self, record: Confirmation, reason: str, *, say: Say) -> Ran:
+        """Settle an approved call as failed without running it (the policy now refuses
+        it); the chat is told ``reason``. Claimed first, like a run, so it happens once."""
+        service = self.confirmations
+        claimed = await service.store.claim(
+            record.id, instance=service.instance.id, now=service.clock(), lease=service.lease
+        )
+        if claimed is None:
+            now = await service.store.get(record.id) or record
+            return Ran("lost", texts.ran_elsewhere(now), now)
+        await audit(service, record.id, "claimed", actor=service.instance.id)
+        await say(reason)
+        return await self._finish(claimed, ExecState.FAILED, reason, say=say, report=False)
+
+    async def _finish(
+        self, record: Confirmation, state: ExecState, output: str, *, say: Say, report: bool
+    ) -> Ran:
+        service = self.confirmations
+        final = await service.store.finish_execution(
+            record.id,
+            instance=service.instance.id,
+            state=state,
+            result=summarize(output),
+            now=service.clock(),
+        )
+        if final is None:
+            # Someone marked it interrupted while it ran (our heartbeat lapsed): it did run.
+            log.warning("tool.ledger_lost", confirmation_id=record.id, state=state.value)
+            final = await service.store.get(record.id) or record
+        else:
+            await audit(service, record.id, "finished", state=state.value, result=summarize(output))
+            await service.announce_execution(final)
+        name = record.tool_call.name
+        if report:
+            line = texts.tool_result(name, output, record.id)
+            await say(line if state is ExecState.SUCCEEDED else texts.tool_failed(name, output))
+        status: Literal["succeeded", "failed"] = (
+            "succeeded" if state is ExecState.SUCCEEDED else "failed"
+        )
+        return Ran(status, output, final)
+
+    async def stop(self, timeout: float) -> None:
+        """Let running calls finish for up to ``timeout`` seconds; interrupt the rest.
+
+        Calls that start meanwhile are waited for too, within the same time.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._running and loop.time() < deadline:
+            waits = [asyncio.ensure_future(r.done.wait()) for r in self._running.values()]
+            _, pending = await asyncio.wait(
+                waits, timeout=deadline - loop.time(), return_when=asyncio.FIRST_COMPLETED
+            )
+            for w in pending:
+                w.cancel()
+        left = list(self._running.values())
+        if not left:
+            return
+        log.warning("tool.stop_timeout", running=len(left), timeout=timeout)
+        for r in left:
+            if r.task is not None:
+                r.task.cancel()  # its run() marks it interrupted and tells the chat
+        await asyncio.wait([asyncio.ensure_future(r.done.wait()) for r in left], timeout=5.0)

@@ -1,0 +1,163 @@
+"""The grant store contract, on memory, SQLite and Redis; and what GrantBook never covers.
+
+Two handles on the same data (two replicas, two processes on one file) see the same
+grants, and of two revokes one wins. Time is an injected clock, never a sleep.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.confirm.grants import (
+    GrantBook,
+    GrantRefusedError,
+    GrantStore,
+    MemoryGrantStore,
+)
+from gateway.confirm.model import Confirmation, Risk, ToolCall
+from gateway.confirm.redis_grants import RedisGrantStore
+from gateway.confirm.sqlite_grants import SqliteGrantStore
+from tests.confirm.conftest import REDIS_URL, redis_client
+
+Opener = Callable[[], Awaitable[GrantStore]]
+DELETE = {"sql": "DELETE FROM orders WHERE id = 3"}
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.services)])
+async def opener(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Opener]:
+    handles: list[GrantStore] = []
+    kind = request.param
+    if kind == "memory":
+        shared = MemoryGrantStore()
+
+        async def same() -> GrantStore:
+            return shared
+
+        yield same
+        return
+    admin = await redis_client() if kind == "redis" else None
+    prefix = f"gateway-test:{uuid.uuid4().hex}"
+
+    async def open_one() -> GrantStore:
+        store: GrantStore
+        if kind == "sqlite":
+            store = await SqliteGrantStore.open(tmp_path / "confirmations.db")
+        else:
+            store = await RedisGrantStore.from_url(REDIS_URL, prefix=prefix)
+        handles.append(store)
+        return store
+
+    try:
+        yield open_one
+    finally:
+        for handle in handles:
+            await handle.close()
+        if admin is not None:
+            keys = [k async for k in admin.scan_iter(match=f"{prefix}:*")]
+            if keys:
+                await admin.delete(*keys)
+            await admin.aclose()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_763_900_000.25
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def confirmation(**overrides: Any) -> Confirmation:
+    fields: dict[str, Any] = {
+        "id": "K7Q2",
+        "session_key": "webchat:ops",
+        "channel": "webchat",
+        "chat_id": "ops",
+        "requester": "alice",
+        "is_group": True,
+        "tool_call": ToolCall("sql_modify", DELETE, "call_1"),
+        "summary": "DELETE orders",
+        "created_at": 1.0,
+        "expires_at": 2.0,
+        "risk": Risk.MEDIUM,
+    }
+    return Confirmation(**{**fields, **overrides})
+
+
+def ask(book: GrantBook, **overrides: Any) -> Awaitable[Any]:
+    call: dict[str, Any] = {
+        "tool": "sql_modify",
+        "args": DELETE,
+        "session_key": "webchat:ops",
+        "requester": "alice",
+        "risk": Risk.MEDIUM,
+        "four_eyes": False,
+        "call_id": "call_2",
+    }
+    return book.covering(**{**call, **overrides})
+
+
+async def test_a_grant_is_seen_by_another_handle_and_expires(opener: Opener) -> None:
+    clock = Clock()
+    book = GrantBook(await opener(), clock=clock)
+    other = GrantBook(await opener(), clock=clock)
+    grant = await book.give(confirmation(), scope="session", minutes=30, by="bob", via="text")
+    assert await other.get(grant.id) == grant
+    assert [g.id for g in await other.live()] == [grant.id]
+    assert await ask(other) == grant
+    clock.now += 30 * 60
+    assert await other.live() == []
+    assert await ask(other) is None
+    kinds = [e.kind for e in await book.events(grant.id)]
+    assert kinds == ["given", "used"]
+
+
+async def test_of_two_revokes_one_wins_and_a_revoked_grant_covers_nothing(
+    opener: Opener,
+) -> None:
+    clock = Clock()
+    book = GrantBook(await opener(), clock=clock)
+    other = GrantBook(await opener(), clock=clock)
+    grant = await book.give(confirmation(), scope="call", minutes=60, by="bob", via="admin")
+    first = await book.revoke(grant.id, by="carol")
+    second = await other.revoke(grant.id, by="dave")
+    assert first is not None and first.revoked_by == "carol" and first.revoked_at == clock.now
+    assert second is None
+    assert await ask(other) is None
+    assert await other.live() == []
+    stored = await other.get(grant.id)
+    assert stored is not None and stored.revoked_by == "carol"
+    assert [e.kind for e in await other.events(grant.id)] == ["given", "revoked"]
+    assert await book.revoke("gnothere", by="carol") is None
+
+
+async def test_what_a_grant_never_covers(opener: Opener) -> None:
+    book = GrantBook(await opener(), clock=Clock())
+    for c in (confirmation(risk=Risk.CRITICAL), confirmation(four_eyes=True)):
+        with pytest.raises(GrantRefusedError):
+            await book.give(c, scope="session", minutes=30, by="bob", via="text")
+    with pytest.raises(GrantRefusedError):
+        await book.give(confirmation(), scope="session", minutes=24 * 60 + 1, by="b", via="t")
+
+    await book.give(confirmation(), scope="session", minutes=30, by="bob", via="text")
+    assert await ask(book, args={"sql": "DELETE FROM orders"}) is not None  # any args
+    assert await ask(book, tool="sql_query") is None
+    assert await ask(book, session_key="webchat:other") is None
+    assert await ask(book, requester="mallory") is None
+    assert await ask(book, risk=Risk.HIGH) is None
+    assert await ask(book, risk=Risk.CRITICAL) is None
+    assert await ask(book, four_eyes=True) is None
+
+
+async def test_a_call_grant_covers_exactly_that_call_anywhere(opener: Opener) -> None:
+    book = GrantBook(await opener(), clock=Clock())
+    await book.give(confirmation(), scope="call", minutes=60, by="bob", via="admin")
+    reordered = {"sql": DELETE["sql"]}
+    assert await ask(book, args=reordered, session_key="feishu:x", requester="z") is not None
+    assert await ask(book, args={"sql": "DELETE FROM orders WHERE id = 4"}) is None
+    assert await ask(book, tool="other_tool") is None
