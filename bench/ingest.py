@@ -7,7 +7,7 @@ until the answer is in it. A message counts once its answer is in the room.
 
 - ``bare aiohttp``: bench/bare_chat.py: answers into the room inside the POST handler.
 - ``gateway serve``: the real daemon, web chat REST API, the command agent (``/help``),
-  SQLite confirmation store, JSON logs to a pipe the bench drains; rate limit off.
+  SQLite confirmation store (``--store``), JSON logs to a pipe the bench drains; rate limit off.
 
 Server CPU is the process's utime + stime (/proc/PID/stat, all threads) over the run;
 the client's own CPU is not counted. Rounds alternate the order.
@@ -124,7 +124,7 @@ def start_bare() -> Server:
     return Server(argv, env, str(ROOT), "listening on ")
 
 
-def start_gateway(repo: Path, tmp: str) -> Server:
+def start_gateway(repo: Path, tmp: str, store: str) -> Server:
     keywords = Path(tmp) / "keywords.toml"
     shutil.copyfile(ROOT / "config" / "keywords.toml", keywords)
     env = {
@@ -134,7 +134,7 @@ def start_gateway(repo: Path, tmp: str) -> Server:
         "GATEWAY_SERVER__HOST": "127.0.0.1",
         "GATEWAY_SERVER__PORT": "0",
         "GATEWAY_KEYWORDS__FILE": str(keywords),
-        "GATEWAY_CONFIRMATION__STORE": "sqlite",
+        "GATEWAY_CONFIRMATION__STORE": store,
         "GATEWAY_LOG__FORMAT": "json",
         "GATEWAY_CHANNELS__WEBCHAT__MESSAGES_PER_MINUTE": "0",
         "NO_PROXY": "127.0.0.1",
@@ -149,6 +149,7 @@ def main() -> int:
     ap.add_argument("--messages", type=int, default=50)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repo", default=str(ROOT))
+    ap.add_argument("--store", default="sqlite", choices=["sqlite", "memory"])
     args = ap.parse_args()
     repo = Path(args.repo).resolve()
     per_cpu: dict[str, list[float]] = {"bare aiohttp": [], "gateway serve": []}
@@ -159,7 +160,9 @@ def main() -> int:
             order.reverse()
         for name in order:
             with tempfile.TemporaryDirectory(prefix="gw-ingest-") as tmp:
-                server = start_bare() if name == "bare aiohttp" else start_gateway(repo, tmp)
+                server = (
+                    start_bare() if name == "bare aiohttp" else start_gateway(repo, tmp, args.store)
+                )
                 try:
                     cpu_rate, wall_rate = measure(server, args.rooms, args.messages)
                 finally:
@@ -168,7 +171,7 @@ def main() -> int:
             per_wall[name].append(wall_rate)
     n = args.rooms * args.messages
     print(f"{n} messages ({args.rooms} rooms x {args.messages}) x {args.rounds} rounds, medians")
-    print(f"gateway from {repo}")
+    print(f"gateway from {repo}, confirmation store {args.store}")
     for name in per_cpu:
         rate = statistics.median(per_cpu[name])
         print(

@@ -86,7 +86,8 @@ class ReplyIntercept:
 
         A bare "ok" with nothing pending is ordinary conversation and goes to the agent.
         """
-        # Without a digit the text names no id (every id has one): no parse, the common case.
+        # Without a digit the text names no id (every id has one): no parse, the common
+        # case (issue 14; the parse is part of bench/ingest.py µs per message).
         if len(msg.text) > _LATE_REPLY_MAX or not any(ch.isdigit() for ch in msg.text):
             return False
         parsed = self._service.parser.parse(msg.text)
