@@ -171,7 +171,11 @@ class AdminPage:
         if found is None:
             raise web.HTTPNotFound(text=f"no confirmation {cid[:MAX_ID_LENGTH]}")
         html = page_html.detail_page(
-            found, actor=self.actor(request), logout=self._token is not None, now=self.clock()
+            found,
+            await self.confirmations.store.events(found.id),
+            actor=self.actor(request),
+            logout=self._token is not None,
+            now=self.clock(),
         )
         return _html(html)
 

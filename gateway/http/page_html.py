@@ -14,7 +14,7 @@ from html import escape
 from typing import Any
 
 from gateway.confirm.grants import Grant
-from gateway.confirm.model import Confirmation, Risk, Status
+from gateway.confirm.model import AuditEvent, Confirmation, Risk, Status
 
 STATUSES = [s.value for s in Status]
 
@@ -301,7 +301,22 @@ def health(channels: Sequence[Mapping[str, Any]]) -> str:
 # ---------------------------------------------------------------------- one record
 
 
-def detail_page(c: Confirmation, *, actor: str, logout: bool, now: float) -> str:
+def audit_trail(events: Sequence[AuditEvent]) -> str:
+    """The record's transitions, oldest first: asked, read, decided, claimed, ran, ended."""
+    if not events:
+        return f'<p class="empty">{bi("没有审计记录。", "No audit events.")}</p>'
+    rows = "".join(
+        f'<li class="row event" data-kind="{e(ev.kind)}"><time>{e(clock(ev.at))}</time>'
+        f"<b>{e(ev.kind)}</b><span>{e(ev.actor or '')}</span>"
+        f'<span class="summary">{e(json.dumps(dict(ev.detail), ensure_ascii=False))}</span></li>'
+        for ev in events
+    )
+    return f'<ul class="rows audit">{rows}</ul>'
+
+
+def detail_page(
+    c: Confirmation, events: Sequence[AuditEvent], *, actor: str, logout: bool, now: float
+) -> str:
     record = json.dumps(c.to_dict(), ensure_ascii=False, indent=2)
     fields = [
         (bi("状态", "status"), e(c.status.value)),
@@ -314,6 +329,8 @@ def detail_page(c: Confirmation, *, actor: str, logout: bool, now: float) -> str
         (bi("途径", "via"), e(c.decided_via or "—")),
         (bi("决定于", "decided at"), e(clock(c.decided_at))),
         (bi("原因", "reason"), e(c.reason or "—")),
+        (bi("执行", "execution"), e(c.execution.state.value)),
+        (bi("结果", "result"), e(c.execution.result or "—")),
     ]
     dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in fields)
     card = pending_card(c, now) if c.status is Status.PENDING else ""
@@ -323,6 +340,8 @@ def detail_page(c: Confirmation, *, actor: str, logout: bool, now: float) -> str
 <dl class="meta">{dl}</dl>
 <h3>{bi("调用参数", "arguments")}</h3>
 <pre class="args">{e(json.dumps(dict(c.tool_call.args), ensure_ascii=False, indent=2))}</pre>
+<h3>{bi("审计记录", "audit trail")}</h3>
+{audit_trail(events)}
 <details><summary>{bi("完整记录", "the whole record")}</summary><pre>{e(record)}</pre></details>
 </section>"""
     return layout(f"{c.id} · Gateway admin", body, actor=actor, logout=logout)

@@ -120,6 +120,12 @@ async def test_a_pending_call_appears_live_and_approving_it_runs_it(
     # Its details page shows the decision.
     await row.locator(".cid").click()
     await expect(page.locator(".detail")).to_contain_text("approved")
+    # Its audit trail: asked, decided on the page, then claimed, run and finished.
+    trail = page.locator(".audit .event")
+    await expect(trail.first).to_have_attribute("data-kind", "requested")
+    await expect(page.locator('.audit .event[data-kind="decided"]')).to_contain_text("admin")
+    await expect(page.locator('.audit .event[data-kind="finished"]')).to_be_visible()
+    await page.screenshot(path=str(ARTIFACTS / "admin-360-detail.png"), full_page=True)
     await page.context.close()
 
 
