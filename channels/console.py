@@ -116,6 +116,7 @@ class ConsoleChannel(Channel):
                 output=io[1] if io else None,
             )
             self._tasks.spawn(self._run_prompt(), name="console-prompt")
+            self._tasks.spawn(self._run(), name="console-input")
             self._print(texts.CONSOLE_BANNER)
             return
         loop = asyncio.get_running_loop()
@@ -153,11 +154,13 @@ class ConsoleChannel(Channel):
         assert self._reader is not None
         with self._reader.printing_above():
             while True:
+                # Straight back to the prompt; _run publishes. Between two prompts the
+                # terminal is in cooked mode, where a Ctrl-D typed then (while a slow
+                # publish was awaited here) was an EOF nobody read: the chat never ended.
                 line = await self._reader.read()
-                if line is None:  # Ctrl-D or Ctrl-C: the chat ends
-                    self._ended()
+                self._lines.put_nowait(line)  # None at Ctrl-D or Ctrl-C: the chat ends
+                if line is None:
                     return
-                await self._publish(line)
 
     def _ended(self) -> None:
         if self.on_eof is not None:

@@ -126,6 +126,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
             load_keywords(kw if kw.exists() else SHIPPED_KEYWORDS_FILE)
         except KeywordsError as exc:
             problems.append(f"keywords.file: {exc}")
+        problems += _plugin_problems(settings)
         if not problems:  # the store's server, only once everything else is right
             problems += asyncio.run(_store_problems(settings))
         warnings += channel_warnings(settings)
@@ -145,6 +146,17 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     print("\nconfiguration OK", file=sys.stderr)
     return 0
+
+
+def _plugin_problems(settings: Settings) -> list[str]:
+    """Import the plugin modules as ``serve`` would: one that is not found is named."""
+    from gateway.tools.base import PluginError, ToolRegistry
+
+    try:
+        ToolRegistry([]).load_plugins(settings.tools.plugins)
+    except PluginError as exc:
+        return [str(exc)]
+    return []
 
 
 async def _store_problems(settings: Settings) -> list[str]:

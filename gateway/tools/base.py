@@ -215,10 +215,18 @@ class ToolRegistry:
         for module_name in modules:
             try:
                 module = importlib.import_module(module_name)
-            except Exception as exc:
+            except ModuleNotFoundError as exc:
+                missing = exc.name or ""
+                if module_name != missing and not module_name.startswith(missing + "."):
+                    raise PluginError(_import_failed(module_name, exc)) from exc
+                # The module itself is not there: say where the gateway looks for it.
                 raise PluginError(
-                    f"tools.plugins: cannot import {module_name!r}: {type(exc).__name__}: {exc}"
+                    f"tools.plugins: cannot import {module_name!r} ({exc}): install the "
+                    "package that provides it into the gateway's Python, or put the "
+                    "directory that holds it on PYTHONPATH (docs/plugins.md)"
                 ) from exc
+            except Exception as exc:  # any error in the plugin's own code stops start-up
+                raise PluginError(_import_failed(module_name, exc)) from exc
             try:
                 names = self.register_module(module)
             except (TypeError, ValueError) as exc:
@@ -240,3 +248,7 @@ class ToolRegistry:
 
     def schemas(self) -> list[dict[str, Any]]:
         return [t.schema() for t in self._tools.values()]
+
+
+def _import_failed(module_name: str, exc: BaseException) -> str:
+    return f"tools.plugins: cannot import {module_name!r}: {type(exc).__name__}: {exc}"
