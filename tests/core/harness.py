@@ -22,7 +22,7 @@ class Harness:
     def __init__(
         self,
         *,
-        timeout: float = 30.0,
+        timeout: float = 300.0,  # the default; a loaded CI machine must not expire a test's call
         approvers: tuple[str, ...] = (),
         on_other: str = "reject_with_feedback",
         store: ConfirmationStore | None = None,
