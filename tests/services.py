@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 import re
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import NoReturn
 
 import pytest
@@ -35,3 +38,30 @@ def require_service(name: str, exc: BaseException) -> NoReturn:
     if services_required():
         pytest.fail(f"{name} is unreachable ({detail}) and {REQUIRE_ENV}=1", pytrace=False)
     pytest.skip(f"{name} is unreachable ({detail}); set {REQUIRE_ENV}=1 to fail instead")
+
+
+REDIS_URL = os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+@asynccontextmanager
+async def redis_prefix() -> AsyncIterator[str]:
+    """A key prefix of this test's own on the shared local Redis; its keys go afterwards.
+
+    Skips (or fails in CI) when Redis is unreachable.
+    """
+    from redis.asyncio import Redis  # only the Redis tests need the client
+
+    prefix = f"gateway-test:{uuid.uuid4().hex}"
+    admin = Redis.from_url(REDIS_URL, socket_connect_timeout=2)
+    try:
+        await admin.ping()
+    except (OSError, ConnectionError) as exc:
+        await admin.aclose()
+        require_service(f"Redis at {mask_url(REDIS_URL)}", exc)
+    try:
+        yield prefix
+    finally:
+        keys = [k async for k in admin.scan_iter(match=f"{prefix}:*")]
+        if keys:
+            await admin.delete(*keys)
+        await admin.aclose()

@@ -8,7 +8,6 @@ from the last stream id it gave out, catching up on what finished while it was a
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
@@ -21,9 +20,8 @@ from gateway.confirm.redis_store import RedisConfirmationStore
 from tests.confirm.records import T0, make
 from tests.core.harness import Harness
 from tests.fakes.tcp_proxy import TcpProxy
-from tests.services import mask_url, require_service
+from tests.services import REDIS_URL, redis_prefix
 
-REDIS_URL = os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 # The turn's own deadline: a wake that waited for it would take this long.
 DEADLINE = 60.0
 
@@ -32,18 +30,8 @@ pytestmark = pytest.mark.services
 
 @pytest.fixture
 async def prefix() -> AsyncIterator[str]:
-    prefix = f"gateway-test:{uuid.uuid4().hex}"
-    admin = Redis.from_url(REDIS_URL, socket_connect_timeout=2)
-    try:
-        await admin.ping()
-    except (OSError, ConnectionError) as exc:
-        await admin.aclose()
-        require_service(f"Redis at {mask_url(REDIS_URL)}", exc)
-    yield prefix
-    keys = [k async for k in admin.scan_iter(match=f"{prefix}:*")]
-    if keys:
-        await admin.delete(*keys)
-    await admin.aclose()
+    async with redis_prefix() as prefix:
+        yield prefix
 
 
 def _via(proxy: TcpProxy) -> str:

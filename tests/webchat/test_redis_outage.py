@@ -7,7 +7,6 @@ gateway's Redis only (the Redis on this machine is shared with other tests).
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,18 +15,15 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
-from redis.asyncio import Redis
 
 from gateway import texts
 from gateway.confirm.redis_store import RedisConfirmationStore
 from gateway.confirm.store import StoreUnavailableError
 from tests.confirm.records import make
 from tests.fakes.tcp_proxy import TcpProxy
-from tests.services import mask_url, require_service
+from tests.services import REDIS_URL, redis_prefix
 from tests.webchat.support import base_url, eventually, make_settings, order_exists, running_gateway
 from tests.webchat.test_rest import poll, say, wait_for_kind
-
-REDIS_URL = os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 pytestmark = pytest.mark.services
 
@@ -40,18 +36,8 @@ def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 async def prefix() -> AsyncIterator[str]:
-    prefix = f"gateway-test:{uuid.uuid4().hex}"
-    admin = Redis.from_url(REDIS_URL, socket_connect_timeout=2)
-    try:
-        await admin.ping()
-    except (OSError, ConnectionError) as exc:
-        await admin.aclose()
-        require_service(f"Redis at {mask_url(REDIS_URL)}", exc)
-    yield prefix
-    keys = [k async for k in admin.scan_iter(match=f"{prefix}:*")]
-    if keys:
-        await admin.delete(*keys)
-    await admin.aclose()
+    async with redis_prefix() as prefix:
+        yield prefix
 
 
 @pytest.fixture
