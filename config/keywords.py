@@ -258,7 +258,15 @@ class KeywordStore:
         target = self.path.resolve()
         directory = target.parent
         try:
-            async for changes in awatch(directory, debounce=200, step=50):
+            # Only the keyword file's own name passes: the data dir also holds SQLite files
+            # that change on every message, and each batch of those was logged as "changes
+            # detected" by watchfiles.
+            async for changes in awatch(
+                directory,
+                debounce=200,
+                step=50,
+                watch_filter=lambda _change, path: Path(path).name == target.name,
+            ):
                 # resolve() of a few changed paths is a cheap local call
                 if any(Path(p).resolve() == target for _, p in changes):  # noqa: ASYNC240
                     self.reload()
