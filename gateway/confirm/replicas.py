@@ -190,12 +190,20 @@ class Replicas:
     async def _follow(self, ids: AsyncIterator[str]) -> None:
         service = self._service
         async for confirmation_id in ids:
-            service.deadlines.disarm(confirmation_id)
-            if service.is_waiting(confirmation_id) or confirmation_id in self.adopted:
+            if not (service.is_waiting(confirmation_id) or confirmation_id in self.adopted):
+                service.deadlines.disarm(confirmation_id)
+                continue
+            try:
                 record = await service.store.get(confirmation_id)
-                if record is not None and record.status.is_terminal:
-                    service.wake(record)
-                    self.finished(record)  # adopted here, decided on another replica
+            except Exception:  # a store blip must not end the follower (every later wake
+                # would then wait for its deadline); this call's deadline stays armed and
+                # reads the real outcome when it fires.
+                log.warning("confirm.follow_read_failed", confirmation_id=confirmation_id)
+                continue
+            if record is not None and record.status.is_terminal:
+                service.deadlines.disarm(confirmation_id)
+                service.wake(record)
+                self.finished(record)  # adopted here, decided on another replica
 
     # ------------------------------------------------------------------ stop
 

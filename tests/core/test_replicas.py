@@ -19,6 +19,7 @@ from gateway.bus import OutboundKind
 from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.model import Confirmation, Status, ToolCall
 from gateway.confirm.redis_store import RedisConfirmationStore
+from gateway.confirm.store import StoreUnavailableError
 from tests.core.harness import Harness
 from tests.services import mask_url, require_service
 
@@ -116,3 +117,49 @@ async def test_a_call_left_by_a_previous_process_runs_here_once_approved() -> No
     await h.service.shutdown()  # waits for what the decisions started
     assert ran == [left.id]
     assert (await store.get(left.id)).status is Status.APPROVED  # type: ignore[union-attr]
+
+
+class _GetFailsOnce(RedisConfirmationStore):
+    """The real Redis store, whose next ``get`` fails once when armed (a Redis blip)."""
+
+    armed = False
+
+    async def get(self, confirmation_id: str) -> Confirmation | None:
+        if self.armed:
+            self.armed = False
+            raise StoreUnavailableError("Redis blip (test)")
+        return await super().get(confirmation_id)
+
+
+async def test_a_failed_read_does_not_end_the_follower() -> None:
+    prefix = f"gateway-test:{uuid.uuid4().hex}"
+    try:
+        store_a = await _GetFailsOnce.from_url(REDIS_URL, prefix=prefix)
+    except (OSError, ConnectionError) as exc:
+        require_service(f"Redis at {mask_url(REDIS_URL)}", exc)
+    assert isinstance(store_a, _GetFailsOnce)
+    store_b = await RedisConfirmationStore.from_url(REDIS_URL, prefix=prefix)
+    a, b = Harness(store=store_a, timeout=3.0), Harness(store=store_b)
+    try:
+        await a.service.recover()
+        await b.service.recover()
+        first, c1 = await a.ask(chat="c1")
+        store_a.armed = True  # the follower's read of the decision fails
+        await b.reply("确认", chat="c1")
+        # The turn still learns the real outcome, at its own deadline at the latest.
+        async with asyncio.timeout(10):
+            assert (await first).status is Status.APPROVED
+        # The follower is still there: the next cross-replica decision wakes at once,
+        # long before this call's 300 s deadline.
+        second, c2 = await a.ask(chat="c2", timeout=300.0)
+        await b.reply("确认", chat="c2")
+        async with asyncio.timeout(10):
+            assert (await second).status is Status.APPROVED
+    finally:
+        for h in (a, b):
+            await h.service.shutdown()
+        keys = [k async for k in store_a._redis.scan_iter(match=f"{prefix}:*")]
+        if keys:
+            await store_a._redis.delete(*keys)
+        await store_a.close()
+        await store_b.close()
