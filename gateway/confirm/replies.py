@@ -52,7 +52,12 @@ REASON_SEPARATORS = frozenset(",，:：;；。.-—")
 
 _ID_CHARS = frozenset(ID_ALPHABET)
 # A grant's length at the end of a confirm: "确认 30分钟", "ok 30 min", "确认 2小时".
-_DURATION = re.compile(r"\s*(\d{1,4})\s*(分钟|分|min|mins|minutes|小时|h|hours?)$")
+# The number stands on its own (nothing alphanumeric glued before it), so the tail of an
+# id is never read as one: "确认 MN5H" names MN5H, it does not ask for 5 hours. A bare "h"
+# takes at most two digits: "确认 997H" is an id (ids have a digit and a letter), not 41 days.
+_DURATION = re.compile(
+    r"(?<![0-9a-z])(?:(\d{1,4})\s*(分钟|分|min|mins|minutes|小时|hours?)|(\d{1,2})\s*(h))$"
+)
 _HOURS = frozenset({"小时", "h", "hour", "hours"})
 
 
@@ -218,8 +223,9 @@ class ReplyParser:
                 return replace(parsed, intent=ReplyIntent.UNCLEAR, why="a duration after 取消")
             if parsed.intent is not ReplyIntent.CONFIRM:
                 return parsed
-            unit = 60 if duration.group(2) in _HOURS else 1
-            return replace(parsed, grant_minutes=int(duration.group(1)) * unit)
+            number = duration.group(1) or duration.group(3)
+            unit = 60 if (duration.group(2) or duration.group(4)) in _HOURS else 1
+            return replace(parsed, grant_minutes=int(number) * unit)
         return self._parse(stripped)
 
     def _parse(self, stripped: str) -> ParsedReply:

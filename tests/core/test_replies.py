@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from config.keywords import KeywordSet, load_keywords
 from config.settings import DEFAULT_KEYWORDS_FILE
+from gateway.confirm.model import ID_ALPHABET
 from gateway.confirm.replies import ReplyIntent, ReplyParser
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "replies.tsv"
@@ -91,3 +92,23 @@ def test_negated_confirm_never_confirms(word: str, negation: str) -> None:
     p = ReplyParser(load_keywords(DEFAULT_KEYWORDS_FILE))
     for text in (f"{negation}{word}", f"{negation} {word}", f"{word}{negation}", f"{word}吗"):
         assert p.parse(text).intent is not ReplyIntent.CONFIRM, text
+
+
+_IDS = st.text(alphabet=ID_ALPHABET, min_size=4, max_size=6).filter(
+    lambda s: any(c.isdigit() for c in s) and any(c.isalpha() for c in s)
+)
+
+
+@given(cid=_IDS, word=st.sampled_from(["确认", "取消", "ok", "cancel"]))
+@example(cid="MN5H", word="取消")
+@example(cid="997H", word="确认")
+@example(cid="K30M", word="确认")
+@settings(max_examples=500)
+def test_a_decision_with_an_id_names_that_id_and_asks_for_no_grant(cid: str, word: str) -> None:
+    # Regression: "确认 MN5H" read the id's tail "5H" as five hours (unclear), and
+    # "确认 997H" as a bare confirm with a 997-hour grant.
+    p = ReplyParser(load_keywords(DEFAULT_KEYWORDS_FILE))
+    parsed = p.parse(f"{word} {cid}")
+    assert parsed.confirmation_id == cid
+    assert parsed.intent in (ReplyIntent.CONFIRM, ReplyIntent.CANCEL)
+    assert parsed.grant_minutes is None
