@@ -11,6 +11,7 @@ import json
 import sys
 import time
 import urllib.parse
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ def _default_url(settings: Settings) -> str:
     return f"http://{host}:{settings.server.port}"
 
 
-def _client(args: argparse.Namespace) -> AdminClient:
+def admin_client(args: argparse.Namespace) -> AdminClient:
     token = args.token
     url = args.url
     if token is None or url is None:
@@ -176,23 +177,28 @@ def _events(events: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _print(args: argparse.Namespace, payload: Any, text: str) -> None:
+def print_answer(args: argparse.Namespace, payload: Any, text: str) -> None:
     if args.json:
         print(json.dumps(payload, ensure_ascii=False, indent=2))
     else:
         print(text)
 
 
-def cmd_confirmations(args: argparse.Namespace) -> int:
+def report_errors(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """Run an admin command; a failed call prints one line and exits with its code."""
     try:
-        return _run(args)
+        return run(args)
     except AdminClientError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.code
 
 
+def cmd_confirmations(args: argparse.Namespace) -> int:
+    return report_errors(_run, args)
+
+
 def _run(args: argparse.Namespace) -> int:
-    client = _client(args)
+    client = admin_client(args)
     if args.action == "list":
         return _list(args, client)
     cid = urllib.parse.quote(args.id, safe="")
@@ -205,7 +211,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"error: {(trail or body).get('error', status)}", file=sys.stderr)
             return EXIT_FAILED
         body["events"] = trail["events"]
-        _print(args, body, _details(body["confirmation"]) + "\n" + _events(trail["events"]))
+        print_answer(args, body, _details(body["confirmation"]) + "\n" + _events(trail["events"]))
         return EXIT_OK
     decision = "approve" if args.action == "approve" else "reject"
     request: dict[str, Any] = {"decision": decision, "actor": args.actor}
@@ -213,7 +219,7 @@ def _run(args: argparse.Namespace) -> int:
         request["reason"] = args.reason
     status, body = client.request("POST", f"/api/confirmations/{cid}/decision", request)
     if status == 200:
-        _print(args, body, body.get("message") or _line(body["confirmation"]))
+        print_answer(args, body, body.get("message") or _line(body["confirmation"]))
         return EXIT_OK
     message = body.get("error") or body.get("message") or f"HTTP {status}"
     print(f"error: {message}", file=sys.stderr)
@@ -243,7 +249,7 @@ def _list(args: argparse.Namespace, client: AdminClient) -> int:
     lines = [_line(c) for c in found] if found else ["no confirmations"]
     if body.get("next_cursor"):
         lines.append(f"next page: --cursor {body['next_cursor']}")
-    _print(args, body, "\n".join(lines))
+    print_answer(args, body, "\n".join(lines))
     return EXIT_OK
 
 

@@ -17,10 +17,10 @@ from typing import Any
 from gateway.cli.admin import (
     EXIT_FAILED,
     EXIT_OK,
-    AdminClientError,
-    _client,
-    _print,
+    admin_client,
     common_options,
+    print_answer,
+    report_errors,
 )
 
 
@@ -36,22 +36,18 @@ def _line(g: dict[str, Any]) -> str:
 
 
 def cmd_grants(args: argparse.Namespace) -> int:
-    try:
-        return _run(args)
-    except AdminClientError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.code
+    return report_errors(_run, args)
 
 
 def _run(args: argparse.Namespace) -> int:
-    client = _client(args)
+    client = admin_client(args)
     if args.action == "list":
         status, body = client.request("GET", "/api/grants")
         if status != 200:
             print(f"error: {body.get('error', status)}", file=sys.stderr)
             return EXIT_FAILED
         found = body["grants"]
-        _print(args, body, "\n".join(_line(g) for g in found) if found else "no live grants")
+        print_answer(args, body, "\n".join(_line(g) for g in found) if found else "no live grants")
         return EXIT_OK
     gid = urllib.parse.quote(args.id, safe="")
     if args.action == "show":
@@ -70,7 +66,7 @@ def _run(args: argparse.Namespace) -> int:
     if status != 200:
         print(f"error: {body.get('error', status)}", file=sys.stderr)
         return EXIT_FAILED
-    _print(args, body, text)
+    print_answer(args, body, text)
     return EXIT_OK
 
 
