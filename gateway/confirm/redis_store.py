@@ -24,6 +24,7 @@ from typing import Any, ClassVar, cast
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 
 from gateway.confirm import redis_scripts as lua
@@ -82,11 +83,19 @@ def _translated(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitabl
         except (RedisError, OSError) as exc:
             if not is_disconnect(exc):
                 raise
-            with contextlib.suppress(RedisError, OSError):
-                await drop_idle_connections(self._redis)
+            if not _pool_exhausted(exc):
+                # Not when the pool is merely busy: its connections are fine, and dropping
+                # them under load made every caller reconnect, a spiral of timeouts.
+                with contextlib.suppress(RedisError, OSError):
+                    await drop_idle_connections(self._redis)
             raise StoreUnavailableError(f"Redis: {type(exc).__name__}: {exc}") from exc
 
     return call
+
+
+def _pool_exhausted(exc: BaseException) -> bool:
+    """BlockingConnectionPool's wait timed out: every connection is in use, none is dead."""
+    return isinstance(exc, RedisConnectionError) and isinstance(exc.__cause__, TimeoutError)
 
 
 @_fail_closed
@@ -152,6 +161,11 @@ class RedisConfirmationStore(RedisLedger, ConfirmationStore):
         return cls(
             client, prefix=prefix, finished_ttl_seconds=finished_ttl_seconds, close_client=True
         )
+
+    @property
+    def client(self) -> Redis:
+        """The client and its bounded pool, for what lives beside the confirmations (grants)."""
+        return self._redis
 
     async def unavailable(self) -> str | None:
         try:
