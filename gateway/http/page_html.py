@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
 
-from gateway.confirm.grants import Grant
-from gateway.confirm.model import AuditEvent, Confirmation, Risk, Status
+from gateway.confirm.grants import Grant, grant_offered
+from gateway.confirm.model import AuditEvent, Confirmation, Status
 
 STATUSES = [s.value for s in Status]
 
@@ -161,7 +161,7 @@ def pending_card(c: Confirmation, now: float) -> str:
 
 def grant_buttons(c: Confirmation) -> str:
     """Approve and stop asking: never offered where a grant cannot apply (grants.py)."""
-    if c.risk is Risk.CRITICAL or c.four_eyes:
+    if not grant_offered(c):
         return ""
     return (
         f'<button type="button" class="approve-grant" data-id="{e(c.id)}" data-scope="session" '
