@@ -7,6 +7,7 @@ serves other tests meanwhile.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,9 @@ from tests.webchat.support import eventually
 pytestmark = pytest.mark.services
 
 LEASE = 3.0
-# Longer than the lease: a stalled Redis must not make live replicas look dead to each other.
-PAUSE_SECONDS = 5.0
+# Longer than the lease (a stalled Redis must not make live replicas look dead to each
+# other), shorter than redis-py's 5 s socket timeout (commands wait, none fails).
+PAUSE_SECONDS = 4.0
 
 
 @pytest.fixture
@@ -100,6 +102,54 @@ async def test_killed_feed_connections_delay_no_cross_replica_approval(
         assert replicas.runs_of() == ["feed0", "feed1"]
     assert a.stop() == 0 and b.stop() == 0
     assert a.errors() == [] and b.errors() == []
+
+
+async def test_client_pause_is_503_then_200_and_no_call_is_lost_or_run_twice(
+    replicas: ReplicaSet, admin: Redis
+) -> None:
+    a, b = replicas.start("a"), replicas.start("b")
+    async with (
+        aiohttp.ClientSession(base_url=a.url) as on_a,
+        aiohttp.ClientSession(base_url=b.url) as on_b,
+    ):
+        # Before: p1 pending on A, p2 pending on B, p3 running on A (its gate shut).
+        await say(on_a, "p1", "write p1")
+        await say(on_b, "p2", "write p2")
+        await say(on_a, "p3", "write p3")
+        p1, p2, p3 = [
+            await pending_id(on_a, "p1"),
+            await pending_id(on_b, "p2"),
+            await pending_id(on_a, "p3"),
+        ]
+        await decide(on_a, p3)
+        await eventually(lambda: _has_run(replicas, "p3"), timeout=20)
+        for name in ("p1", "p2", "p4"):
+            replicas.open_gate(name)
+
+        await admin.execute_command("CLIENT", "PAUSE", int(PAUSE_SECONDS * 1000), "ALL")
+        # During: each replica says it is not ready, and why; decisions and a new chat
+        # wait for Redis instead of failing or half-writing.
+        decided = [
+            asyncio.ensure_future(decide(on_b, p1)),  # A's call, decided on B
+            asyncio.ensure_future(decide(on_a, p2)),  # B's call, decided on A
+            asyncio.ensure_future(say(on_a, "p4", "write p4")),
+        ]
+        during = await asyncio.gather(_readyz(on_a), _readyz(on_b))
+        for status, body in during:
+            assert status == 503 and body["store"]["ready"] is False, body
+            assert "Redis" in body["store"]["reason"]
+
+        # After: ready again, no restart; everything goes on once.
+        await eventually(lambda: _ready(on_a, on_b), timeout=30)
+        await asyncio.gather(*decided)
+        replicas.open_gate("p3")
+        p4 = await pending_id(on_a, "p4")
+        await decide(on_b, p4)
+        for cid in (p1, p2, p3, p4):
+            await eventually(lambda cid=cid: _succeeded(on_a, cid), timeout=30)
+            assert (await record(on_a, cid))["execution"]["attempts"] == 1
+        assert sorted(replicas.runs_of()) == ["p1", "p2", "p3", "p4"]
+    assert a.stop() == 0 and b.stop() == 0
 
 
 async def _count_at_least(found: Any, n: int) -> bool:
