@@ -57,6 +57,16 @@ def click(
     )
 
 
+async def admin_part(gw: Gateway, name: str) -> str:
+    """A part of the /admin page (loopback without a token: no login needed)."""
+    import aiohttp
+
+    assert gw.http is not None
+    async with aiohttp.ClientSession() as http, http.get(f"{gw.http.url}/admin/part/{name}") as r:
+        assert r.status == 200, await r.text()
+        return await r.text()
+
+
 def decisions(card: dict[str, Any]) -> list[str]:
     return [b["behaviors"][0]["value"]["decision"] for b in buttons(card)]
 
@@ -104,6 +114,10 @@ async def test_four_eyes_call_reaches_each_approver_and_one_dm_settles_every_cop
         f"feishu_dm:{CAROL}": direct[CAROL].message_id,
     }
     await wait_record(gateway, conf.id, lambda c: dict(c.prompt_refs) == refs, what="refs")
+    # The admin page marks it as waiting for an approver, and says who was sent it.
+    page = await admin_part(gateway, "pending")
+    assert "waiting for an approver or you" in page and "waits-for-approver" in page
+    assert f'<span class="told">{BOB}, {CAROL}</span>' in page
 
     # Bob answers from his direct chat, by id.
     fake.send_frame(message_event(chat_id=fake.p2p_chat(BOB), sender=BOB, text=f"确认 {conf.id}"))
