@@ -191,7 +191,10 @@ class FeishuSender:
             await self._send_text(msg)
         for open_id, ref in direct_copies(cards, CHANNEL).items():
             if ref == TEXT_COPY:
-                await self._text_to(open_id, msg.text, msg, receive_id_type="open_id")
+                try:
+                    await self._text_to(open_id, msg.text, msg, receive_id_type="open_id")
+                except ChannelSendError:  # dead-lettered; the other copies still go
+                    failed += 1
             else:
                 failed += not await self._patch_card(open_id, ref, conf, direct=True)
         for key, message_id in cards.items():
