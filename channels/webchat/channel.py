@@ -21,6 +21,7 @@ from aiohttp import WSCloseCode, web
 
 from channels.base import Channel
 from channels.webchat.limits import SenderRateLimit
+from channels.webchat.page import render_page
 from channels.webchat.rest import ChatRest
 from channels.webchat.rooms import ChatEntry, EntryKind, Room, Rooms, Socket
 from channels.webchat.websocket import ChatSockets
@@ -77,6 +78,7 @@ class WebChatChannel(Channel):
         self.bus = bus
         self.confirmations = confirmations
         self.metrics = metrics
+        self._page = render_page()
         self.clock = clock
         self.rooms = Rooms(
             max_rooms=settings.max_sessions,
@@ -177,6 +179,8 @@ class WebChatChannel(Channel):
         """A history entry as sent to ``user`` (with what they may decide on a prompt)."""
         frame = {"type": "message", **entry.to_dict()}
         c = entry.confirmation
+        if c is not None:
+            frame["card"] = texts.web_card(c)
         if c is not None and user is not None:
             can: dict[str, dict[str, Any]] = {}
             for d in Decision:
@@ -245,7 +249,7 @@ class WebChatChannel(Channel):
     # ------------------------------------------------------------------ HTTP
 
     async def page(self, _: web.Request) -> web.StreamResponse:
-        return web.FileResponse(STATIC_DIR / "index.html", headers=PAGE_HEADERS)
+        return web.Response(text=self._page, content_type="text/html", headers=PAGE_HEADERS)
 
     def room_from(self, request: web.Request) -> Room:
         """The room named in the path (REST) or the query (WebSocket)."""

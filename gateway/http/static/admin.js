@@ -40,7 +40,20 @@ async function refresh(name, target) {
     window.location.assign("/admin/login");
     return;
   }
-  if (resp.ok) box.innerHTML = await resp.text(); // server-rendered and escaped
+  if (!resp.ok) return;
+  // What an admin is typing on a card (a reason, edited arguments) outlives the redraw.
+  const typed = new Map();
+  for (const field of box.querySelectorAll(".card[data-id] input, .card[data-id] textarea")) {
+    const key = `${field.closest(".card").dataset.id} ${field.className}`;
+    typed.set(key, { value: field.value, focused: field === document.activeElement });
+  }
+  box.innerHTML = await resp.text(); // server-rendered and escaped
+  for (const field of box.querySelectorAll(".card[data-id] input, .card[data-id] textarea")) {
+    const kept = typed.get(`${field.closest(".card").dataset.id} ${field.className}`);
+    if (!kept) continue;
+    field.value = kept.value;
+    if (kept.focused) field.focus();
+  }
 }
 
 let pendingRefresh = null;
