@@ -1,4 +1,4 @@
-"""Other processes, alive or dead: heartbeats, adoption, and the finished feed.
+"""Other processes, alive or dead: heartbeats, adoption, and the lifecycle feed.
 
 A turn waits on a future in the process that asked; the store holds the truth. So that no
 call is stranded when that process dies or another one takes a decision:
@@ -9,14 +9,17 @@ call is stranded when that process dies or another one takes a decision:
   (claimed and run here, through the orphan handler, which also lets a model turn go on),
   and calls that were running (reported ``interrupted``, never re-run, unless the tool is
   idempotent: then claimed once more). This runs at start and every few seconds.
-- With a shared store (Redis) a decision may land on another replica. The store's finished
-  feed tells this process, which wakes its turn, or runs the call it adopted.
+- With a shared store (Redis) a decision may land on another replica. The store's lifecycle
+  feed tells this process, which wakes its turn, or runs the call it adopted; and every
+  change another replica made (a request, a decision, an execution's end) is told to this
+  process's listeners as a remote event, so its live views (SSE, web chat) show it too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -27,7 +30,7 @@ from gateway import texts
 from gateway.bus import OutboundKind, OutboundMessage
 from gateway.confirm.ledger import audit, interrupt
 from gateway.confirm.model import Confirmation, ExecState, Status
-from gateway.confirm.store import may_claim
+from gateway.confirm.store import FeedEntry, may_claim
 from gateway.runtime import BackgroundTasks
 
 if TYPE_CHECKING:
@@ -43,7 +46,7 @@ _FOLLOWER_STOP_SECONDS = 2.0
 
 
 class Replicas:
-    """Heartbeats, adoption of dead processes' records, the follower of the finished feed."""
+    """Heartbeats, adoption of dead processes' records, the follower of the lifecycle feed."""
 
     def __init__(self, service: ConfirmationService, *, tasks: BackgroundTasks) -> None:
         self._service = service
@@ -55,6 +58,11 @@ class Replicas:
         self.orphan_handler: OrphanHandler | None = None
         # Pending calls adopted here: no turn waits for them anywhere.
         self.adopted: set[str] = set()
+        # When the store stalls (CLIENT PAUSE, a slow failover), every replica's heartbeat
+        # is held up alike: nobody is judged dead while this one's own beat is stuck, nor
+        # until the others have had the time to land a fresh beat after it.
+        self._beat_issued: float | None = None
+        self._unsure_until = -math.inf
 
     @property
     def me(self) -> str:
@@ -78,13 +86,32 @@ class Replicas:
             self._scanning = self._loops.spawn(self._scan_loop(), name="adopt-dead")
         if service.store.shared and self._follower is None:
             # Subscribed before recover() returns: nothing finished from here on is missed.
-            ids = await self._feed.enter_async_context(service.store.finished_feed())
-            self._follower = self._loops.spawn(self._follow(ids), name="follow-replicas")
+            entries = await self._feed.enter_async_context(service.store.lifecycle_feed())
+            self._follower = self._loops.spawn(self._follow(entries), name="follow-replicas")
 
     async def beat(self) -> None:
         service = self._service
-        alive = replace(service.instance, seen_at=service.clock())
-        await service.store.heartbeat(alive, lease=service.lease)
+        issued = self._beat_issued = service.clock()
+        try:
+            await service.store.heartbeat(
+                replace(service.instance, seen_at=issued), lease=service.lease
+            )
+        except BaseException:
+            self._unsure_until = math.inf  # until a beat lands again
+            raise
+        finally:
+            self._beat_issued = None
+        landed = service.clock()
+        if landed - issued > service.lease / 3 or self._unsure_until == math.inf:
+            # The others' beats, held up as well, carry an old time: give them two beats.
+            self._unsure_until = landed + 2 * service.lease / 3
+            log.warning("confirm.store_stalled", seconds=round(landed - issued, 3))
+
+    def _may_judge(self) -> bool:
+        """False while the store stalls or just stalled: a late beat is not a death then."""
+        now = self._service.clock()
+        stuck = self._beat_issued is not None and now - self._beat_issued > self._service.lease / 3
+        return not stuck and now >= self._unsure_until
 
     async def _beat_loop(self) -> None:
         while True:
@@ -109,6 +136,8 @@ class Replicas:
         service = self._service
         now = service.clock()
         instances = await service.store.list_instances()
+        if not self._may_judge():
+            return
         known = {i.id for i in instances}
         dead = {i.id for i in instances if i.id != self.me and not i.alive(now, service.lease)}
         for instance_id in sorted(dead):
@@ -187,23 +216,36 @@ class Replicas:
 
     # ------------------------------------------------------------------ other replicas
 
-    async def _follow(self, ids: AsyncIterator[str]) -> None:
+    async def _follow(self, entries: AsyncIterator[FeedEntry]) -> None:
+        async for entry in entries:
+            await self._followed(entry)
+
+    async def _followed(self, entry: FeedEntry) -> None:
+        """Wake the turn waiting here for a decision made elsewhere, and tell this
+        process's listeners (SSE, web chat) what another replica did."""
         service = self._service
-        async for confirmation_id in ids:
-            if not (service.is_waiting(confirmation_id) or confirmation_id in self.adopted):
-                service.deadlines.disarm(confirmation_id)
-                continue
-            try:
-                record = await service.store.get(confirmation_id)
-            except Exception:  # a store blip must not end the follower (every later wake
-                # would then wait for its deadline); this call's deadline stays armed and
-                # reads the real outcome when it fires.
-                log.warning("confirm.follow_read_failed", confirmation_id=confirmation_id)
-                continue
-            if record is not None and record.status.is_terminal:
-                service.deadlines.disarm(confirmation_id)
-                service.wake(record)
-                self.finished(record)  # adopted here, decided on another replica
+        cid = entry.id
+        resolved = entry.kind == "resolved"
+        waiting = resolved and (service.is_waiting(cid) or cid in self.adopted)
+        if resolved and not waiting:
+            service.deadlines.disarm(cid)
+        if entry.local and not waiting:
+            return  # made here: the service told the listeners then, once
+        try:
+            record = await service.store.get(cid)
+        except Exception:  # a store blip must not end the follower (every later wake
+            # would then wait for its deadline); this call's deadline stays armed and
+            # reads the real outcome when it fires.
+            log.warning("confirm.follow_read_failed", confirmation_id=cid)
+            return
+        if record is None:
+            return
+        if waiting and record.status.is_terminal:
+            service.deadlines.disarm(cid)
+            service.wake(record)
+            self.finished(record)  # adopted here, decided on another replica
+        if not entry.local:
+            await service.announce_remote(entry.kind, record)
 
     # ------------------------------------------------------------------ stop
 

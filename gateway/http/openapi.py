@@ -123,24 +123,40 @@ ROUTES = (
     Route(
         "post",
         "/api/confirmations/{id}/decision",
-        "approve or reject as the operator (via=admin)",
+        "approve (optionally with edited arguments) or reject as the operator (via=admin)",
         {
             200: Reply("decided; the final record", DecisionResult),
             400: BAD,
+            403: Reply(
+                "the edited call may not be approved (policy deny/manual, or four-eyes and "
+                "the decider is the requester); the record, still pending",
+                DecisionResult,
+            ),
             404: Reply("unknown id", DecisionResult),
             409: Reply("already decided or expired; the record", DecisionResult),
+            422: Reply(
+                "the edited arguments do not fit the tool; field names the first bad one "
+                "(arguments.sql); the call still waits",
+                Error,
+            ),
         },
         body=DecisionBody,
         path_params=ID,
+        description=(
+            "With arguments (approve only) the call runs with them instead of the asked ones: "
+            "they are checked against the tool's schema and its preview, then the policy "
+            "again; the chat, the audit trail (an edited event with before and after) and "
+            "the model are told. See docs/http-api.md."
+        ),
     ),
     Route(
         "get",
         "/api/events",
-        "server-sent events: confirmation.requested, confirmation.resolved",
+        "server-sent events: confirmation.requested, .resolved, .executed (every replica's)",
         {200: Reply("an event stream", media="text/event-stream")},
         description=(
-            "Each event's data is JSON: id, status, actor, via, reason, session_key, tool "
-            "and the whole confirmation."
+            "Each event's data is JSON: id, remote (made by another replica), status, actor, "
+            "via, reason, session_key, tool and the whole confirmation."
         ),
     ),
     Route(

@@ -2,7 +2,9 @@
 
 Change wording here; channels and the core import ``gateway.texts`` and use its names.
 By topic: ``confirm`` (prompts, decisions, outcomes, the ledger's lines), ``grants``,
-``channels`` (platforms, terminal chat, model agent) and ``web`` (the web chat page).
+``channels`` (platforms, terminal chat, model agent) and ``web`` (the web chat page), all
+read as ``texts.NAME``; ``gateway.texts.approvers`` (imported by itself) holds what
+approvers read in their direct chats.
 """
 
 from gateway.texts.channels import *  # noqa: F403

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gateway.confirm.model import Confirmation, Risk, Status
+from gateway.confirm.model import Confirmation, ExecState, Risk, Status
 
 RISK_LABELS = {
     Risk.LOW: "低 low",
@@ -69,6 +69,7 @@ FIELD_RISK = "风险 Risk"
 FIELD_RULE = "规则 Rule"
 FIELD_REQUESTER = "发起人 Requested by"
 FIELD_FOUR_EYES = "双人审批 Four-eyes"
+FIELD_ASKED = "修改前 Asked"
 
 
 def _fmt_time(ts: float) -> str:
@@ -178,6 +179,8 @@ def outcome(c: Confirmation) -> str:
     """Posted to the chat when a confirmation ends; an approval says the call now runs."""
     tool = c.tool_call.name
     by = c.decided_by or "-"
+    if c.status is Status.APPROVED and c.edit_note is not None:
+        return edited_outcome(c)
     if c.status is Status.APPROVED:
         return f"✅ [{c.id}] {by} 已批准，{tool} 执行中… / approved by {by}; running {tool}…"
     if c.status is Status.EXPIRED:
@@ -257,6 +260,20 @@ def ran_elsewhere(c: Confirmation) -> str:
     )
 
 
+def execution_line(c: Confirmation) -> str | None:
+    """The result line of an ended call, from its execution ledger (the replica that ran it
+    posted it from the tool's whole output; another replica shows the kept part)."""
+    ex = c.execution
+    name = c.tool_call.name
+    if ex.state is ExecState.SUCCEEDED:
+        return tool_result(name, ex.result or "", c.id)
+    if ex.state is ExecState.FAILED:
+        return tool_failed(name, ex.result or "")
+    if ex.state is ExecState.INTERRUPTED:
+        return interrupted(c)
+    return None
+
+
 def prompt_reposted(c: Confirmation, now: float) -> str:
     """A pending prompt shown again after a restart, with the time left."""
     return (
@@ -291,3 +308,40 @@ def manual_only(name: str, what: str) -> str:
 
 def notify_ran(name: str, what: str) -> str:
     return f"ℹ️ 已执行 ran {name}: {what}"
+
+
+# ---- Arguments edited before approving (gateway/tools/edits.py) ----
+
+EDIT_FOUR_EYES = (
+    "修改后的调用需要另一位审批人批准，未批准 / the edited call needs another approver "
+    "(four-eyes): not approved"
+)
+
+
+def edit_refused(tool: str, level: str, rule: str) -> str:
+    return (
+        f"⛔ 修改后的 {tool} 调用被策略设为 {level}（{rule}），未批准 / "
+        f"the edited {tool} call is {level} by policy ({rule}): not approved"
+    )
+
+
+def edited_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
+    """What an edit changed, one argument a line: ``sql: 'a' → 'b'``."""
+    lines = []
+    for key in dict.fromkeys([*before, *after]):
+        old = repr(before[key]) if key in before else "（无 none）"
+        new = repr(after[key]) if key in after else "（删除 removed）"
+        if old != new:
+            lines.append(f"  {key}: {old} → {new}")
+    return "\n".join(lines)
+
+
+def edited_outcome(c: Confirmation) -> str:
+    """An approval with new arguments: who changed what; what runs is the new call."""
+    by, tool = c.decided_by or "-", c.tool_call.name
+    before = (c.edit_note or {}).get("args_before") or {}
+    return (
+        f"✏️ [{c.id}] {by} 修改参数后批准，{tool} 按修改后的参数执行中… / approved by {by} "
+        f"with edited arguments; running {tool} as edited:\n改动 Changed:\n"
+        + edited_changes(before, c.tool_call.args)
+    )

@@ -13,6 +13,7 @@ from gateway.confirm.model import Confirmation, Status
 from gateway.texts.channels import APPROVE_BUTTON, REJECT_BUTTON
 from gateway.texts.confirm import (
     FIELD_ARGS,
+    FIELD_ASKED,
     FIELD_FOUR_EYES,
     FIELD_KIND,
     FIELD_NOTE,
@@ -90,6 +91,9 @@ def web_card(c: Confirmation) -> dict[str, Any]:
         fields.append(("rows-affected", FIELD_ROWS, d["rows_affected"], False))
     if d.get("warning"):
         fields.append(("note", FIELD_NOTE, d["warning"], False))
+    if c.edit_note is not None:
+        # Approved with edited arguments (docs/edits.md): what was asked, beside what runs.
+        fields.append(("asked", FIELD_ASKED, c.edit_note.get("args_before") or {}, True))
     fields.append(("requester", FIELD_REQUESTER, c.requester, False))
     if c.four_eyes:
         fields.append(("four-eyes", FIELD_FOUR_EYES, FOUR_EYES, False))
