@@ -113,7 +113,11 @@ class Room:
         if seq > self._seq:
             # A number from before a restart (history is in memory): send all there is.
             seq = 0
-        return [e for e in self.entries if e.seq > seq]
+        # Sequence numbers run on without gaps and old entries leave from the front: the
+        # entries after ``seq`` are the last ``last_seq - seq`` (or all that are left). A
+        # poll usually asks for one or two; the history holds up to history_size.
+        newer = min(self._seq - seq, len(self.entries))
+        return list(itertools.islice(self.entries, len(self.entries) - newer, None))
 
     async def wait_after(self, seq: int, timeout: float) -> list[ChatEntry]:
         """Entries after ``seq``; when there are none yet, wait up to ``timeout`` for one."""
@@ -206,6 +210,10 @@ class Rooms:
         idle = [n for n, r in self._rooms.items() if r.idle and n != keep]
         for name in idle[:excess]:
             self.bytes -= self._rooms.pop(name).bytes
+
+    def __contains__(self, name: object) -> bool:
+        """A room of that name is held here (without touching its place in the LRU order)."""
+        return name in self._rooms
 
     def __iter__(self) -> Any:
         return iter(list(self._rooms.values()))

@@ -1,18 +1,12 @@
-"""Everything a chat user reads, in one place: Chinese first, English beside it.
-
-Change wording here; channels and the core import these functions and constants.
-"""
+"""What chat users read about a confirmation: the prompt, the decision, what became of it."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gateway.confirm.model import Confirmation, Risk, Status
-
-if TYPE_CHECKING:
-    from gateway.confirm.grants import Grant
+from gateway.confirm.model import Confirmation, ExecState, Risk, Status
 
 RISK_LABELS = {
     Risk.LOW: "低 low",
@@ -63,6 +57,21 @@ WEBCHAT_SLOW_DOWN = (
 )
 
 
+# The fields of a prompt, as text lines and as a card's labels (web chat, admin page).
+FIELD_TOOL = "工具 Tool"
+FIELD_STATEMENT = "语句 Statement"
+FIELD_ARGS = "参数 Args"
+FIELD_KIND = "类型 Kind"
+FIELD_TABLES = "表 Tables"
+FIELD_ROWS = "影响行数 Rows affected"
+FIELD_NOTE = "注意 Note"
+FIELD_RISK = "风险 Risk"
+FIELD_RULE = "规则 Rule"
+FIELD_REQUESTER = "发起人 Requested by"
+FIELD_FOUR_EYES = "双人审批 Four-eyes"
+FIELD_ASKED = "修改前 Asked"
+
+
 def _fmt_time(ts: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts))
 
@@ -78,26 +87,26 @@ def detail_lines(c: Confirmation, *, statement: bool = True) -> list[str]:
     ``statement=False`` leaves the SQL statement out, for a card that shows it in a code block.
     """
     d = c.details
-    lines = [f"工具 Tool: {c.tool_call.name}"]
+    lines = [f"{FIELD_TOOL}: {c.tool_call.name}"]
     if statement and d.get("statement"):
-        lines.append(f"语句 Statement: {d['statement']}")
+        lines.append(f"{FIELD_STATEMENT}: {d['statement']}")
     extra = []
     if d.get("kind"):
-        extra.append(f"类型 Kind: {d['kind']}")
+        extra.append(f"{FIELD_KIND}: {d['kind']}")
     if d.get("tables"):
-        extra.append(f"表 Tables: {', '.join(d['tables'])}")
+        extra.append(f"{FIELD_TABLES}: {', '.join(d['tables'])}")
     if d.get("rows_affected") is not None:
-        extra.append(f"影响行数 Rows affected: {d['rows_affected']}")
+        extra.append(f"{FIELD_ROWS}: {d['rows_affected']}")
     if extra:
         lines.append(" · ".join(extra))
     if not d.get("statement"):
         args = ", ".join(f"{k}={v!r}" for k, v in c.tool_call.args.items())
-        lines.append(f"参数 Args: {args}")
+        lines.append(f"{FIELD_ARGS}: {args}")
     if d.get("warning"):
-        lines.append(f"注意 Note: {d['warning']}")
-    lines.append(f"风险 Risk: {RISK_LABELS[c.risk]}")
+        lines.append(f"{FIELD_NOTE}: {d['warning']}")
+    lines.append(f"{FIELD_RISK}: {RISK_LABELS[c.risk]}")
     if d.get("policy_rule"):
-        lines.append(f"规则 Rule: {d['policy_rule']}")
+        lines.append(f"{FIELD_RULE}: {d['policy_rule']}")
     return lines
 
 
@@ -131,11 +140,11 @@ def confirmation_title(c: Confirmation) -> str:
     return f"⚠️ 需要确认 Confirmation required [{c.id}]"
 
 
+TIME_LEFT = "剩余 Time left: {left}（{at} 过期 expires）"
+
+
 def time_left(c: Confirmation, now: float) -> str:
-    return (
-        f"剩余 Time left: {_fmt_left(c.seconds_left(now))}"
-        f"（{_fmt_time(c.expires_at)} 过期 expires）"
-    )
+    return TIME_LEFT.format(left=_fmt_left(c.seconds_left(now)), at=_fmt_time(c.expires_at))
 
 
 def expires_at(c: Confirmation) -> str:
@@ -251,6 +260,20 @@ def ran_elsewhere(c: Confirmation) -> str:
     )
 
 
+def execution_line(c: Confirmation) -> str | None:
+    """The result line of an ended call, from its execution ledger (the replica that ran it
+    posted it from the tool's whole output; another replica shows the kept part)."""
+    ex = c.execution
+    name = c.tool_call.name
+    if ex.state is ExecState.SUCCEEDED:
+        return tool_result(name, ex.result or "", c.id)
+    if ex.state is ExecState.FAILED:
+        return tool_failed(name, ex.result or "")
+    if ex.state is ExecState.INTERRUPTED:
+        return interrupted(c)
+    return None
+
+
 def prompt_reposted(c: Confirmation, now: float) -> str:
     """A pending prompt shown again after a restart, with the time left."""
     return (
@@ -285,125 +308,6 @@ def manual_only(name: str, what: str) -> str:
 
 def notify_ran(name: str, what: str) -> str:
     return f"ℹ️ 已执行 ran {name}: {what}"
-
-
-# ---- Platform channels (Feishu, DingTalk) and the terminal chat ----
-
-NOT_ALLOWED = "您没有使用此机器人的权限 / you are not allowed to use this bot"
-APPROVE_BUTTON = "确认 Approve"
-REJECT_BUTTON = "取消 Cancel"
-CONSOLE_BANNER = "gateway chat — /help 帮助 · ↑ 历史 history · Ctrl-D 退出 exit"
-CONSOLE_THINKING = "思考中… / thinking…"
-CONSOLE_RUNNING = "执行中… / running…"
-DINGTALK_UNSUPPORTED_MESSAGE = (
-    "暂只支持文字消息 / only text messages are supported; please type your request"
-)
-FEISHU_UNSUPPORTED_MESSAGE = (
-    "暂只支持文字和富文本消息 / only text and rich-text messages are supported"
-)
-FEISHU_CARD_UNKNOWN = "无法识别的操作 / unknown card action"
-FEISHU_CARD_WORKING = "处理中，请稍候查看卡片 / still working; the card will show the result"
-FEISHU_CARD_UNAVAILABLE = "网关暂不可用，请回复文字 确认/取消 / gateway unavailable; reply in text"
-
-
-def to_person(name: str, text: str) -> str:
-    """A line in a group chat meant for one person (whose card click was refused)."""
-    return f"{name}: {text}"
-
-
-# ---- Model agent (OpenAI-compatible model) ----
-
-MODEL_AUTH_FAILED = (
-    "模型服务拒绝了密钥，请管理员检查 llm.api_key / "
-    "the model service rejected the API key: an admin should check llm.api_key"
-)
-MODEL_NOT_FOUND = (
-    "找不到模型或接口地址，请管理员检查 llm.model 和 llm.base_url / "
-    "model or endpoint not found: an admin should check llm.model and llm.base_url"
-)
-MODEL_BAD_REQUEST = (
-    "模型服务拒绝了请求，详情见网关日志 / the model service refused the request; "
-    "see the gateway log"
-)
-MODEL_UNAVAILABLE = (
-    "模型服务暂时不可用，请稍后再试 / the model service is unavailable right now; try again later"
-)
-MODEL_TIMEOUT = "模型响应超时，请稍后再试 / the model did not answer in time; try again later"
-MODEL_UNREACHABLE = (
-    "无法连接模型服务，请管理员检查 llm.base_url / "
-    "cannot reach the model service: an admin should check llm.base_url"
-)
-MODEL_EMPTY_REPLY = "模型没有给出回答 / the model gave no answer"
-
-
-def model_step_limit(max_steps: int) -> str:
-    return (
-        f"已达到单轮最多 {max_steps} 步，先停在这里 / "
-        f"stopped after {max_steps} steps in one turn (llm.max_steps)"
-    )
-
-
-# ---- Web chat without a login proxy ----
-
-WEBCHAT_UNVERIFIED_DECISION = (
-    "网页聊天的名字未经验证，此处的确认/取消不生效；请在管理页面或飞书/钉钉中决定 / "
-    "web chat names are not verified here, so decisions from this page do not count: "
-    "decide on the admin page, Feishu or DingTalk"
-)
-
-
-# ---- Grants (gateway/confirm/grants.py) ----
-
-GRANT_BUTTON = "30 分钟内同类操作免确认 / skip asking for 30 min"
-GRANT_MINUTES_BUTTON = 30
-
-
-def _until(at: float) -> str:
-    return time.strftime("%H:%M", time.localtime(at))
-
-
-def grant_used(tool: str, grant: Grant) -> str:
-    return (
-        f"✅ 已按 {grant.granted_by} 的授权（至 {_until(grant.expires_at)}）直接执行 {tool}，"
-        f"未再询问 / ran {tool} without asking: {grant.granted_by}'s grant "
-        f"until {_until(grant.expires_at)}"
-    )
-
-
-def grant_given(grant: Grant) -> str:
-    if grant.scope == "session":
-        return (
-            f"🔓 {grant.granted_by} 授权：{_until(grant.expires_at)} 前 "
-            f"{grant.requester} 在本会话的 {grant.tool} 调用免确认（critical 除外）/ "
-            f"{grant.granted_by} granted: "
-            f"{grant.requester}'s {grant.tool} calls here run without asking until "
-            f"{_until(grant.expires_at)} (never critical ones)"
-        )
-    return (
-        f"🔓 {grant.granted_by} 授权：{_until(grant.expires_at)} 前完全相同的 {grant.tool} "
-        f"调用免确认 / {grant.granted_by} granted: this exact {grant.tool} call runs without "
-        f"asking until {_until(grant.expires_at)}"
-    )
-
-
-GRANT_NOT_CRITICAL = "critical 操作每次都要确认 / critical calls are always asked for, one by one"
-GRANT_NOT_FOUR_EYES = "四眼操作每次都要第二人确认 / four-eyes calls need a second person each time"
-
-
-def grant_length(scope: str, most: int) -> str:
-    return f"授权时长须为 1 到 {most} 分钟 / a {scope} grant lasts 1 to {most} minutes"
-
-
-def grant_refused(why: str) -> str:
-    return f"已批准这一次，但未授予免确认：{why} / approved this once; no grant: {why}"
-
-
-def grant_revoked(grant: Grant) -> str:
-    return (
-        f"🔒 {grant.revoked_by} 撤销了 {grant.granted_by} 给 {grant.tool} 的免确认授权 / "
-        f"{grant.revoked_by} revoked {grant.granted_by}'s grant for {grant.tool}: "
-        "calls are asked for again"
-    )
 
 
 # ---- Arguments edited before approving (gateway/tools/edits.py) ----
