@@ -27,6 +27,7 @@ from config.settings import ConfigError, Settings
 from gateway.agent.loop import Agent, AgentLoop
 from gateway.bus import MessageBus
 from gateway.confirm.grants import GrantBook, open_grant_store
+from gateway.confirm.ledger import new_instance
 from gateway.confirm.retention import Retention
 from gateway.confirm.service import ConfirmationService
 from gateway.confirm.store import ConfirmationStore
@@ -35,14 +36,16 @@ from gateway.http.admin import AdminApi
 from gateway.http.grants_api import GrantsApi
 from gateway.http.page import AdminPage
 from gateway.http.server import HttpServer
-from gateway.inbox import Inbox, open_inbox
+from gateway.inbox import Inbox
 from gateway.metrics import Metrics
 from gateway.parts import (
+    alive_owners,
     build_agent,
     build_channels,
     check_settings,
     close_agent,
     lock_data_dir,
+    open_inbox,
     open_store,
     orphan_runner,
 )
@@ -212,8 +215,9 @@ async def build(
             for warning in await store.durability_warnings():
                 log.warning("store.durability", problem=warning)
         opened.push_async_callback(store.close)
+        instance = new_instance(clock)  # owner of its inbox messages and confirmations
         if inbox is None:
-            inbox = await open_inbox(settings)
+            inbox = await open_inbox(settings, store, instance.id)
         opened.push_async_callback(inbox.close)
         sql_db = SqlDatabase(
             settings.sql_url,
@@ -229,7 +233,12 @@ async def build(
         except PluginError as exc:
             raise ConfigError(str(exc)) from exc
 
-        bus = MessageBus(inbox=inbox)
+        lease = settings.confirmation.lease_seconds
+        bus = MessageBus(
+            inbox=inbox,
+            alive=alive_owners(store, inbox.owner, lease, clock),
+            adopt_every=lease / 3,
+        )
         metrics = Metrics()
         keywords = KeywordStore.open(settings.keywords_file)
         grant_store = await open_grant_store(settings, store)
@@ -242,6 +251,7 @@ async def build(
             keywords=keywords,
             clock=clock,
             grants=grants,
+            instance=instance,
         )
         confirmations.subscribe(metrics.on_confirmation)
         bus.add_inbound_listener(metrics.on_inbound)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -126,6 +126,8 @@ class PublishResult(StrEnum):
 
 Interceptor = Callable[[InboundMessage], Awaitable[bool]]
 InboundListener = Callable[[InboundMessage, PublishResult], None]
+# The instance ids alive now (heartbeats): their inbox messages are not adopted.
+AliveOwners = Callable[[], Awaitable[Collection[str]]]
 
 
 class MessageBus:
@@ -134,18 +136,27 @@ class MessageBus:
     ``publish_inbound`` drops platform redeliveries, stores the message in the inbox
     (when there is one), then offers it to the confirmation service; only what is not a
     decision reaches the agent's queue. A message is marked taken in the inbox when it
-    was decided on the way in, or (``mark_taken``) when the agent's turn for it starts.
+    was decided on the way in, or (``mark_taken``) before its turn's first effect.
+
+    ``alive`` names the processes whose inbox messages are not to be adopted; without it
+    every other owner counts as dead (an inbox of this process's own: SQLite, memory).
+    A shared inbox (Redis) is searched for dead owners' messages every ``adopt_every``
+    seconds, as gateway/confirm/replicas.py searches for their confirmations.
     """
 
     def __init__(
         self,
         *,
         inbox: Inbox | None = None,
+        alive: AliveOwners | None = None,
+        adopt_every: float = 5.0,
         dedupe_ttl_seconds: float = 8 * 3600,
         dedupe_max: int = 100_000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.inbox = inbox
+        self._alive = alive or _nobody_else
+        self._adopt_every = adopt_every
         self._housekeeping = BackgroundTasks("bus-inbox")
         self.inbound: asyncio.Queue[InboundMessage] = asyncio.Queue()
         self.outbound: asyncio.Queue[OutboundMessage] = asyncio.Queue()
@@ -204,10 +215,13 @@ class MessageBus:
         return result
 
     async def start(self) -> None:
-        """Replay the inbox, then purge its taken messages once an hour (when it has one)."""
+        """Replay the inbox, then purge its taken messages once an hour (when it has one);
+        a shared inbox is also searched for dead replicas' messages every few seconds."""
         if self.inbox is not None:
             await self.replay_inbox()
             self._housekeeping.spawn(self._purge_hourly(self.inbox), name="inbox-purge")
+            if self.inbox.shared:
+                self._housekeeping.spawn(self._adopt_periodically(), name="inbox-adopt")
 
     async def stop(self) -> None:
         """Close the inbox; call after the last publish_inbound and mark_taken."""
@@ -224,15 +238,25 @@ class MessageBus:
                 log.exception("bus.inbox_purge_failed")
             await asyncio.sleep(3600)
 
-    async def replay_inbox(self) -> int:
-        """Publish again what an earlier run stored and never took; how many there were.
+    async def _adopt_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self._adopt_every)
+            try:
+                await self.replay_inbox()
+            except Exception:  # the store is down: try again at the next round
+                log.warning("bus.inbox_adopt_failed", exc_info=True)
 
-        Called once at start, before the channels start: each such message is delivered
-        once here, and a platform's redelivery of it is a duplicate (its id is stored).
+    async def replay_inbox(self) -> int:
+        """Publish here what dead processes stored and never took; how many there were.
+
+        At start, before the channels start (an earlier run of this process's own inbox
+        counts as dead), then every few seconds with a shared inbox. Each such message
+        is delivered once, by the one process that adopted it; a platform's redelivery of
+        it is a duplicate (its id is stored).
         """
         if self.inbox is None:
             return 0
-        stored = await self.inbox.untaken()
+        stored = await self.inbox.adopt(await self._alive())
         for msg in stored:
             self.is_duplicate(msg.channel, msg.message_id)  # remember the id in memory too
             result = await self._deliver(msg)
@@ -243,7 +267,8 @@ class MessageBus:
         return len(stored)
 
     async def mark_taken(self, msg: InboundMessage) -> None:
-        """The agent took ``msg`` (its turn starts): it is not replayed after a restart."""
+        """``msg`` is handled, or its turn is about to show or do something: from here on
+        a crash does not process it again (its tool calls may have run)."""
         if self.inbox is None or not _storable(msg):
             return
         try:
@@ -283,6 +308,10 @@ class MessageBus:
 
     async def consume_outbound(self) -> OutboundMessage:
         return await self.outbound.get()
+
+
+async def _nobody_else() -> Collection[str]:
+    return ()
 
 
 def _storable(msg: InboundMessage) -> bool:

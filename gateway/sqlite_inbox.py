@@ -6,19 +6,19 @@ different rates by different parts, and neither should wait on the other's write
 
 from __future__ import annotations
 
-import json
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 import aiosqlite
 import structlog
 
 from gateway.bus import InboundMessage
-from gateway.inbox import Inbox, message_key
+from gateway.inbox import Inbox, dump_message, load_message, message_key
 
 log = structlog.get_logger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = (
     # seq: the order messages were put, for untaken() "oldest first".
@@ -29,6 +29,7 @@ _SCHEMA = (
         body        TEXT NOT NULL,  -- InboundMessage.to_dict() as JSON
         stored_at   REAL NOT NULL,
         taken_at    REAL,           -- NULL: still to be processed
+        owner       TEXT,           -- the instance that put or adopted it (NULL: v1 rows)
         UNIQUE (channel, message_id)
     )""",
     # untaken() reads taken_at IS NULL at start; purge() reads taken_at < T.
@@ -43,11 +44,14 @@ class SqliteInbox(Inbox):
     so one thread hop, and atomic without a transaction around it.
     """
 
-    def __init__(self, conn: aiosqlite.Connection) -> None:
+    def __init__(self, conn: aiosqlite.Connection, *, owner: str | None = None) -> None:
+        super().__init__(owner=owner)
         self._conn = conn
 
     @classmethod
-    async def open(cls, path: str | Path, *, busy_timeout_ms: int = 5_000) -> SqliteInbox:
+    async def open(
+        cls, path: str | Path, *, owner: str | None = None, busy_timeout_ms: int = 5_000
+    ) -> SqliteInbox:
         """Open (and create if needed) the file, in WAL mode, with the schema."""
         conn = await aiosqlite.connect(str(path), isolation_level=None)
         try:
@@ -68,23 +72,24 @@ class SqliteInbox(Inbox):
                     f"inbox database {path} has schema {version}, this gateway knows "
                     f"{SCHEMA_VERSION}: upgrade the gateway or use another data_dir"
                 )
+            if version == 1:  # issue 13: owners; a v1 row has none, any process adopts it
+                await conn.execute("ALTER TABLE inbox ADD COLUMN owner TEXT")
             await conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         except BaseException:
             await conn.close()
             raise
         log.info("inbox.sqlite_opened", path=str(path))
-        return cls(conn)
+        return cls(conn, owner=owner)
 
     async def close(self) -> None:
         await self._conn.close()
 
     async def put(self, msg: InboundMessage) -> bool:
         channel, message_id = message_key(msg)
-        body = json.dumps(msg.to_dict(), ensure_ascii=False, separators=(",", ":"))
         cursor = await self._conn.execute(
-            "INSERT OR IGNORE INTO inbox (channel, message_id, body, stored_at)"
-            " VALUES (?, ?, ?, ?)",
-            (channel, message_id, body, time.time()),
+            "INSERT OR IGNORE INTO inbox (channel, message_id, body, stored_at, owner)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (channel, message_id, dump_message(msg), time.time(), self.owner),
         )
         return cursor.rowcount == 1
 
@@ -95,12 +100,24 @@ class SqliteInbox(Inbox):
             (time.time() if at is None else at, channel, message_id),
         )
 
+    async def adopt(self, alive: Collection[str]) -> list[InboundMessage]:
+        keep = [self.owner, *alive]
+        marks = ", ".join("?" * len(keep))
+        # One statement: atomic against another process adopting from the same file.
+        cursor = await self._conn.execute(
+            f"UPDATE inbox SET owner = ? WHERE taken_at IS NULL"
+            f" AND (owner IS NULL OR owner NOT IN ({marks})) RETURNING seq, body",
+            (self.owner, *keep),
+        )
+        rows = sorted(await cursor.fetchall())  # RETURNING has no ORDER BY
+        return [load_message(body) for _, body in rows]
+
     async def untaken(self) -> list[InboundMessage]:
         cursor = await self._conn.execute(
             "SELECT body FROM inbox WHERE taken_at IS NULL ORDER BY seq"
         )
         rows = await cursor.fetchall()
-        return [InboundMessage.from_dict(json.loads(row[0])) for row in rows]
+        return [load_message(row[0]) for row in rows]
 
     async def purge(self, before: float) -> int:
         cursor = await self._conn.execute("DELETE FROM inbox WHERE taken_at < ?", (before,))
