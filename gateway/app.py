@@ -50,6 +50,7 @@ from gateway.parts import (
     orphan_runner,
 )
 from gateway.tools.base import PluginError, ToolRegistry
+from gateway.tools.edits import CallEditor
 from gateway.tools.executor import Executor
 from gateway.tools.policy import Policy
 from gateway.tools.runner import ToolRunner
@@ -284,6 +285,9 @@ async def build(
         if http is not None:
             AdminApi(
                 confirmations=confirmations,
+                editor=CallEditor(
+                    registry=registry, policy=runner.policy, confirmations=confirmations
+                ),
                 store=store,
                 keywords=keywords,
                 metrics=metrics,

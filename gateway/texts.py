@@ -6,7 +6,7 @@ Change wording here; channels and the core import these functions and constants.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gateway.confirm.model import Confirmation, Risk, Status
@@ -170,6 +170,8 @@ def outcome(c: Confirmation) -> str:
     """Posted to the chat when a confirmation ends; an approval says the call now runs."""
     tool = c.tool_call.name
     by = c.decided_by or "-"
+    if c.status is Status.APPROVED and c.edit_note is not None:
+        return edited_outcome(c)
     if c.status is Status.APPROVED:
         return f"✅ [{c.id}] {by} 已批准，{tool} 执行中… / approved by {by}; running {tool}…"
     if c.status is Status.EXPIRED:
@@ -401,4 +403,41 @@ def grant_revoked(grant: Grant) -> str:
         f"🔒 {grant.revoked_by} 撤销了 {grant.granted_by} 给 {grant.tool} 的免确认授权 / "
         f"{grant.revoked_by} revoked {grant.granted_by}'s grant for {grant.tool}: "
         "calls are asked for again"
+    )
+
+
+# ---- Arguments edited before approving (gateway/tools/edits.py) ----
+
+EDIT_FOUR_EYES = (
+    "修改后的调用需要另一位审批人批准，未批准 / the edited call needs another approver "
+    "(four-eyes): not approved"
+)
+
+
+def edit_refused(tool: str, level: str, rule: str) -> str:
+    return (
+        f"⛔ 修改后的 {tool} 调用被策略设为 {level}（{rule}），未批准 / "
+        f"the edited {tool} call is {level} by policy ({rule}): not approved"
+    )
+
+
+def edited_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
+    """What an edit changed, one argument a line: ``sql: 'a' → 'b'``."""
+    lines = []
+    for key in dict.fromkeys([*before, *after]):
+        old = repr(before[key]) if key in before else "（无 none）"
+        new = repr(after[key]) if key in after else "（删除 removed）"
+        if old != new:
+            lines.append(f"  {key}: {old} → {new}")
+    return "\n".join(lines)
+
+
+def edited_outcome(c: Confirmation) -> str:
+    """An approval with new arguments: who changed what; what runs is the new call."""
+    by, tool = c.decided_by or "-", c.tool_call.name
+    before = (c.edit_note or {}).get("args_before") or {}
+    return (
+        f"✏️ [{c.id}] {by} 修改参数后批准，{tool} 按修改后的参数执行中… / approved by {by} "
+        f"with edited arguments; running {tool} as edited:\n改动 Changed:\n"
+        + edited_changes(before, c.tool_call.args)
     )

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import NoReturn
 
 import pytest
@@ -65,3 +70,59 @@ async def redis_prefix() -> AsyncIterator[str]:
         if keys:
             await admin.delete(*keys)
         await admin.aclose()
+
+
+@contextmanager
+def private_redis() -> Iterator[str]:
+    """A ``redis-server`` of this test's own on a free loopback port; yields its URL.
+
+    For faults that would hit every other test on the shared Redis: ``CLIENT PAUSE`` stops
+    all clients of a server, ``CLIENT KILL TYPE pubsub`` drops all subscribers. Skips (or
+    fails in CI) when the ``redis-server`` binary is not installed.
+    """
+    binary = shutil.which("redis-server")
+    if binary is None:
+        require_service("redis-server (the binary)", FileNotFoundError("not on PATH"))
+    with socket.socket() as probe:  # a free port; a race with another binder is unlikely
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with tempfile.TemporaryDirectory(prefix="redis-") as data:
+        proc = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                data,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            _wait_listening(port, proc)
+            yield f"redis://127.0.0.1:{port}/0"
+        finally:
+            proc.terminate()
+            proc.wait(10)
+
+
+def _wait_listening(port: int, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as conn:
+                conn.sendall(b"PING\r\n")
+                if conn.recv(16).startswith(b"+PONG"):
+                    return
+        except OSError as exc:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                require_service(f"a private redis-server on port {port}", exc)
+        if time.monotonic() > deadline:
+            require_service(f"a private redis-server on port {port}", TimeoutError("no PONG"))
+        time.sleep(0.02)

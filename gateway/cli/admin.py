@@ -1,5 +1,7 @@
 """``gateway confirmations list | show ID | approve ID | reject ID --reason TEXT``.
 
+``approve ID --arguments JSON`` approves the call with edited arguments (gateway/tools/edits.py).
+
 Talks to a running daemon's admin API. The URL defaults to the configured server
 (``[server] host/port``), the token to ``[admin] token`` / ``GATEWAY_ADMIN__TOKEN``.
 """
@@ -217,15 +219,29 @@ def _run(args: argparse.Namespace) -> int:
     request: dict[str, Any] = {"decision": decision, "actor": args.actor}
     if args.reason:
         request["reason"] = args.reason
+    if getattr(args, "arguments", None) is not None:
+        request["arguments"] = args.arguments
     status, body = client.request("POST", f"/api/confirmations/{cid}/decision", request)
     if status == 200:
         print_answer(args, body, body.get("message") or _line(body["confirmation"]))
         return EXIT_OK
     message = body.get("error") or body.get("message") or f"HTTP {status}"
-    print(f"error: {message}", file=sys.stderr)
+    where = f" ({body['field']})" if body.get("field") else ""
+    print(f"error: {message}{where}", file=sys.stderr)
     if args.json:
         print(json.dumps(body, ensure_ascii=False, indent=2))
     return EXIT_FAILED
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    """``--arguments``: a JSON object, or a usage error saying what is wrong."""
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError('must be a JSON object, e.g. {"sql": "..."}')
+    return value
 
 
 def _list(args: argparse.Namespace, client: AdminClient) -> int:
@@ -291,4 +307,12 @@ def register(subparsers: Any) -> None:
         a.add_argument("id")
         a.add_argument("--actor", default="admin", help="name recorded as the decider")
         a.add_argument("--reason", required=name == "reject", help="why (required to reject)")
+    approve = actions.choices["approve"]
+    approve.add_argument(
+        "--arguments",
+        type=_json_object,
+        metavar="JSON",
+        help="run the call with these arguments instead (all of them, a JSON object); the "
+        "daemon checks them against the tool's schema and the policy",
+    )
     p.set_defaults(handler=cmd_confirmations)

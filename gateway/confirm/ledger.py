@@ -69,6 +69,21 @@ async def audit(
         log.exception("confirm.audit_failed", confirmation_id=confirmation_id, kind=kind)
 
 
+async def audit_edit(service: ConfirmationService, c: Confirmation, *, by: str | None) -> None:
+    """The ``edited`` line of an approval with new arguments: the call before and after."""
+    note = c.edit_note or {}
+    await audit(
+        service,
+        c.id,
+        "edited",
+        actor=by,
+        before=dict(note.get("args_before") or {}),
+        after=dict(c.tool_call.args),
+        risk_before=note.get("risk_before"),
+        risk_after=c.risk.value,
+    )
+
+
 async def say_to_chat(service: ConfirmationService, c: Confirmation, text: str) -> None:
     """Post ``text`` to the chat where ``c`` was asked."""
     await service.bus.publish_outbound(

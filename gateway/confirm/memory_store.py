@@ -10,12 +10,20 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 
-from gateway.confirm.model import AuditEvent, Confirmation, ExecState, Instance, Status
+from gateway.confirm.model import (
+    AuditEvent,
+    CallEdit,
+    Confirmation,
+    ExecState,
+    Instance,
+    Status,
+)
 from gateway.confirm.store import (
     ConfirmationExistsError,
     Confirmations,
     ConfirmationStore,
     FinishedIds,
+    check_edit,
     decision_allowed,
     may_claim,
 )
@@ -68,13 +76,16 @@ class MemoryConfirmationStore(ConfirmationStore):
         reason: str | None,
         now: float,
         feedback: bool = False,
+        edit: CallEdit | None = None,
     ) -> tuple[Confirmation | None, bool]:
+        check_edit(status, edit)
         current = self._items.get(confirmation_id)
         if current is None:
             return None, False
         if not decision_allowed(current, status, now):
             return current, False
-        done = current.finished(status, by=by, at=now, via=via, reason=reason, feedback=feedback)
+        done = current if edit is None else current.edited(edit)
+        done = done.finished(status, by=by, at=now, via=via, reason=reason, feedback=feedback)
         if status is not Status.APPROVED:
             done = done.skipped(now)
         self._items[confirmation_id] = done

@@ -194,6 +194,32 @@ class ToolCall:
         return cls(name=str(data["name"]), args=dict(data["args"]), call_id=str(data["call_id"]))
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallEdit:
+    """A person's new arguments for a held call, approved with it: what the record becomes.
+
+    Worked out (schema, preview, policy) before the decision by gateway/tools/edits.py; the
+    store writes it in the same compare-and-set as ``pending -> approved``, so an edit and
+    any other decision or the expiry have one winner. ``details["edited"]`` says who
+    changed what (``args_before``), for the chat, the model and the admin page.
+    """
+
+    tool_call: ToolCall
+    summary: str
+    details: Mapping[str, Any]
+    risk: Risk
+    four_eyes: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "tool_call": self.tool_call.to_dict(),
+            "summary": self.summary,
+            "details": dict(self.details),
+            "risk": self.risk.value,
+            "four_eyes": self.four_eyes,
+        }
+
+
 # Crockford base32 without I, L, O, U: nothing to misread on a phone screen.
 ID_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _ID_DIGITS = frozenset("0123456789")
@@ -284,6 +310,23 @@ class Confirmation:
             reason=reason,
             feedback=feedback,
         )
+
+    def edited(self, edit: CallEdit) -> Confirmation:
+        """This record with the call (and what was worked out of it) replaced by ``edit``."""
+        return replace(
+            self,
+            tool_call=edit.tool_call,
+            summary=edit.summary,
+            details=dict(edit.details),
+            risk=edit.risk,
+            four_eyes=edit.four_eyes,
+        )
+
+    @property
+    def edit_note(self) -> Mapping[str, Any] | None:
+        """Who changed the arguments before approving, and from what (None: as asked)."""
+        found = self.details.get("edited")
+        return found if isinstance(found, Mapping) else None
 
     def skipped(self, at: float) -> Confirmation:
         """This record with its execution ``skipped``: what a store writes with any end but

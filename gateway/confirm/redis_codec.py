@@ -134,6 +134,8 @@ def decode(fields: Mapping[str, str]) -> Confirmation | None:
         return None
     data = json.loads(fields["record"])
     data["status"] = fields.get("status", data.get("status"))
+    if "edit" in fields:  # the call as approved with new arguments (CallEdit.to_dict)
+        data.update(json.loads(fields["edit"]))
     if "decision" in fields:
         data.update(json.loads(fields["decision"]))
     refs = dict(data.get("prompt_refs") or {})

@@ -3,7 +3,8 @@
 Layout (``P`` = the store's prefix; see ``RedisKeys``):
 
 - ``P:c:{id}`` hash: ``record`` (the JSON at creation), the fields that change (``status``,
-  ``decision`` JSON, ``decided_at``, ``owner``, ``ref:<key>``) and the execution ledger as
+  ``decision`` JSON, ``edit`` JSON of an approval that changed the call, ``decided_at``,
+  ``owner``, ``ref:<key>``) and the execution ledger as
   ``x_state``, ``x_by``, ``x_lease``, ``x_attempts``, ``x_started``, ``x_finished``,
   ``x_result``. Floats travel as Python ``repr`` strings and are only compared here
   (``tonumber``), never formatted by Lua, which would round them to 14 digits.
@@ -49,7 +50,7 @@ return 1
 """
 
 # KEYS: record. ARGV: prefix, id, new status, needs deadline ('1'/'0'), now, decision JSON,
-# finished ttl seconds, finished stream, its MAXLEN.
+# finished ttl seconds, finished stream, its MAXLEN, edited call JSON ('' = as asked).
 # Returns {code, HGETALL}: 0 missing, 1 changed, 2 already terminal, 3 past the deadline.
 FINISH = (
     _LIB
@@ -64,6 +65,7 @@ if ARGV[4] == '1' and not (tonumber(f[2]) > tonumber(now)) then
   return {3, redis.call('HGETALL', rec)}
 end
 redis.call('HSET', rec, 'status', new, 'decision', ARGV[6], 'decided_at', now)
+if ARGV[10] ~= '' then redis.call('HSET', rec, 'edit', ARGV[10]) end
 redis.call('ZREM', p .. ':pending:' .. f[3], id)
 redis.call('ZREM', p .. ':pending-all', id)
 redis.call('ZADD', p .. ':status:' .. new, f[5], id)

@@ -24,7 +24,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from gateway.confirm import redis_scripts as lua
-from gateway.confirm.model import Confirmation, ExecState, Status
+from gateway.confirm.model import CallEdit, Confirmation, ExecState, Status
 from gateway.confirm.redis_codec import (
     RedisKeys,
     decode,
@@ -40,6 +40,7 @@ from gateway.confirm.redis_ledger import RedisLedger
 from gateway.confirm.store import (
     ConfirmationExistsError,
     ConfirmationStore,
+    check_edit,
 )
 
 DEFAULT_PREFIX = "gateway:confirm"
@@ -217,9 +218,11 @@ class RedisConfirmationStore(RedisLedger, ConfirmationStore):
         reason: str | None,
         now: float,
         feedback: bool = False,
+        edit: CallEdit | None = None,
     ) -> tuple[Confirmation | None, bool]:
         if not status.is_terminal:
             raise ValueError("finish() moves a confirmation to a terminal status")
+        check_edit(status, edit)
         decision = {
             "decided_by": by,
             "decided_at": now,
@@ -239,6 +242,7 @@ class RedisConfirmationStore(RedisLedger, ConfirmationStore):
                 self._finished_ttl,
                 self._keys.finished_stream,
                 STREAM_MAXLEN,
+                "" if edit is None else dumps(edit.to_dict()),
             ],
         )
         return decode(pairs(flat)), int(code) == 1

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -55,6 +56,11 @@ class Replicas:
         self.orphan_handler: OrphanHandler | None = None
         # Pending calls adopted here: no turn waits for them anywhere.
         self.adopted: set[str] = set()
+        # When the store stalls (CLIENT PAUSE, a slow failover), every replica's heartbeat
+        # is held up alike: nobody is judged dead while this one's own beat is stuck, nor
+        # until the others have had the time to land a fresh beat after it.
+        self._beat_issued: float | None = None
+        self._unsure_until = -math.inf
 
     @property
     def me(self) -> str:
@@ -83,8 +89,27 @@ class Replicas:
 
     async def beat(self) -> None:
         service = self._service
-        alive = replace(service.instance, seen_at=service.clock())
-        await service.store.heartbeat(alive, lease=service.lease)
+        issued = self._beat_issued = service.clock()
+        try:
+            await service.store.heartbeat(
+                replace(service.instance, seen_at=issued), lease=service.lease
+            )
+        except BaseException:
+            self._unsure_until = math.inf  # until a beat lands again
+            raise
+        finally:
+            self._beat_issued = None
+        landed = service.clock()
+        if landed - issued > service.lease / 3 or self._unsure_until == math.inf:
+            # The others' beats, held up as well, carry an old time: give them two beats.
+            self._unsure_until = landed + 2 * service.lease / 3
+            log.warning("confirm.store_stalled", seconds=round(landed - issued, 3))
+
+    def _may_judge(self) -> bool:
+        """False while the store stalls or just stalled: a late beat is not a death then."""
+        now = self._service.clock()
+        stuck = self._beat_issued is not None and now - self._beat_issued > self._service.lease / 3
+        return not stuck and now >= self._unsure_until
 
     async def _beat_loop(self) -> None:
         while True:
@@ -109,6 +134,8 @@ class Replicas:
         service = self._service
         now = service.clock()
         instances = await service.store.list_instances()
+        if not self._may_judge():
+            return
         known = {i.id for i in instances}
         dead = {i.id for i in instances if i.id != self.me and not i.alive(now, service.lease)}
         for instance_id in sorted(dead):

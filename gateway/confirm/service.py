@@ -28,8 +28,9 @@ from gateway.confirm.events import Listener as Listener
 from gateway.confirm.events import Listeners
 from gateway.confirm.grants import GrantBook, MemoryGrantStore
 from gateway.confirm.intercept import ReplyIntercept
-from gateway.confirm.ledger import audit, new_instance
+from gateway.confirm.ledger import audit, audit_edit, new_instance
 from gateway.confirm.model import (
+    CallEdit,
     Confirmation,
     Decision,
     Instance,
@@ -259,8 +260,12 @@ class ConfirmationService:
         via: str,
         reason: str | None = None,
         feedback: bool = False,
+        edit: CallEdit | None = None,
     ) -> DecideResult:
-        """``decide`` for a record just read from the store; the compare-and-set settles races."""
+        """``decide`` for a record just read from the store; the compare-and-set settles races.
+
+        ``edit`` approves new arguments instead (checked first by gateway/tools/edits.py).
+        """
         if current.status.is_terminal:
             return DecideResult(
                 DecideOutcome.ALREADY_DECIDED, current, texts.already_decided(current)
@@ -277,7 +282,13 @@ class ConfirmationService:
                 )
                 return DecideResult(DecideOutcome.FORBIDDEN, current, why)
         final, changed = await self._finish(
-            current.id, decision.status, by=actor, via=via, reason=reason, feedback=feedback
+            current.id,
+            decision.status,
+            by=actor,
+            via=via,
+            reason=reason,
+            feedback=feedback,
+            edit=edit,
         )
         assert final is not None
         if changed:
@@ -318,6 +329,7 @@ class ConfirmationService:
         via: str,
         reason: str | None,
         feedback: bool = False,
+        edit: CallEdit | None = None,
     ) -> tuple[Confirmation | None, bool]:
         final, changed = await self.store.finish(
             confirmation_id,
@@ -327,6 +339,7 @@ class ConfirmationService:
             reason=reason,
             now=self.clock(),
             feedback=feedback,
+            edit=edit,
         )
         if final is None or not changed:
             if final is not None and final.status.is_terminal:
@@ -344,6 +357,8 @@ class ConfirmationService:
         )
         self.wake(final)
         self._replies.forget(confirmation_id)
+        if edit is not None:
+            await audit_edit(self, final, by=by)
         await audit(self, confirmation_id, "decided", actor=by, via=via, status=status.value)
         await self.bus.publish_outbound(
             OutboundMessage(

@@ -21,10 +21,22 @@ from typing import Any
 import structlog
 
 from gateway.confirm import sqlite_rows as rows
-from gateway.confirm.model import AuditEvent, Confirmation, ExecState, Instance, Status
+from gateway.confirm.model import (
+    AuditEvent,
+    CallEdit,
+    Confirmation,
+    ExecState,
+    Instance,
+    Status,
+)
 from gateway.confirm.sqlite_schema import IN_FLIGHT, OPEN, migrate
 from gateway.confirm.sqlite_thread import SqliteThread, transaction
-from gateway.confirm.store import ConfirmationExistsError, ConfirmationStore, FinishedIds
+from gateway.confirm.store import (
+    ConfirmationExistsError,
+    ConfirmationStore,
+    FinishedIds,
+    check_edit,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -116,22 +128,37 @@ class SqliteConfirmationStore(ConfirmationStore):
         reason: str | None,
         now: float,
         feedback: bool = False,
+        edit: CallEdit | None = None,
     ) -> tuple[Confirmation | None, bool]:
         if not status.is_terminal:
             raise ValueError("finish() moves a confirmation to a terminal status")
+        check_edit(status, edit)
         # store.decision_allowed: a person's decision counts only before the deadline;
         # expiry and cancellation whenever the record is still pending. Any end but
         # approved also settles the ledger: nothing will run.
         needs_deadline = status in (Status.APPROVED, Status.REJECTED)
         skipped = status is not Status.APPROVED
+        # An edited call is written by the same UPDATE: it exists only if this decision won.
+        set_call = ""
+        call_params: tuple[Any, ...] = ()
+        if edit is not None:
+            set_call = " tool_call = ?, summary = ?, details = ?, risk = ?, four_eyes = ?,"
+            call_params = (
+                rows.to_json(edit.tool_call.to_dict()),
+                edit.summary,
+                rows.to_json(dict(edit.details)),
+                edit.risk.value,
+                int(edit.four_eyes),
+            )
         sql = (
-            "UPDATE confirmations SET status = ?, decided_by = ?, decided_at = ?,"
+            f"UPDATE confirmations SET{set_call} status = ?, decided_by = ?, decided_at = ?,"
             " decided_via = ?, reason = ?, feedback = ?,"
             " exec_state = CASE WHEN ? THEN 'skipped' ELSE exec_state END,"
             " finished_at = CASE WHEN ? THEN ? ELSE finished_at END"
             " WHERE id = ? AND status = 'pending' AND (? = 0 OR expires_at > ?) " + rows.RETURNING
         )
         params = (
+            *call_params,
             status.value,
             by,
             now,

@@ -15,6 +15,7 @@ from typing import ClassVar
 
 from gateway.confirm.model import (
     AuditEvent,
+    CallEdit,
     Confirmation,
     ExecState,
     Instance,
@@ -65,12 +66,15 @@ class ConfirmationStore(ABC):
         reason: str | None,
         now: float,
         feedback: bool = False,
+        edit: CallEdit | None = None,
     ) -> tuple[Confirmation | None, bool]:
         """Compare-and-set ``pending`` -> ``status``; first call wins.
 
         Approve/reject only succeed while ``now < expires_at``: a decision that arrives
         after the deadline never approves, even if the timer has not fired yet. Returns the
-        record as it is after the call and whether this call changed it.
+        record as it is after the call and whether this call changed it. ``edit`` (only
+        with ``approved``) replaces the call in the same step (``Confirmation.edited``):
+        a refused finish leaves the call as it was.
         """
 
     @abstractmethod
@@ -248,6 +252,12 @@ def decision_allowed(current: Confirmation, status: Status, now: float) -> bool:
     if status in (Status.APPROVED, Status.REJECTED):
         return now < current.expires_at
     return True
+
+
+def check_edit(status: Status, edit: CallEdit | None) -> None:
+    """An edit comes only with an approval (every backend's ``finish`` checks it first)."""
+    if edit is not None and status is not Status.APPROVED:
+        raise ValueError("finish(): an edit of the call comes only with approved")
 
 
 def may_claim(current: Confirmation, now: float) -> bool:

@@ -20,7 +20,12 @@ from config.keywords import KeywordsError, KeywordSet, KeywordStore, ListName, W
 from config.settings import AdminSettings
 from gateway.confirm.grants import grant_sentence
 from gateway.confirm.model import Confirmation, Decision, Status
-from gateway.confirm.service import ConfirmationEvent, ConfirmationService, DecideOutcome
+from gateway.confirm.service import (
+    ConfirmationEvent,
+    ConfirmationService,
+    DecideOutcome,
+    DecideResult,
+)
 from gateway.confirm.store import ConfirmationStore
 from gateway.http.grants_api import say_in
 from gateway.http.identity import identity_of
@@ -35,6 +40,7 @@ from gateway.http.jsonapi import (
 )
 from gateway.http.openapi import openapi_document
 from gateway.metrics import Metrics
+from gateway.tools.edits import CallEditor, EditRefusedError
 
 log = structlog.get_logger(__name__)
 
@@ -71,6 +77,7 @@ class AdminApi:
         self,
         *,
         confirmations: ConfirmationService,
+        editor: CallEditor,
         store: ConfirmationStore,
         keywords: KeywordStore,
         metrics: Metrics,
@@ -79,6 +86,7 @@ class AdminApi:
         channel_status: Callable[[], list[dict[str, Any]]],
     ) -> None:
         self.confirmations = confirmations
+        self.editor = editor
         self.store = store
         self.keywords = keywords
         self.metrics = metrics
@@ -175,9 +183,12 @@ class AdminApi:
             raise ApiError(404, f"no confirmation {cid[:MAX_ID_LENGTH]}", field="id")
         # The bearer token authenticates the operator, so via="admin" skips the
         # requester/approver check that chat decisions go through.
-        result = await self.confirmations.decide(
-            cid, Decision(body.decision), actor=actor, via="admin", reason=reason
-        )
+        if body.arguments is not None:
+            result = await self._approve_edited(cid, body, actor=actor, reason=reason)
+        else:
+            result = await self.confirmations.decide(
+                cid, Decision(body.decision), actor=actor, via="admin", reason=reason
+            )
         status = DECISION_STATUS[result.outcome]
         answer: dict[str, Any] = {
             "outcome": result.outcome.value,
@@ -190,6 +201,24 @@ class AdminApi:
             answer["error"] = result.message
         log.info("admin.decision", confirmation_id=cid, outcome=result.outcome.value, actor=actor)
         return web.json_response(answer, status=status)
+
+    async def _approve_edited(
+        self, cid: str, body: DecisionBody, *, actor: str, reason: str | None
+    ) -> DecideResult:
+        """Approve with new arguments (gateway/tools/edits.py): 422 names a bad argument;
+        a refused edit answers 403 with the record, still pending."""
+        assert body.arguments is not None
+        if body.decision != "approve":
+            raise ApiError(400, "arguments go only with approve", field="arguments")
+        try:
+            return await self.editor.approve(
+                cid, body.arguments, actor=actor, via="admin", reason=reason
+            )
+        except EditRefusedError as exc:
+            if exc.kind == "invalid":
+                raise ApiError(422, exc.message, field=exc.field) from exc
+            log.info("admin.edit_refused", confirmation_id=cid, actor=actor, why=exc.message)
+            return DecideResult(DecideOutcome.FORBIDDEN, exc.confirmation, exc.message)
 
     async def _grant(
         self, c: Confirmation | None, body: DecisionBody, actor: str

@@ -110,6 +110,13 @@ class DecisionBody(JsonBody):
         default=None, max_length=128, description="recorded as the decider; default admin"
     )
     reason: str | None = Field(default=None, max_length=1000)
+    arguments: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "with approve: run the call with these arguments instead (all of them, as the "
+            "tool takes them); checked against the tool's schema and the policy again"
+        ),
+    )
 
 
 class KeywordsBody(JsonBody):

@@ -123,15 +123,31 @@ ROUTES = (
     Route(
         "post",
         "/api/confirmations/{id}/decision",
-        "approve or reject as the operator (via=admin)",
+        "approve (optionally with edited arguments) or reject as the operator (via=admin)",
         {
             200: Reply("decided; the final record", DecisionResult),
             400: BAD,
+            403: Reply(
+                "the edited call may not be approved (policy deny/manual, or four-eyes and "
+                "the decider is the requester); the record, still pending",
+                DecisionResult,
+            ),
             404: Reply("unknown id", DecisionResult),
             409: Reply("already decided or expired; the record", DecisionResult),
+            422: Reply(
+                "the edited arguments do not fit the tool; field names the first bad one "
+                "(arguments.sql); the call still waits",
+                Error,
+            ),
         },
         body=DecisionBody,
         path_params=ID,
+        description=(
+            "With arguments (approve only) the call runs with them instead of the asked ones: "
+            "they are checked against the tool's schema and its preview, then the policy "
+            "again; the chat, the audit trail (an edited event with before and after) and "
+            "the model are told. See docs/http-api.md."
+        ),
     ),
     Route(
         "get",

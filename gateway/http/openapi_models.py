@@ -86,13 +86,16 @@ class AuditEventView(Answer):
     kind: str = Field(
         examples=["requested"],
         description=(
-            "requested, prompt_sent, reply_read, decided, claimed, started, finished, "
-            "interrupted, prompt_reposted, adopted"
+            "requested, prompt_sent, reply_read, edited, decided, claimed, started, "
+            "finished, interrupted, prompt_reposted, adopted"
         ),
     )
     actor: str | None
     detail: dict[str, Any] = Field(
-        description="by kind: reply_read {intent, how}, decided {via}, finished {state, result}"
+        description=(
+            "by kind: reply_read {intent, how}, edited {before, after, risk_before, "
+            "risk_after}, decided {via}, finished {state, result}"
+        )
     )
 
 

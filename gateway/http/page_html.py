@@ -156,7 +156,24 @@ def pending_card(c: Confirmation, now: float) -> str:
 <input type="text" class="reason" maxlength="1000" placeholder="原因 reason" aria-label="reason">
 <button type="button" class="reject" data-id="{e(c.id)}">{bi("拒绝", "Reject")}</button>
 </div>
+{arguments_editor(c)}
 </article>"""
+
+
+def arguments_editor(c: Confirmation) -> str:
+    """Edit arguments, then approve: the call's JSON to change; the server checks it
+    against the tool's schema and the policy (gateway/tools/edits.py), errors show here."""
+    args = json.dumps(dict(c.tool_call.args), ensure_ascii=False, indent=2)
+    rows = min(12, max(3, args.count("\n") + 2))
+    return f"""<details class="edit">
+<summary>{bi("修改参数后批准", "Edit arguments, then approve")}</summary>
+<label>{bi("参数 (JSON)", "arguments (JSON)")}
+<textarea class="edit-args" rows="{rows}" spellcheck="false" autocapitalize="off"
+ data-id="{e(c.id)}">{e(args)}</textarea></label>
+<p class="edit-error error" role="alert" hidden></p>
+<button type="button" class="approve-edited" data-id="{e(c.id)}">
+{bi("按修改后的参数批准", "Approve as edited")}</button>
+</details>"""
 
 
 def grant_buttons(c: Confirmation) -> str:
@@ -237,13 +254,19 @@ def history_row(c: Confirmation) -> str:
     return f"""<li class="row" data-id="{e(c.id)}" data-status="{e(c.status.value)}">
 <a class="cid" href="/admin/confirmations/{e(c.id)}">{e(c.id)}</a>
 <span class="status status-{e(c.status.value)}">{e(c.status.value)}</span>
-<span class="tool">{e(c.tool_call.name)}</span>
+<span class="tool">{e(c.tool_call.name)}</span>{edited_tag(c)}
 <span class="session">{e(c.session_key)}</span>
 <span class="requester">{e(c.requester)}</span>
 <span class="decider">{decided}</span>
 <time>{e(clock(c.created_at))}</time>
 <span class="summary">{e(c.summary)}</span>
 </li>"""
+
+
+def edited_tag(c: Confirmation) -> str:
+    if c.edit_note is None:
+        return ""
+    return f'<span class="tag edited">{bi("参数已修改", "edited")}</span>'
 
 
 def keyword_lists(words: Mapping[str, Sequence[str]], path: str, error: str | None) -> str:
@@ -332,6 +355,11 @@ def detail_page(
         (bi("执行", "execution"), e(c.execution.state.value)),
         (bi("结果", "result"), e(c.execution.result or "—")),
     ]
+    note = c.edit_note
+    if note is not None:
+        before = json.dumps(dict(note.get("args_before") or {}), ensure_ascii=False)
+        fields.append((bi("修改人", "edited by"), e(note.get("by") or "—")))
+        fields.append((bi("修改前参数", "arguments before"), f"<code>{e(before)}</code>"))
     dl = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in fields)
     card = pending_card(c, now) if c.status is Status.PENDING else ""
     body = f"""<section class="panel detail" data-id="{e(c.id)}">

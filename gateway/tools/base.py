@@ -30,7 +30,14 @@ class ToolPreview:
 
 
 class ToolArgumentsError(ValueError):
-    """The model or user passed arguments that do not fit the tool's schema."""
+    """The model or user passed arguments that do not fit the tool's schema.
+
+    ``field`` is the path of the first bad argument (``sql``, ``rows.0.id``), when known.
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class Tool(ABC):
@@ -51,10 +58,13 @@ class Tool(ABC):
         try:
             return self.params.model_validate(dict(args))
         except ValidationError as exc:
+            where = [".".join(str(p) for p in e["loc"]) for e in exc.errors()]
             problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or 'args'}: {e['msg']}" for e in exc.errors()
+                f"{w or 'args'}: {e['msg']}" for w, e in zip(where, exc.errors(), strict=True)
             )
-            raise ToolArgumentsError(f"bad arguments for {self.name}: {problems}") from exc
+            raise ToolArgumentsError(
+                f"bad arguments for {self.name}: {problems}", field=where[0] or None
+            ) from exc
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-calling schema."""

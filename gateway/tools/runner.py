@@ -7,6 +7,7 @@ then only through the executor's claim (gateway/tools/executor.py): one claim, o
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -82,7 +83,11 @@ class ToolOutcome:
         return None
 
     def for_model(self) -> str:
-        """The tool result the model sees."""
+        """The tool result the model sees; after an edit, first what actually ran."""
+        note = _edit_note(self.confirmation) if self.status in ("ok", "error") else ""
+        return note + self._result_for_model()
+
+    def _result_for_model(self) -> str:
         c = self.confirmation
         if self.status == "rejected":
             reason = c.reason if c and c.reason else "no reason given"
@@ -191,7 +196,10 @@ class ToolRunner:
             except StoreUnavailableError as exc:  # fail closed, and say so (issue 13)
                 await turn.say(texts.STORE_UNAVAILABLE.format(tool=call.name))
                 return ToolOutcome("error", str(exc), decision=decision)
-            if final.status is not Status.APPROVED or final.tool_call != call:
+            # What was approved is the stored call: the one asked, or the same call (tool
+            # and id) with a person's edited arguments (gateway/tools/edits.py).
+            same_call = (final.tool_call.name, final.tool_call.call_id) == (call.name, call.call_id)
+            if final.status is not Status.APPROVED or not same_call:
                 status: OutcomeStatus = (
                     "rejected"
                     if final.status is Status.REJECTED
@@ -201,7 +209,8 @@ class ToolRunner:
                 )
                 return ToolOutcome(status, texts.outcome(final), final, decision)
             started = time.monotonic()
-            ran = await self.executor.run(final, say=turn.say, args=args)
+            edited = final.tool_call != call  # then the executor parses the stored call
+            ran = await self.executor.run(final, say=turn.say, args=None if edited else args)
             if ran.status == "lost":
                 await turn.say(ran.output)
             self._observe_ran(ran, started)
@@ -278,6 +287,20 @@ def _outcome(ran: Ran, decision: PolicyDecision | None) -> ToolOutcome:
         "ok" if ran.status == "succeeded" else "error" if ran.status == "failed" else "elsewhere"
     )
     return ToolOutcome(status, ran.output, ran.record, decision)
+
+
+def _edit_note(c: Confirmation | None) -> str:
+    """Tells the model that a person changed its call's arguments before approving them."""
+    note = c.edit_note if c is not None else None
+    if c is None or note is None:
+        return ""
+    after = json.dumps(dict(c.tool_call.args), ensure_ascii=False)
+    before = json.dumps(dict(note.get("args_before") or {}), ensure_ascii=False)
+    return (
+        f"Note: {c.decided_by or 'a person'} edited the arguments before approving. "
+        f"What ran was {c.tool_call.name} with {after}, not what you proposed ({before}). "
+        "Result of the edited call:\n"
+    )
 
 
 def _describe(details: Mapping[str, Any], summary: str) -> str:

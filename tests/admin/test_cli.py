@@ -96,3 +96,33 @@ async def test_unknown_id_wrong_token_and_no_daemon(
     code = await run_cli("confirmations", "list", "--url", f"http://127.0.0.1:{free}")
     assert code == 3
     assert "cannot reach the gateway" in capsys.readouterr().err
+
+
+async def test_approve_with_edited_arguments(
+    gateway: Gateway,
+    admin: aiohttp.ClientSession,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("GATEWAY_ADMIN__TOKEN", TOKEN)
+    url = base_url(gateway)
+    cid = await ask(admin, "cli-edit", "alice", DELETE_3)
+    approve = ("confirmations", "approve", cid, "--url", url, "--actor", "oncall")
+
+    # Not a JSON object: a usage error before anything is sent.
+    with pytest.raises(SystemExit) as usage:
+        await run_cli(*approve, "--arguments", "DELETE FROM orders")
+    assert usage.value.code == 2
+    assert "--arguments: not valid JSON" in capsys.readouterr().err
+    # The daemon refuses arguments the tool does not take, naming the field; still pending.
+    assert await run_cli(*approve, "--arguments", '{"sql": 5}') == 1
+    assert "(arguments.sql)" in capsys.readouterr().err
+    assert [c.id for c in await gateway.confirmations.list_pending("webchat:cli-edit")] == [cid]
+
+    edited = '{"sql": "DELETE FROM orders WHERE id = 4"}'
+    assert await run_cli(*approve, "--arguments", edited) == 0
+    out = capsys.readouterr().out
+    assert "approved by oncall with edited arguments" in out
+    assert "'DELETE FROM orders WHERE id = 3' → 'DELETE FROM orders WHERE id = 4'" in out
+    final = await gateway.confirmations.get(cid)
+    assert final is not None and final.tool_call.args == {"sql": "DELETE FROM orders WHERE id = 4"}

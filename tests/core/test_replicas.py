@@ -17,9 +17,10 @@ import pytest
 
 from gateway.bus import OutboundKind
 from gateway.confirm.memory_store import MemoryConfirmationStore
-from gateway.confirm.model import Confirmation, Status, ToolCall
+from gateway.confirm.model import Confirmation, ExecState, Instance, Status, ToolCall
 from gateway.confirm.redis_store import RedisConfirmationStore
 from gateway.confirm.store import StoreUnavailableError
+from tests.confirm.records import make
 from tests.core.harness import Harness
 from tests.services import mask_url, require_service
 
@@ -163,3 +164,62 @@ async def test_a_failed_read_does_not_end_the_follower() -> None:
             await store_a._redis.delete(*keys)
         await store_a.close()
         await store_b.close()
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _StallingStore(MemoryConfirmationStore):
+    """A store whose heartbeats land ``stall`` seconds after they were sent (a paused Redis:
+    CLIENT PAUSE holds every replica's beat up alike)."""
+
+    def __init__(self, clock: _Clock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.stall = 0.0
+
+    async def heartbeat(self, instance: Instance, *, lease: float) -> None:
+        self.clock.now += self.stall
+        await super().heartbeat(instance, lease=lease)
+
+
+async def test_a_stalled_store_does_not_make_live_replicas_look_dead() -> None:
+    clock = _Clock()
+    store = _StallingStore(clock)
+    a, b = Harness(store=store, clock=clock), Harness(store=store, clock=clock)
+    lease = a.service.lease
+    me_a = a.service.instance.id
+    await a.service._replicas.beat()
+    await b.service._replicas.beat()
+    # A runs an approved call.
+    await store.create(make("RUN1", created_at=clock.now, owner=me_a))
+    await store.finish("RUN1", Status.APPROVED, by="alice", via="text", reason=None, now=clock.now)
+    await store.claim("RUN1", instance=me_a, now=clock.now, lease=lease)
+    await store.start_execution("RUN1", instance=me_a, now=clock.now)
+
+    async def state() -> ExecState:
+        found = await store.get("RUN1")
+        assert found is not None
+        return found.execution.state
+
+    store.stall = lease + 5  # B's beat lands long after it was sent; A's waits behind it
+    await b.service._replicas.beat()
+    await b.service.adopt_dead()
+    assert await state() is ExecState.RUNNING  # A's beat is late, A is not dead
+    store.stall = 0.0
+    clock.now += lease / 3
+    await a.service._replicas.beat()  # A's next beat lands: the store serves again
+    await b.service._replicas.beat()
+    clock.now += lease / 3
+    await b.service.adopt_dead()
+    assert await state() is ExecState.RUNNING
+    # Now A dies: no beat for a lease while B's land.
+    clock.now += lease + 1
+    await b.service._replicas.beat()
+    await b.service.adopt_dead()
+    assert await state() is ExecState.INTERRUPTED

@@ -40,7 +40,46 @@ async function refresh(name, target) {
     window.location.assign("/admin/login");
     return;
   }
-  if (resp.ok) box.innerHTML = await resp.text(); // server-rendered and escaped
+  if (!resp.ok) return;
+  const typed = typedIn(box);
+  box.innerHTML = await resp.text(); // server-rendered and escaped
+  restoreTyped(box, typed);
+}
+
+// What a person is typing in a pending card (an argument edit, a reason) survives the
+// refresh that another call's event triggers while they type.
+function typedIn(box) {
+  const found = new Map();
+  for (const card of box.querySelectorAll(".card[data-id]")) {
+    const editor = $("details.edit", card);
+    found.set(card.dataset.id, {
+      open: editor ? editor.open : false,
+      args: editor ? $(".edit-args", editor).value : null,
+      error: editor ? $(".edit-error", editor).textContent : "",
+      reason: $(".reason", card) ? $(".reason", card).value : "",
+    });
+  }
+  return found;
+}
+
+function restoreTyped(box, typed) {
+  for (const card of box.querySelectorAll(".card[data-id]")) {
+    const was = typed.get(card.dataset.id);
+    if (!was) continue;
+    const editor = $("details.edit", card);
+    if (editor && was.open) {
+      editor.open = true;
+      $(".edit-args", editor).value = was.args;
+      showEditError(editor, was.error);
+    }
+    if ($(".reason", card)) $(".reason", card).value = was.reason;
+  }
+}
+
+function showEditError(editor, text) {
+  const box = $(".edit-error", editor);
+  box.textContent = text || "";
+  box.hidden = !text;
 }
 
 let pendingRefresh = null;
@@ -92,6 +131,42 @@ async function decide(button, decision) {
   if (document.querySelector(".detail")) window.location.reload();
 }
 
+// Edit arguments, then approve: the server checks them (schema, policy); its answer shows
+// next to the editor, and the call stays pending when it refuses.
+async function approveEdited(button) {
+  const card = button.closest(".card");
+  const editor = button.closest("details.edit");
+  let args;
+  try {
+    args = JSON.parse($(".edit-args", editor).value);
+  } catch (exc) {
+    showEditError(editor, `参数不是合法 JSON / the arguments are not valid JSON: ${exc.message}`);
+    return;
+  }
+  if (args === null || typeof args !== "object" || Array.isArray(args)) {
+    showEditError(editor, "参数须为 JSON 对象 / the arguments must be a JSON object: {...}");
+    return;
+  }
+  showEditError(editor, "");
+  const body = { decision: "approve", arguments: args };
+  const reasonBox = card ? $(".reason", card) : null;
+  if (reasonBox && reasonBox.value.trim()) body.reason = reasonBox.value.trim();
+  const buttons = card ? card.querySelectorAll("button") : [button];
+  for (const b of buttons) b.disabled = true;
+  const url = `/api/confirmations/${encodeURIComponent(button.dataset.id)}/decision`;
+  const { ok, status, data } = await send("POST", url, body);
+  if (!ok && (status === 400 || status === 403 || status === 422)) {
+    // Refused, nothing changed: the call still waits; say why beside the editor.
+    const where = data.field ? ` (${data.field})` : "";
+    showEditError(editor, `${data.error || data.message || `HTTP ${status}`}${where}`);
+    for (const b of buttons) b.disabled = false;
+    return;
+  }
+  notice(data.message || data.error || "", !ok);
+  refreshRecords();
+  if (document.querySelector(".detail")) window.location.reload();
+}
+
 async function revoke(button) {
   button.disabled = true;
   const id = encodeURIComponent(button.dataset.id);
@@ -135,6 +210,7 @@ document.addEventListener("click", (event) => {
   if (!target) return;
   if (target.classList.contains("approve")) decide(target, "approve");
   else if (target.classList.contains("approve-grant")) decide(target, "approve");
+  else if (target.classList.contains("approve-edited")) approveEdited(target);
   else if (target.classList.contains("reject")) decide(target, "reject");
   else if (target.classList.contains("revoke-grant")) revoke(target);
   else if (target.classList.contains("remove-word")) {

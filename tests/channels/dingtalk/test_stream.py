@@ -190,7 +190,9 @@ async def test_disconnect_reconnects_and_stop_is_bounded(
     await gw.start()
     try:
         await fake.wait_connected(1)
-        assert gw.channels.channels["dingtalk"].ready
+        # The fake sees the socket before the SDK's client marks itself connected.
+        channel = gw.channels.channels["dingtalk"]
+        await fake.wait_until(lambda: channel.ready, what="the channel ready")
         fake.send_system("ping", {"opaque": "p1"})
         fake.send_system("disconnect")
         await fake.wait_connected(2)
@@ -201,7 +203,6 @@ async def test_disconnect_reconnects_and_stop_is_bounded(
         await fake.wait_until(
             lambda: any("没有待确认" in t for t in webhook_texts(fake)), what="/pending answer"
         )
-        channel = gw.channels.channels["dingtalk"]
         sdk_thread = channel._runner.thread  # type: ignore[attr-defined]
     finally:
         # Bounded: stop_timeout_seconds for the stream, plus the gateway's own drains.
