@@ -39,7 +39,6 @@ from gateway.http.server import HttpServer
 from gateway.inbox import Inbox
 from gateway.metrics import Metrics
 from gateway.parts import (
-    alive_owners,
     build_agent,
     build_channels,
     check_settings,
@@ -234,12 +233,7 @@ async def build(
         except PluginError as exc:
             raise ConfigError(str(exc)) from exc
 
-        lease = settings.confirmation.lease_seconds
-        bus = MessageBus(
-            inbox=inbox,
-            alive=alive_owners(store, inbox.owner, lease, clock),
-            adopt_every=lease / 3,
-        )
+        bus = MessageBus(inbox=inbox)
         metrics = Metrics()
         keywords = KeywordStore.open(settings.keywords_file)
         grant_store = await open_grant_store(settings, store)

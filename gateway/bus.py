@@ -126,8 +126,6 @@ class PublishResult(StrEnum):
 
 Interceptor = Callable[[InboundMessage], Awaitable[bool]]
 InboundListener = Callable[[InboundMessage, PublishResult], None]
-# The instance ids alive now (heartbeats): their inbox messages are not adopted.
-AliveOwners = Callable[[], Awaitable[Collection[str]]]
 
 
 class MessageBus:
@@ -137,26 +135,17 @@ class MessageBus:
     (when there is one), then offers it to the confirmation service; only what is not a
     decision reaches the agent's queue. A message is marked taken in the inbox when it
     was decided on the way in, or (``mark_taken``) before its turn's first effect.
-
-    ``alive`` names the processes whose inbox messages are not to be adopted; without it
-    every other owner counts as dead (an inbox of this process's own: SQLite, memory).
-    A shared inbox (Redis) is searched for dead owners' messages every ``adopt_every``
-    seconds, as gateway/confirm/replicas.py searches for their confirmations.
     """
 
     def __init__(
         self,
         *,
         inbox: Inbox | None = None,
-        alive: AliveOwners | None = None,
-        adopt_every: float = 5.0,
         dedupe_ttl_seconds: float = 8 * 3600,
         dedupe_max: int = 100_000,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.inbox = inbox
-        self._alive = alive or _nobody_else
-        self._adopt_every = adopt_every
         self._housekeeping = BackgroundTasks("bus-inbox")
         self.inbound: asyncio.Queue[InboundMessage] = asyncio.Queue()
         self.outbound: asyncio.Queue[OutboundMessage] = asyncio.Queue()
@@ -215,13 +204,16 @@ class MessageBus:
         return result
 
     async def start(self) -> None:
-        """Replay the inbox, then purge its taken messages once an hour (when it has one);
-        a shared inbox is also searched for dead replicas' messages every few seconds."""
+        """Replay the inbox, then purge its taken messages once an hour (when it has one).
+
+        A shared inbox (Redis) is not replayed here: its other owners may be live
+        replicas, and gateway/confirm/replicas.py adopts the dead ones' messages with
+        their confirmations (``adopt_inbox``).
+        """
         if self.inbox is not None:
-            await self.replay_inbox()
+            if not self.inbox.shared:
+                await self.adopt_inbox(alive=())  # this process's own: earlier runs are over
             self._housekeeping.spawn(self._purge_hourly(self.inbox), name="inbox-purge")
-            if self.inbox.shared:
-                self._housekeeping.spawn(self._adopt_periodically(), name="inbox-adopt")
 
     async def stop(self) -> None:
         """Close the inbox; call after the last publish_inbound and mark_taken."""
@@ -238,25 +230,16 @@ class MessageBus:
                 log.exception("bus.inbox_purge_failed")
             await asyncio.sleep(3600)
 
-    async def _adopt_periodically(self) -> None:
-        while True:
-            await asyncio.sleep(self._adopt_every)
-            try:
-                await self.replay_inbox()
-            except Exception:  # the store is down: try again at the next round
-                log.warning("bus.inbox_adopt_failed", exc_info=True)
+    async def adopt_inbox(self, alive: Collection[str]) -> int:
+        """Publish here what processes not in ``alive`` stored and never took; how many.
 
-    async def replay_inbox(self) -> int:
-        """Publish here what dead processes stored and never took; how many there were.
-
-        At start, before the channels start (an earlier run of this process's own inbox
-        counts as dead), then every few seconds with a shared inbox. Each such message
-        is delivered once, by the one process that adopted it; a platform's redelivery of
-        it is a duplicate (its id is stored).
+        At start, before the channels start; with a shared inbox at every scan for dead
+        replicas. Each such message is delivered once, by the one process that adopted
+        it; a platform's redelivery of it is a duplicate (its id is stored).
         """
         if self.inbox is None:
             return 0
-        stored = await self.inbox.adopt(await self._alive())
+        stored = await self.inbox.adopt(alive)
         for msg in stored:
             self.is_duplicate(msg.channel, msg.message_id)  # remember the id in memory too
             result = await self._deliver(msg)
@@ -308,10 +291,6 @@ class MessageBus:
 
     async def consume_outbound(self) -> OutboundMessage:
         return await self.outbound.get()
-
-
-async def _nobody_else() -> Collection[str]:
-    return ()
 
 
 def _storable(msg: InboundMessage) -> bool:

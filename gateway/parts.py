@@ -25,7 +25,7 @@ from config.settings import ConfigError, Settings
 from gateway import extras
 from gateway.agent.commands import CommandAgent
 from gateway.agent.loop import Agent
-from gateway.bus import AliveOwners, MessageBus, OutboundMessage
+from gateway.bus import MessageBus, OutboundMessage
 from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.model import Confirmation
 from gateway.confirm.replicas import OrphanHandler
@@ -132,22 +132,6 @@ async def open_inbox(settings: Settings, store: ConfirmationStore, owner: str) -
             claim_idle_seconds=settings.confirmation.lease_seconds,
         )
     return MemoryInbox(owner=owner)
-
-
-def alive_owners(
-    store: ConfirmationStore, me: str, lease: float, clock: Callable[[], float]
-) -> AliveOwners:
-    """Whose inbox messages stay where they are: this process, and with a shared store
-    every instance whose heartbeat is younger than the lease (the rule replicas.py
-    applies to confirmations). An owner with no heartbeat at all is dead."""
-
-    async def alive() -> set[str]:
-        if not store.shared:
-            return {me}  # the data dir has one owner process: earlier runs are over
-        now = clock()
-        return {me} | {i.id for i in await store.list_instances() if i.alive(now, lease)}
-
-    return alive
 
 
 def build_agent(
