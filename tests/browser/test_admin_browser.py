@@ -250,6 +250,15 @@ async def test_edit_arguments_then_approve_runs_the_edited_call(
     await eventually(ran)
     assert order_exists(data_dir, 3)  # what was asked never ran
 
+    # The web chat's card shows the edited statement, what was asked, and who edited it.
+    chat = await page.context.new_page()
+    await chat.goto(f"{url}/?session=ops4&user=dave")
+    chat_card = chat.locator(f'.card[data-id="{cid}"]')
+    await expect(chat_card.locator(".outcome")).to_contain_text("approved by admin with edited")
+    await expect(chat_card).to_contain_text("DELETE FROM orders WHERE id = 4")
+    await expect(chat_card).to_contain_text("修改前 Asked")
+    await chat.close()
+
     # The details page: who edited, the arguments before, and the audit trail with both.
     await row.locator(".cid").click()
     await expect(page.locator(".detail")).to_contain_text("edited by")

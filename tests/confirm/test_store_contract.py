@@ -302,6 +302,9 @@ async def test_records_survive_close_and_reopen(backend: Backend) -> None:
     await first.create(c)
     await first.create(make("PEND", created_at=T0 + 1))
     await first.set_prompt_ref("PEND", "console", "7")
+    # One ref per copy of the prompt (gateway/confirm/direct.py): after a restart every
+    # copy can still be brought to the final state.
+    await first.set_prompt_ref("PEND", "feishu_dm:ou_bob", "om_9")
     done, _ = await first.finish(
         c.id, Status.APPROVED, by="ou_boss", via="card", reason=None, now=T0 + 2
     )
@@ -312,7 +315,7 @@ async def test_records_survive_close_and_reopen(backend: Backend) -> None:
     assert await second.get(c.id) == done
     pending = await second.list_all_pending()
     assert [p.id for p in pending] == ["PEND"]
-    assert dict(pending[0].prompt_refs) == {"console": "7"}
+    assert dict(pending[0].prompt_refs) == {"console": "7", "feishu_dm:ou_bob": "om_9"}
     # The reopened store still enforces first-wins on what it found.
     assert (
         await second.finish(c.id, Status.REJECTED, by="x", via="text", reason=None, now=T0 + 3)

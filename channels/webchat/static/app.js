@@ -121,6 +121,10 @@
       dl.lastElementChild.classList.add("rows-affected");
     }
     field(dl, "注意 Note", d.warning);
+    if (d.edited) {
+      // Approved with edited arguments (docs/edits.md): what was asked, beside what runs.
+      field(dl, "修改前 Asked", JSON.stringify(d.edited.args_before || {}, null, 2), true);
+    }
     field(dl, "发起人 Requested by", c.requester);
     if (c.four_eyes) field(dl, "双人审批 Four-eyes", "需要另一位审批人批准 / another approver must approve");
     updateCardState(entry);
@@ -131,6 +135,10 @@
   function outcomeText(c) {
     const by = c.decided_by || "-";
     // Wording follows gateway/texts.py outcome().
+    if (c.status === "approved" && (c.details || {}).edited) {
+      return "✎ " + by + " 修改参数后批准，按修改后的参数执行中… / approved by " + by +
+        " with edited arguments; running as edited";
+    }
     if (c.status === "approved") return "✓ " + by + " 已批准，执行中… / approved by " + by + "; running…";
     if (c.status === "expired") return "– 已超时，未执行 / expired, did not run";
     if (c.feedback || (c.reason || "").indexOf("superseded") >= 0) {

@@ -1,6 +1,8 @@
-"""Everything a chat user reads, in one place: Chinese first, English beside it.
+"""Everything a chat user reads, in one package: Chinese first, English beside it.
 
-Change wording here; channels and the core import these functions and constants.
+Change wording here; channels and the core import these functions and constants. This
+module holds the sentences of a chat; ``gateway.texts.approvers`` holds what approvers
+read in their direct chats and on the buttons that decide with a grant.
 """
 
 from __future__ import annotations
