@@ -34,7 +34,8 @@ from gateway.confirm.sqlite_thread import SqliteThread, transaction
 from gateway.confirm.store import (
     ConfirmationExistsError,
     ConfirmationStore,
-    FinishedIds,
+    FeedEntry,
+    LocalFeed,
     check_edit,
 )
 
@@ -72,7 +73,7 @@ class SqliteConfirmationStore(ConfirmationStore):
 
     def __init__(self, db: SqliteThread) -> None:
         self._db = db
-        self._finished = FinishedIds()
+        self._feed = LocalFeed()
 
     @classmethod
     async def open(
@@ -103,6 +104,8 @@ class SqliteConfirmationStore(ConfirmationStore):
                 raise ConfirmationExistsError(confirmation.id) from exc
 
         await self._db.run(create)
+        if confirmation.status is Status.PENDING:
+            self._feed.announce(confirmation.id, "requested")
 
     async def get(self, confirmation_id: str) -> Confirmation | None:
         return await self._db.run(
@@ -181,12 +184,12 @@ class SqliteConfirmationStore(ConfirmationStore):
 
         current, changed = await self._db.run(finish)
         if changed:
-            self._finished.announce(confirmation_id)
+            self._feed.announce(confirmation_id, "resolved")
         return current, changed
 
-    def finished_feed(self) -> AbstractAsyncContextManager[AsyncIterator[str]]:
-        # Not shared (one gateway serves a data dir): its own finishes are the whole feed.
-        return self._finished.feed()
+    def lifecycle_feed(self) -> AbstractAsyncContextManager[AsyncIterator[FeedEntry]]:
+        # Not shared (one gateway serves a data dir): its own changes are the whole feed.
+        return self._feed.feed()
 
     async def set_prompt_ref(self, confirmation_id: str, key: str, value: str) -> None:
         def update(conn: sqlite3.Connection) -> None:
@@ -241,7 +244,10 @@ class SqliteConfirmationStore(ConfirmationStore):
             f" WHERE id = ? AND {IN_FLIGHT} AND claimed_by = ? " + rows.RETURNING
         )
         params = (state.value, now, result, confirmation_id, instance)
-        return await self._db.run(lambda conn: _one(conn, sql, params))
+        done = await self._db.run(lambda conn: _one(conn, sql, params))
+        if done is not None:
+            self._feed.announce(confirmation_id, "executed")
+        return done
 
     async def adopt(
         self, confirmation_id: str, *, from_owner: str | None, to_owner: str
