@@ -101,7 +101,8 @@ class SqliteInbox(Inbox):
             f" OR owner NOT IN ({', '.join('?' * len(keep))})) RETURNING seq, body"
         )
         rows = await self._db.run(lambda conn: conn.execute(sql, (self.owner, *keep)).fetchall())
-        return [load_message(body) for _, body in sorted(rows)]  # RETURNING has no ORDER BY
+        rows.sort(key=lambda row: int(row[0]))  # RETURNING has no ORDER BY
+        return [load_message(row[1]) for row in rows]
 
     async def untaken(self) -> list[InboundMessage]:
         sql = "SELECT body FROM inbox WHERE taken_at IS NULL ORDER BY seq"
