@@ -7,7 +7,9 @@ woken by the finished stream. Run sequentially ``--n`` times, after ``--warmup``
 
 Commands are counted on the client side (every command and pipeline entry the two
 clients send, one EVALSHA counting as one, plus the blocking XREADs of the followers),
-so other users of a shared Redis do not disturb the figure.
+so other users of a shared Redis do not disturb the figure. Each trip ends when both
+replicas have also shown it in their live views (the other replica's events reached their
+listeners), so no trip's reads are counted in the next one.
 
     .venv/bin/python bench/replica_roundtrip.py --n 200
 """
@@ -35,7 +37,7 @@ from config.settings import DEFAULT_KEYWORDS_FILE, ConfirmationSettings  # noqa:
 from gateway.bus import MessageBus, OutboundKind  # noqa: E402
 from gateway.confirm.model import Decision, ToolCall  # noqa: E402
 from gateway.confirm.redis_store import RedisConfirmationStore  # noqa: E402
-from gateway.confirm.service import ConfirmationService  # noqa: E402
+from gateway.confirm.service import ConfirmationEvent, ConfirmationService  # noqa: E402
 
 COMMANDS: Counter[str] = Counter()
 
@@ -58,6 +60,26 @@ def _count_commands() -> None:
     Pipeline.execute = execute  # type: ignore[method-assign]
 
 
+class Remote:
+    """The remote events a replica's listeners heard: (kind, confirmation id)."""
+
+    def __init__(self, service: ConfirmationService) -> None:
+        self.heard: set[tuple[str, str]] = set()
+        self._changed = asyncio.Event()
+        service.subscribe(self._on_event)
+
+    def _on_event(self, event: ConfirmationEvent) -> None:
+        if event.remote:
+            self.heard.add((event.kind, event.confirmation.id))
+            self._changed.set()
+
+    async def wait(self, *wanted: tuple[str, str]) -> None:
+        async with asyncio.timeout(10):
+            while not self.heard.issuperset(wanted):
+                self._changed.clear()
+                await self._changed.wait()
+
+
 def _service(store: RedisConfirmationStore) -> ConfirmationService:
     return ConfirmationService(
         store=store,
@@ -68,6 +90,18 @@ def _service(store: RedisConfirmationStore) -> ConfirmationService:
 
 
 async def _trip(a: ConfirmationService, b: ConfirmationService, n: int) -> float:
+    """One round trip; the time from B's decision to A's turn resuming."""
+    seconds, cid = await _timed_trip(a, b, n)
+    # Settled: each replica's live views showed what the other did.
+    if a is b:
+        await VIEWS[1].wait(("requested", cid), ("resolved", cid))
+    else:
+        await VIEWS[1].wait(("requested", cid))
+        await VIEWS[0].wait(("resolved", cid))
+    return seconds
+
+
+async def _timed_trip(a: ConfirmationService, b: ConfirmationService, n: int) -> tuple[float, str]:
     call = ToolCall(name="sql_modify", args={"sql": "DELETE FROM t WHERE id = 1"}, call_id=f"c{n}")
     asked = asyncio.ensure_future(
         a.request(
@@ -87,7 +121,10 @@ async def _trip(a: ConfirmationService, b: ConfirmationService, n: int) -> float
     start = time.perf_counter()
     await b.decide(prompt.confirmation.id, Decision.APPROVE, actor="alice", via="text")
     await asyncio.wait_for(asked, timeout=10)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, prompt.confirmation.id
+
+
+VIEWS: list[Remote] = []  # replica A's, then B's
 
 
 async def main(url: str, n: int, warmup: int) -> None:
@@ -96,6 +133,7 @@ async def main(url: str, n: int, warmup: int) -> None:
     store_a = await RedisConfirmationStore.from_url(url, prefix=prefix)
     store_b = await RedisConfirmationStore.from_url(url, prefix=prefix)
     a, b = _service(store_a), _service(store_b)
+    VIEWS[:] = [Remote(a), Remote(b)]
     await a.recover()
     await b.recover()
     try:

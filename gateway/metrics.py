@@ -145,6 +145,8 @@ class Metrics:
         self.inbound.labels(channel=msg.channel, result=result.value).inc()
 
     def on_confirmation(self, event: ConfirmationEvent) -> None:
+        if event.remote:
+            return  # counted by the replica that made the change
         c = event.confirmation
         if event.kind == "requested":
             self.requested.labels(tool=c.tool_call.name).inc()

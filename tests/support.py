@@ -135,6 +135,26 @@ async def wait_status(
         await asyncio.sleep(0.02)
 
 
+async def wait_record(
+    gw: Gateway,
+    confirmation_id: str,
+    check: Callable[[Confirmation], bool],
+    *,
+    what: str,
+    within: float = 5.0,
+) -> Confirmation:
+    """Poll until the stored record passes ``check`` (its refs, its execution, ...)."""
+    assert gw.confirmations is not None
+    deadline = time.monotonic() + within
+    while True:
+        found = await gw.confirmations.get(confirmation_id)
+        if found is not None and check(found):
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{confirmation_id}: timed out waiting for {what}: {found}")
+        await asyncio.sleep(0.02)
+
+
 def order_ids(settings: Settings) -> list[int]:
     """Ids left in the demo database's orders table."""
     with sqlite3.connect(settings.data_dir / "demo.db") as conn:

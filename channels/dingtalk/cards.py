@@ -9,6 +9,7 @@ the dingtalk-stream SDK) and, beside them, plain variables a custom template can
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Mapping
@@ -16,8 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway import texts
+from gateway.confirm.grants import grant_offered
 from gateway.confirm.model import Confirmation, Decision, Status, canonical_id
 from gateway.http.jsonapi import DEFAULT_MAX_JSON_DEPTH, JsonInputError, parse_json
+from gateway.texts import approvers as approver_texts
 
 OUT_TRACK_PREFIX = "gwconf-"
 
@@ -28,7 +31,15 @@ STANDARD_TEMPLATE_ID = "1366a1eb-bc54-4859-ac88-517c56a9acb1.schema"
 
 ACTION_APPROVE = "approve"
 ACTION_REJECT = "reject"
-_ACTIONS = {ACTION_APPROVE: Decision.APPROVE, ACTION_REJECT: Decision.REJECT}
+# Approve, and skip asking for the same tool in this session for a while (grants.py).
+ACTION_APPROVE_GRANT = "approve_grant"
+_ACTIONS = {
+    ACTION_APPROVE: Decision.APPROVE,
+    ACTION_REJECT: Decision.REJECT,
+    ACTION_APPROVE_GRANT: Decision.APPROVE,
+}
+# Between the confirmation id and the approver's digest in a direct copy's outTrackId.
+_DIRECT_MARK = "_dm_"
 
 _STATUS_ICONS = {
     Status.APPROVED: "✅",
@@ -38,15 +49,22 @@ _STATUS_ICONS = {
 }
 
 
-def out_track_id(confirmation_id: str) -> str:
-    return f"{OUT_TRACK_PREFIX}{confirmation_id}"
+def out_track_id(confirmation_id: str, *, direct_to: str | None = None) -> str:
+    """The card's outTrackId; ``direct_to``: the copy in that staff id's direct chat (its
+    own card, so each copy is updated by its own id)."""
+    if direct_to is None:
+        return f"{OUT_TRACK_PREFIX}{confirmation_id}"
+    # Hashed: a staff id may hold characters an outTrackId should not.
+    digest = hashlib.sha256(direct_to.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{OUT_TRACK_PREFIX}{confirmation_id}{_DIRECT_MARK}{digest}"
 
 
 def confirmation_id_from(track_id: str) -> str | None:
     """The confirmation id inside one of our outTrackIds; None for cards we did not send."""
     if not track_id.startswith(OUT_TRACK_PREFIX):
         return None
-    cid = canonical_id(track_id[len(OUT_TRACK_PREFIX) :])
+    rest = track_id[len(OUT_TRACK_PREFIX) :].split(_DIRECT_MARK, 1)[0]
+    cid = canonical_id(rest)
     return cid or None
 
 
@@ -58,6 +76,7 @@ class CardClick:
     decision: Decision | None
     user_id: str
     out_track_id: str
+    grant_minutes: int | None = None  # the grant button: approve and skip asking this long
 
 
 def parse_card_callback(data: Mapping[str, Any]) -> CardClick:
@@ -81,12 +100,13 @@ def parse_card_callback(data: Mapping[str, Any]) -> CardClick:
         str(params.get("action", "")),
         str(params.get("id", "")),
     ]
-    decision = next((_ACTIONS[c] for c in candidates if c in _ACTIONS), None)
+    action = next((c for c in candidates if c in _ACTIONS), None)
     return CardClick(
         confirmation_id=confirmation_id_from(track),
-        decision=decision,
+        decision=_ACTIONS[action] if action is not None else None,
         user_id=str(data.get("userId") or ""),
         out_track_id=track,
+        grant_minutes=texts.GRANT_MINUTES_BUTTON if action == ACTION_APPROVE_GRANT else None,
     )
 
 
@@ -100,21 +120,40 @@ def _button(label: str, action: str, color: str, confirmation_id: str) -> dict[s
     }
 
 
-def card_params(c: Confirmation, *, now: float | None = None) -> dict[str, str]:
-    """The card's ``cardParamMap``: every value a string, as DingTalk requires."""
+def _buttons(c: Confirmation, *, direct: bool) -> list[dict[str, Any]]:
+    """A pending card's buttons: approve (and, where a grant may apply, approve and skip
+    asking for 30 minutes), then cancel. In a one-to-one four-eyes chat the requester may
+    only withdraw; an approver's direct copy always decides."""
+    buttons = [_button(texts.REJECT_BUTTON, ACTION_REJECT, "red", c.id)]
+    if direct or c.is_group or not c.four_eyes:
+        approve = [_button(texts.APPROVE_BUTTON, ACTION_APPROVE, "blue", c.id)]
+        if grant_offered(c):
+            approve.append(_button(texts.GRANT_BUTTON, ACTION_APPROVE_GRANT, "blue", c.id))
+        buttons[:0] = approve
+    return buttons
+
+
+def card_params(
+    c: Confirmation, *, now: float | None = None, direct: bool = False
+) -> dict[str, str]:
+    """The card's ``cardParamMap``: every value a string, as DingTalk requires.
+
+    ``direct``: the copy in an approver's direct chat, which says who asks and where and
+    asks for the id in a typed reply; settled, every copy shows the same outcome.
+    """
     now = time.time() if now is None else now
     pending = c.status is Status.PENDING
     if pending:
         title = texts.confirmation_title(c)
-        tips = texts.reply_hint(c)
-        buttons = [_button(texts.REJECT_BUTTON, ACTION_REJECT, "red", c.id)]
-        if c.is_group or not c.four_eyes:  # one-to-one four-eyes: the requester may only withdraw
-            buttons.insert(0, _button(texts.APPROVE_BUTTON, ACTION_APPROVE, "blue", c.id))
+        tips = approver_texts.direct_reply_hint(c) if direct else texts.reply_hint(c)
+        buttons = _buttons(c, direct=direct)
     else:
         title = f"{_STATUS_ICONS[c.status]} {texts.status_line(c)}"
         tips = texts.outcome(c)
         buttons = []
     body = [c.summary, *texts.detail_lines(c)]
+    if pending and direct:
+        body.insert(0, approver_texts.direct_intro(c))
     if pending:
         body.append(texts.expires_at(c))
         if c.four_eyes:
@@ -138,8 +177,10 @@ def card_params(c: Confirmation, *, now: float | None = None) -> dict[str, str]:
         "status_line": texts.status_line(c),
         "summary": c.summary,
         "details": "\n".join(texts.detail_lines(c)),
-        "reply_hint": texts.reply_hint(c),
+        "reply_hint": tips if pending else texts.reply_hint(c),
         "decided_by": c.decided_by or "",
         "pending": "true" if pending else "false",
+        # A custom template shows its grant button only where this is "true".
+        "grant_offered": str(any(b["id"] == ACTION_APPROVE_GRANT for b in buttons)).lower(),
         "seconds_left": str(int(c.seconds_left(now))),
     }

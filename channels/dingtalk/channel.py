@@ -17,19 +17,19 @@ from channels.dingtalk.inbound import (
     arrival,
     parse_chatbot_message,
 )
-from channels.dingtalk.sender import DingTalkSender
+from channels.dingtalk.sender import CHANNEL, DingTalkSender
 from channels.dingtalk.verify import RobotVerifier
 from channels.platform import DeadLetters
 from channels.receive import ReceiveRules, Verdict
 from gateway import texts
 from gateway.bus import InboundMessage, OutboundMessage, PublishResult
+from gateway.confirm.grants import decide_with_grant
 from gateway.confirm.service import DecideOutcome
 from gateway.http.jsonapi import JsonInputError, parse_json
 from gateway.runtime import BackgroundTasks
 
 log = structlog.get_logger(__name__)
 
-CHANNEL = "dingtalk"
 # DingTalk waits ~3 s for a card callback's ack; answer before that, with or without
 # the updated card (a later PUT brings the card up to date anyway).
 CARD_ACK_TIMEOUT_SECONDS = 2.5
@@ -242,8 +242,13 @@ class DingTalkChannel(Channel):
         if click.decision is None or not click.user_id:
             log.warning("dingtalk.card_click_unreadable", confirmation_id=click.confirmation_id)
             return {}
-        result = await self._service.decide(
-            click.confirmation_id, click.decision, actor=click.user_id, via="card"
+        result = await decide_with_grant(
+            self._service,
+            click.confirmation_id,
+            click.decision,
+            actor=click.user_id,
+            via="card",
+            grant_minutes=click.grant_minutes,
         )
         log.info(
             "dingtalk.card_click",

@@ -25,11 +25,14 @@ from channels.platform import DeadLetters
 from config.channel_settings import DingTalkSettings
 from gateway import texts
 from gateway.bus import OutboundKind, OutboundMessage
+from gateway.confirm.direct import TEXT_COPY, direct_copies, direct_recipients, dm_ref
 from gateway.confirm.model import Confirmation, Status
 from gateway.confirm.service import ConfirmationService
+from gateway.texts import approvers as approver_texts
 
 log = structlog.get_logger(__name__)
 
+CHANNEL = "dingtalk"
 # Key under Confirmation.prompt_refs that marks a delivered card.
 CARD_REF = "dingtalk_card"
 # Treat a session webhook as expired this long before DingTalk says it is.
@@ -89,6 +92,7 @@ class DingTalkSender:
         try:
             if msg.kind is OutboundKind.CONFIRMATION and msg.confirmation is not None:
                 await self._send_confirmation(msg, msg.confirmation)
+                await self._send_direct_copies(msg, msg.confirmation)
             elif msg.kind is OutboundKind.CONFIRMATION_UPDATE and msg.confirmation is not None:
                 await self._send_update(msg, msg.confirmation)
             else:
@@ -232,20 +236,114 @@ class DingTalkSender:
             log.warning("dingtalk.card_failed", confirmation_id=conf.id, error=str(exc))
             await self._send_text_prompt(msg, conf)
             return
-        await self._service.set_prompt_ref(conf.id, CARD_REF, track)
+        await self._keep_card(conf, CARD_REF, track)
         # The typed reply always works, also where cards do not render.
         await self._send_text(msg.chat_id, texts.reply_hint(conf), msg.metadata, conf)
 
+    async def _keep_card(self, conf: Confirmation, key: str, track: str) -> None:
+        """Store a card copy's outTrackId; if the call ended meanwhile, show the outcome."""
+        await self._service.set_prompt_ref(conf.id, key, track)
+        current = await self._service.get(conf.id)
+        if current is not None and current.status.is_terminal:
+            await self._update_card(current, track)
+
+    # ------------------------------------------------- approvers' direct chats
+
+    async def _send_direct_copies(self, msg: OutboundMessage, conf: Confirmation) -> None:
+        """Four-eyes and critical calls: a copy in each approver's one-to-one chat with the
+        robot (a card with its own outTrackId, or the prompt as text through
+        ``oToMessages/batchSend``); each copy's ref is stored on the record."""
+        staff = [
+            s
+            for s in direct_recipients(conf, self._settings.approvers)
+            if dm_ref(CHANNEL, s) not in conf.prompt_refs  # a restart's repost: still works
+        ]
+        if not staff:
+            return
+        as_text = staff
+        if self._cards:
+            as_text = []
+            for staff_id in staff:
+                try:
+                    await self._send_direct_card(conf, staff_id)
+                except DingTalkApiError as exc:
+                    log.warning(
+                        "dingtalk.direct_card_failed", confirmation_id=conf.id, error=str(exc)
+                    )
+                    as_text.append(staff_id)
+            carded = [s for s in staff if s not in as_text]
+            if carded:  # the typed reply always works, also where cards do not render
+                await self._send_direct_text(carded, approver_texts.direct_reply_hint(conf))
+        if as_text:
+            prompt = approver_texts.direct_prompt(conf, self._service.clock())
+            await self._send_direct_text(as_text, prompt, title=texts.confirmation_title(conf))
+            for staff_id in as_text:
+                await self._service.set_prompt_ref(conf.id, dm_ref(CHANNEL, staff_id), TEXT_COPY)
+        log.info("dingtalk.direct_copies_sent", confirmation_id=conf.id, approvers=len(staff))
+
+    async def _send_direct_card(self, conf: Confirmation, staff_id: str) -> None:
+        track = out_track_id(conf.id, direct_to=staff_id)
+        await self._api.create_and_deliver_card(
+            {
+                "cardTemplateId": self._settings.card_template_id or STANDARD_TEMPLATE_ID,
+                "outTrackId": track,
+                "cardData": {"cardParamMap": card_params(conf, direct=True)},
+                "callbackType": "STREAM",
+                "userIdType": 1,
+                "imRobotOpenSpaceModel": {"supportForward": False},
+                "openSpaceId": f"dtv1.card//IM_ROBOT.{staff_id}",
+                "imRobotOpenDeliverModel": {"spaceType": "IM_ROBOT", "robotCode": self._robot_code},
+            }
+        )
+        await self._keep_card(conf, dm_ref(CHANNEL, staff_id), track)
+
+    async def _send_direct_text(
+        self, staff: list[str], text: str, *, title: str | None = None
+    ) -> None:
+        """One ``oToMessages/batchSend`` per 20 approvers (DingTalk's limit per call)."""
+        if title is None:
+            msg_key, param = "sampleText", {"content": text}
+        else:
+            body = "\n\n".join(line for line in text.splitlines() if line.strip())
+            msg_key, param = "sampleMarkdown", {"title": title, "text": body}
+        for start in range(0, len(staff), 20):
+            await self._api.send_one_to_one(
+                robot_code=self._robot_code,
+                user_ids=staff[start : start + 20],
+                msg_key=msg_key,
+                msg_param=param,
+            )
+
+    # ---------------------------------------------------------------- updates
+
     async def _send_update(self, msg: OutboundMessage, conf: Confirmation) -> None:
+        """Every copy to the record's state: the chat's card, each approver's card (text
+        copies get the outcome as a new message), then the outcome in the chat."""
         track = conf.prompt_refs.get(CARD_REF)
         card_updated = False
         if track:
-            try:
-                await self._api.update_card(track, card_params(conf))
-                card_updated = True
-            except DingTalkApiError as exc:
-                log.warning("dingtalk.card_update_failed", confirmation_id=conf.id, error=str(exc))
+            card_updated = await self._update_card(conf, track)
+        copies = direct_copies(conf.prompt_refs, CHANNEL)
+        for ref in copies.values():
+            if ref != TEXT_COPY:
+                await self._update_card(conf, ref)
+        told = [staff_id for staff_id, ref in copies.items() if ref == TEXT_COPY]
+        if told:
+            await self._send_direct_text(told, msg.text)
         if card_updated and conf.decided_via == "card" and conf.status is not Status.PENDING:
             # The clicker's ack already showed the result on the card: no extra message.
             return
         await self._send_text(msg.chat_id, msg.text, msg.metadata, conf)
+
+    async def _update_card(self, conf: Confirmation, track: str) -> bool:
+        try:
+            await self._api.update_card(track, card_params(conf))
+        except DingTalkApiError as exc:
+            log.warning(
+                "dingtalk.card_update_failed",
+                confirmation_id=conf.id,
+                out_track_id=track,
+                error=str(exc),
+            )
+            return False
+        return True

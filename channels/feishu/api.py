@@ -267,7 +267,17 @@ class FeishuApi:
                 body = None
         return ApiResult(status, code, str(resp.msg or ""), message_id, body)
 
-    async def create(self, *, chat_id: str, msg_type: str, content: str, uuid: str) -> ApiResult:
+    async def create(
+        self,
+        *,
+        chat_id: str,
+        msg_type: str,
+        content: str,
+        uuid: str,
+        receive_id_type: str = "chat_id",
+    ) -> ApiResult:
+        """A new message in a chat, or (``receive_id_type="open_id"``) in a person's direct
+        chat with the bot: ``chat_id`` is then their open_id."""
         body = (
             CreateMessageRequestBody.builder()
             .receive_id(chat_id)
@@ -276,7 +286,12 @@ class FeishuApi:
             .uuid(uuid)
             .build()
         )
-        req = CreateMessageRequest.builder().receive_id_type("chat_id").request_body(body).build()
+        req = (
+            CreateMessageRequest.builder()
+            .receive_id_type(receive_id_type)
+            .request_body(body)
+            .build()
+        )
         return await self._call("create", req)
 
     async def reply(self, *, message_id: str, msg_type: str, content: str, uuid: str) -> ApiResult:

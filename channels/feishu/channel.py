@@ -29,6 +29,7 @@ from channels.receive import ReceiveRules, Verdict
 from config.settings import ConfigError
 from gateway import texts
 from gateway.bus import OutboundMessage
+from gateway.confirm.grants import decide_with_grant
 from gateway.confirm.model import Decision
 from gateway.confirm.service import DecideOutcome
 from gateway.runtime import BackgroundTasks
@@ -90,7 +91,11 @@ class FeishuChannel(Channel):
             backoff_initial=settings.retry_base_seconds,
             backoff_max=settings.retry_max_seconds,
         )
-        self.sender = FeishuSender(outbox=self.outbox, confirmations=context.confirmations)
+        self.sender = FeishuSender(
+            outbox=self.outbox,
+            confirmations=context.confirmations,
+            approvers=settings.approvers,
+        )
         self.rules = ReceiveRules(
             channel=CHANNEL,
             allow_from=settings.allow_from,
@@ -306,8 +311,17 @@ class FeishuChannel(Channel):
         if not isinstance(cid, str) or decision is None:
             log.warning("feishu.card_unknown_action", value=str(dict(action.value))[:200])
             return render.callback_response(toast=texts.FEISHU_CARD_UNKNOWN, kind="error")
+        minutes = action.value.get(render.GRANT_MINUTES)
         decide = self._tasks.spawn(
-            self._service.decide(cid, decision, actor=action.operator_open_id, via="card"),
+            decide_with_grant(
+                self._service,
+                cid,
+                decision,
+                actor=action.operator_open_id,
+                via="card",
+                # Only a whole number from our own grant button asks for a grant.
+                grant_minutes=minutes if type(minutes) is int else None,
+            ),
             name=f"feishu-decide-{cid}",
         )
         try:

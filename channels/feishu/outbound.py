@@ -138,8 +138,13 @@ class Outbox:
         reply_to: str | None = None,
         confirmation_id: str | None = None,
         dead_letter: bool = True,
+        receive_id_type: str = "chat_id",
     ) -> ApiResult:
-        """Create (or reply with) one message; one uuid for all attempts, so no duplicates."""
+        """Create (or reply with) one message; one uuid for all attempts, so no duplicates.
+
+        ``receive_id_type="open_id"`` sends to a person's direct chat (``chat_id`` is then
+        their open_id).
+        """
         idem = str(uuid.uuid4())
         if reply_to and not MESSAGE_ID.fullmatch(reply_to):
             log.warning("feishu.bad_message_id", chat_id=chat_id, op="reply")
@@ -151,7 +156,11 @@ class Outbox:
                     message_id=reply_to, msg_type=msg_type, content=content, uuid=idem
                 )
             return await self.api.create(
-                chat_id=chat_id, msg_type=msg_type, content=content, uuid=idem
+                chat_id=chat_id,
+                msg_type=msg_type,
+                content=content,
+                uuid=idem,
+                receive_id_type=receive_id_type,
             )
 
         result, attempts = await self._attempts(chat_id, call)

@@ -12,7 +12,9 @@ import time
 from typing import Any
 
 from gateway import texts
+from gateway.confirm.grants import grant_offered
 from gateway.confirm.model import Confirmation, Decision, Risk, Status
+from gateway.texts import approvers as approver_texts
 
 # Card header colours (Feishu template names) for the risk of a pending confirmation.
 RISK_TEMPLATES = {
@@ -49,59 +51,75 @@ def _md(content: str) -> dict[str, Any]:
     return {"tag": "markdown", "content": content}
 
 
-def _button(c: Confirmation, decision: Decision) -> dict[str, Any]:
+# What a button's callback value says; a grant button adds the minutes it grants.
+GRANT_MINUTES = "grant_minutes"
+
+
+def _button(c: Confirmation, decision: Decision, *, grant: bool = False) -> dict[str, Any]:
     approve = decision is Decision.APPROVE
+    value: dict[str, Any] = {"confirmation_id": c.id, "decision": decision.value}
+    label = texts.APPROVE_BUTTON if approve else texts.REJECT_BUTTON
+    kind = "primary_filled" if approve else "danger"
+    if grant:
+        value[GRANT_MINUTES] = texts.GRANT_MINUTES_BUTTON
+        label, kind = texts.GRANT_BUTTON, "primary"
     return {
         "tag": "button",
-        "element_id": f"btn_{decision.value}",
-        "text": {
-            "tag": "plain_text",
-            "content": texts.APPROVE_BUTTON if approve else texts.REJECT_BUTTON,
-        },
-        "type": "primary_filled" if approve else "danger",
-        "behaviors": [
-            {
-                "type": "callback",
-                "value": {"confirmation_id": c.id, "decision": decision.value},
-            }
-        ],
+        "element_id": "btn_grant" if grant else f"btn_{decision.value}",
+        "text": {"tag": "plain_text", "content": label},
+        "type": kind,
+        "behaviors": [{"type": "callback", "value": value}],
     }
 
 
-def _decisions(c: Confirmation) -> tuple[Decision, ...]:
+def _decisions(c: Confirmation, *, direct: bool) -> tuple[Decision, ...]:
     """The buttons worth showing: in a one-to-one four-eyes chat only the requester reads
     the card, and the requester may only withdraw (approvers decide elsewhere)."""
-    if c.four_eyes and not c.is_group:
+    if c.four_eyes and not c.is_group and not direct:
         return (Decision.REJECT,)
     return (Decision.APPROVE, Decision.REJECT)
 
 
-def confirmation_card(c: Confirmation, *, now: float | None = None) -> dict[str, Any]:
-    """The card for a confirmation in its current state; buttons only while pending."""
+def _row(buttons: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "tag": "column_set",
+        "flex_mode": "none",
+        "columns": [{"tag": "column", "width": "auto", "elements": [b]} for b in buttons],
+    }
+
+
+def confirmation_card(
+    c: Confirmation, *, now: float | None = None, direct: bool = False
+) -> dict[str, Any]:
+    """The card for a confirmation in its current state; buttons only while pending.
+
+    ``direct``: the copy in an approver's direct chat (gateway/confirm/direct.py), which
+    says who asks and where, and asks for the id in a typed reply. Once settled, every
+    copy shows the same outcome.
+    """
     now = time.time() if now is None else now
+    pending = c.status is Status.PENDING
     # The statement gets a code block of its own below.
     lines = texts.detail_lines(c, statement=False)
-    elements: list[dict[str, Any]] = [_md(c.summary)]
+    elements: list[dict[str, Any]] = []
+    if pending and direct:
+        elements.append(_md(approver_texts.direct_intro(c)))
+    elements.append(_md(c.summary))
     statement = c.details.get("statement")
     if statement:
         elements.append(_md(_code_block(str(statement))))
     elements.append(_md("\n".join(lines)))
-    if c.status is Status.PENDING:
+    if pending:
         template = RISK_TEMPLATES.get(c.risk, "orange")
         title = texts.confirmation_title(c)
         elements.append(_md(texts.time_left(c, now)))
-        elements.append(
-            {
-                "tag": "column_set",
-                "flex_mode": "none",
-                "columns": [
-                    {"tag": "column", "width": "auto", "elements": [_button(c, decision)]}
-                    for decision in _decisions(c)
-                ],
-            }
-        )
+        decisions = _decisions(c, direct=direct)
+        elements.append(_row([_button(c, decision) for decision in decisions]))
+        if Decision.APPROVE in decisions and grant_offered(c):
+            elements.append(_row([_button(c, Decision.APPROVE, grant=True)]))
         # The typed reply always works, also where a client cannot show the buttons.
-        elements.append(_md(texts.reply_hint(c)))
+        hint = approver_texts.direct_reply_hint(c) if direct else texts.reply_hint(c)
+        elements.append(_md(hint))
     else:
         template = STATUS_TEMPLATES.get(c.status, "grey")
         title = texts.status_line(c)
@@ -118,8 +136,8 @@ def confirmation_card(c: Confirmation, *, now: float | None = None) -> dict[str,
     }
 
 
-def card_content(c: Confirmation, *, now: float | None = None) -> str:
-    return json.dumps(confirmation_card(c, now=now), ensure_ascii=False)
+def card_content(c: Confirmation, *, now: float | None = None, direct: bool = False) -> str:
+    return json.dumps(confirmation_card(c, now=now, direct=direct), ensure_ascii=False)
 
 
 def callback_response(

@@ -4,6 +4,12 @@ A room (session) is shared by URL, so several people can chat in one room like a
 Everything the gateway says to a room goes to every open tab of it and to the room's
 history, which long polls read. A click on a card's button is a ``decide(via="web")``
 by the tab's user; the service checks that person may decide.
+
+Rooms live in this process. With several replicas (Redis store) a room may be open on
+more than one: what another replica does to a confirmation of the room — asks, decides,
+runs the call — reaches this one as a remote event, and is shown here too (the card, its
+final state, the result line). People's messages and the agent's other replies stay on
+the replica that handled them.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from gateway.bus import (
     OutboundMessage,
     SenderIdentity,
 )
+from gateway.confirm.events import ConfirmationEvent
 from gateway.confirm.model import Decision
 from gateway.http.identity import identity_of
 from gateway.http.jsonapi import DEFAULT_MAX_JSON_DEPTH, ApiError, check_name
@@ -87,6 +94,7 @@ class WebChatChannel(Channel):
         self.rate_limit = SenderRateLimit(per_minute=settings.messages_per_minute, clock=clock)
         self._started = False
         self._closing = False
+        self._unsubscribe: Callable[[], None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -101,10 +109,15 @@ class WebChatChannel(Channel):
     async def start(self) -> None:
         self._started = True
         self._closing = False
+        if self._unsubscribe is None:
+            self._unsubscribe = self.confirmations.subscribe(self._on_remote)
 
     async def stop(self) -> None:
         self._closing = True
         self._started = False
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
         closing = []
         for room in self.rooms:
             room.wake()
@@ -145,6 +158,34 @@ class WebChatChannel(Channel):
             confirmation=msg.confirmation,
         )
         await self._fan_out(room, entry)
+
+    async def _on_remote(self, event: ConfirmationEvent) -> None:
+        """Show in a room open here what another replica did to one of its confirmations.
+
+        The replica that made the change posted it to its own rooms (and platforms); here it
+        goes through this process's outbound queue like any message, so it keeps its place
+        after what was queued before it, and a slow tab never holds up the feed's reader.
+        """
+        c = event.confirmation
+        if not event.remote or c.channel != self.name or c.chat_id not in self.rooms:
+            return
+        kind, text = OutboundKind.TEXT, texts.execution_line(c)
+        if event.kind == "requested":
+            kind, text = OutboundKind.CONFIRMATION, texts.prompt(c, self.clock())
+        elif event.kind == "resolved":
+            kind, text = OutboundKind.CONFIRMATION_UPDATE, texts.outcome(c)
+        if text is None:
+            return
+        await self.bus.publish_outbound(
+            OutboundMessage(
+                channel=self.name,
+                chat_id=c.chat_id,
+                session_key=c.session_key,
+                kind=kind,
+                text=text,
+                confirmation=c if kind is not OutboundKind.TEXT else None,
+            )
+        )
 
     async def _fan_out(self, room: Room, entry: ChatEntry) -> None:
         sockets = list(room.sockets)

@@ -207,6 +207,10 @@ class Rooms:
         for name in idle[:excess]:
             self.bytes -= self._rooms.pop(name).bytes
 
+    def __contains__(self, name: object) -> bool:
+        """A room of that name is held here (without touching its place in the LRU order)."""
+        return name in self._rooms
+
     def __iter__(self) -> Any:
         return iter(list(self._rooms.values()))
 

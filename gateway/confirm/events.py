@@ -1,4 +1,10 @@
-"""What the confirmation service tells its listeners (metrics, the admin feed)."""
+"""What the confirmation service tells its listeners (metrics, the admin feed, web chat).
+
+Listeners hear of every change made in this process, and, with a shared store (Redis), of
+the changes made by the other replicas (``remote``), read from the lifecycle feed by
+replicas.py. A remote event is already counted, told to its chat and sent to the platform
+by the replica that made the change: listeners that count or send use local events only.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +25,8 @@ class ConfirmationEvent:
     # interrupted; the record's ``execution`` says which)
     kind: Literal["requested", "resolved", "executed"]
     confirmation: Confirmation
+    # Made by another replica (the record as this process read it after the change).
+    remote: bool = False
 
 
 Listener = Callable[[ConfirmationEvent], Awaitable[None] | None]

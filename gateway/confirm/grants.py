@@ -28,10 +28,20 @@ from typing import TYPE_CHECKING, Any, Literal
 import structlog
 
 from gateway import texts
-from gateway.confirm.model import Confirmation, Risk, ToolCall
+from gateway.confirm.ledger import say_to_chat
+from gateway.confirm.model import (
+    Confirmation,
+    DecideOutcome,
+    DecideResult,
+    Decision,
+    Risk,
+    Status,
+    ToolCall,
+)
 
 if TYPE_CHECKING:
     from config.settings import Settings
+    from gateway.confirm.service import ConfirmationService
 
 log = structlog.get_logger(__name__)
 
@@ -158,6 +168,12 @@ class MemoryGrantStore(GrantStore):
         return [e for e in self._events if e.grant_id == grant_id]
 
 
+def grant_offered(c: Confirmation) -> bool:
+    """Whether a card or the admin page offers "approve and stop asking" for ``c``: never
+    where a grant could not apply (``GrantBook.give`` refuses those anyway)."""
+    return c.risk is not Risk.CRITICAL and not c.four_eyes
+
+
 def covered_call(call: ToolCall, session_key: str, requester: str, decision: Any) -> dict[str, Any]:
     """``GrantBook.covering``'s arguments for a call the policy wants confirmed."""
     return {
@@ -184,6 +200,33 @@ async def grant_sentence(
     except GrantRefusedError as exc:
         return None, texts.grant_refused(str(exc))
     return grant, texts.grant_given(grant)
+
+
+async def decide_with_grant(
+    service: ConfirmationService,
+    confirmation_id: str,
+    decision: Decision,
+    *,
+    actor: str,
+    via: str,
+    grant_minutes: int | None,
+) -> DecideResult:
+    """A card button: decide; the grant button ("skip asking for 30 min") also gives a
+    session grant once its approval counted, and the call's chat is told which (or why
+    none). The same for every platform's cards."""
+    result = await service.decide(confirmation_id, decision, actor=actor, via=via)
+    c = result.confirmation
+    if (
+        grant_minutes is not None
+        and result.outcome is DecideOutcome.DECIDED
+        and c is not None
+        and c.status is Status.APPROVED
+    ):
+        _, said = await grant_sentence(
+            service.grants, c, scope="session", minutes=grant_minutes, by=actor, via=via
+        )
+        await say_to_chat(service, c, said)
+    return result
 
 
 class GrantBook:

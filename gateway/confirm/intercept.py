@@ -96,11 +96,24 @@ class ReplyIntercept:
         if not parsed.confirmation_id:
             return False
         known = await self._service.store.get(parsed.confirmation_id)
-        if known is None or known.session_key != msg.session_key:
+        if known is not None and self._from_direct_chat(known, msg):
+            await self._decide(msg, parsed, known)
+        elif known is None or known.session_key != msg.session_key:
             await self._reply_to(msg, texts.unknown_id(parsed.confirmation_id))
         else:
             await self._reply_to(msg, texts.already_decided(known))
         return True
+
+    def _from_direct_chat(self, c: Confirmation, msg: InboundMessage) -> bool:
+        """An approver answering by id from their one-to-one chat, where a copy of the
+        prompt went (gateway/confirm/direct.py): the platform vouches for who they are.
+        (A call already settled gets the usual "already approved by ..." answer.)"""
+        return (
+            not msg.is_group
+            and c.channel == msg.channel
+            and c.session_key != msg.session_key
+            and self._may_take_part(c, msg.sender_id)
+        )
 
     def _target(
         self, parsed: ParsedReply, pending: list[Confirmation], takers: list[Confirmation]
@@ -127,12 +140,20 @@ class ReplyIntercept:
         target = self._target(parsed, pending, takers)
         if isinstance(target, str):
             if parsed.confirmation_id:
-                # An id that is not pending here: maybe decided already; say which.
+                # An id that is not pending here: maybe decided already, or asked in another
+                # chat and sent to this approver directly.
                 known = await self._service.store.get(parsed.confirmation_id)
+                if known is not None and self._from_direct_chat(known, msg):
+                    await self._decide(msg, parsed, known)
+                    return
                 if known is not None and known.session_key == msg.session_key:
                     target = texts.already_decided(known)
             await self._reply_to(msg, target)
             return
+        await self._decide(msg, parsed, target)
+
+    async def _decide(self, msg: InboundMessage, parsed: ParsedReply, target: Confirmation) -> None:
+        """A confirm or cancel reply about ``target``: audited, decided, and any grant given."""
         decision = Decision.APPROVE if parsed.intent is ReplyIntent.CONFIRM else Decision.REJECT
         allowed, _ = self._service.may_decide(target, msg.sender_id, decision)
         how = "decision" if allowed else "not_allowed"

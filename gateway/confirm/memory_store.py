@@ -22,7 +22,8 @@ from gateway.confirm.store import (
     ConfirmationExistsError,
     Confirmations,
     ConfirmationStore,
-    FinishedIds,
+    FeedEntry,
+    LocalFeed,
     check_edit,
     decision_allowed,
     may_claim,
@@ -39,7 +40,7 @@ class MemoryConfirmationStore(ConfirmationStore):
         self._pending_by_session: dict[str, dict[str, None]] = {}
         self._finished_order: deque[str] = deque()
         self._keep_finished = keep_finished
-        self._finished = FinishedIds()
+        self._feed = LocalFeed()
         self._instances: dict[str, Instance] = {}
         self._events: dict[str, list[AuditEvent]] = {}
 
@@ -53,6 +54,7 @@ class MemoryConfirmationStore(ConfirmationStore):
             self._pending_by_session.setdefault(confirmation.session_key, {})[confirmation.id] = (
                 None
             )
+            self._feed.announce(confirmation.id, "requested")
 
     async def get(self, confirmation_id: str) -> Confirmation | None:
         return self._items.get(confirmation_id)
@@ -97,7 +99,7 @@ class MemoryConfirmationStore(ConfirmationStore):
         self._finished_order.append(confirmation_id)
         if len(self._finished_order) > self._keep_finished:
             self._forget(self._finished_order.popleft())
-        self._finished.announce(confirmation_id)
+        self._feed.announce(confirmation_id, "resolved")
         return done, True
 
     def _forget(self, confirmation_id: str) -> None:
@@ -111,8 +113,8 @@ class MemoryConfirmationStore(ConfirmationStore):
             refs = {**current.prompt_refs, key: value}
             self._items[confirmation_id] = replace(current, prompt_refs=refs)
 
-    def finished_feed(self) -> AbstractAsyncContextManager[AsyncIterator[str]]:
-        return self._finished.feed()
+    def lifecycle_feed(self) -> AbstractAsyncContextManager[AsyncIterator[FeedEntry]]:
+        return self._feed.feed()
 
     # ------------------------------------------------------------ the execution ledger
 
@@ -167,6 +169,7 @@ class MemoryConfirmationStore(ConfirmationStore):
             execution=replace(ex, state=state, finished_at=now, result=result),
         )
         self._items[confirmation_id] = done
+        self._feed.announce(confirmation_id, "executed")
         return done
 
     async def adopt(

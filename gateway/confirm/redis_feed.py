@@ -1,4 +1,8 @@
-"""The cross-replica feed of finished ids: a Redis Stream read from a remembered last id.
+"""The cross-replica lifecycle feed: a Redis Stream read from a remembered last id.
+
+Each entry says which record changed, how (``requested``, ``resolved``, ``executed``) and
+which store handle wrote it, so a reader can tell its own process's changes from the
+other replicas'.
 
 Pub/sub forgets what it sent while a subscriber was away, and redis-py's subscriber ends
 for good on a dropped connection: one ``CLIENT KILL`` or Redis restart left every later
@@ -20,13 +24,15 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.confirm.redis_codec import text
+from gateway.confirm.store import FeedEntry, FeedKind
 from gateway.runtime import after_failure_retrying
 
 log = structlog.get_logger(__name__)
 
-# Entries the stream keeps (approximately): far more than are finished during any outage a
-# reader rides out; an entry is ~100 bytes.
-STREAM_MAXLEN = 10_000
+# Entries the stream keeps (approximately): far more than are written during any outage a
+# reader rides out; an entry is ~100 bytes. A round trip writes three (requested, resolved,
+# executed): 30,000 still cover the 10,000 round trips the feed covered with decisions only.
+STREAM_MAXLEN = 30_000
 # One blocking read waits this long before the next; short enough that a stop is prompt.
 _BLOCK_MS = 1000
 # Reconnect backoff: first retry after ~50 ms, then doubling up to 2 s.
@@ -46,15 +52,34 @@ async def drop_idle_connections(redis: Redis) -> None:
     await redis.connection_pool.disconnect(inuse_connections=False)
 
 
-class FinishedStream:
-    """Reads ``key`` from where the feed started, forever, across disconnects."""
+_KINDS: dict[str, FeedKind] = {"requested": "requested", "executed": "executed"}
 
-    def __init__(self, redis: Redis, key: str) -> None:
+
+def entry_of(fields: dict[Any, Any], writer: str) -> FeedEntry | None:
+    """A stream entry as the feed gives it out; None for one without an id.
+
+    An entry without a kind or a writer comes from a replica of an older version, which
+    announced decisions only: a ``resolved`` from elsewhere.
+    """
+    value = fields.get(b"id", fields.get("id"))
+    if value is None:
+        return None
+    kind = _KINDS.get(text(fields.get(b"kind", fields.get("kind", b""))), "resolved")
+    source = fields.get(b"from", fields.get("from"))
+    return FeedEntry(text(value), kind, local=source is not None and text(source) == writer)
+
+
+class FinishedStream:
+    """Reads ``key`` from where the feed started, forever, across disconnects; entries
+    written by ``writer`` are marked local."""
+
+    def __init__(self, redis: Redis, key: str, writer: str) -> None:
         self._redis = redis
         self._key = key
+        self._writer = writer
 
     @asynccontextmanager
-    async def feed(self) -> AsyncIterator[AsyncIterator[str]]:
+    async def feed(self) -> AsyncIterator[AsyncIterator[FeedEntry]]:
         # The position is taken before the context is entered: what finishes after that is
         # given out, even when the reader first reads later.
         newest = await self._redis.xrevrange(self._key, count=1)
@@ -62,14 +87,14 @@ class FinishedStream:
         last = text(entry_id) if entry_id is not None else "0-0"
         yield self._ids(last)
 
-    async def _ids(self, last: str) -> AsyncIterator[str]:
+    async def _ids(self, last: str) -> AsyncIterator[FeedEntry]:
         while True:
             for _, entries in await self._read(last):
                 for entry_id, fields in entries:
                     last = text(entry_id)
-                    value = fields.get(b"id", fields.get("id"))
-                    if value is not None:
-                        yield text(value)
+                    entry = entry_of(fields, self._writer)
+                    if entry is not None:
+                        yield entry
 
     async def _read(self, last: str) -> Any:
         away = False

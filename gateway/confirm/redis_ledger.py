@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 from gateway.confirm import redis_scripts as lua
 from gateway.confirm.model import AuditEvent, Confirmation, ExecState, Instance, Status
 from gateway.confirm.redis_codec import RedisKeys, decode, dumps, load, number, pairs, text
+from gateway.confirm.redis_feed import STREAM_MAXLEN
 
 # How many settled records one purge script drops before yielding the server to others.
 _PURGE_BATCH = 500
@@ -27,6 +28,7 @@ class RedisLedger:
 
     _redis: Redis
     _keys: RedisKeys
+    _writer: str  # this handle's name in the lifecycle feed
 
     def _register_ledger_scripts(self, redis: Redis) -> None:
         self._claim = redis.register_script(lua.CLAIM)
@@ -75,6 +77,9 @@ class RedisLedger:
                 number(now),
                 "0" if result is None else "1",
                 result or "",
+                self._keys.finished_stream,
+                STREAM_MAXLEN,
+                self._writer,
             ],
         )
         return decode(pairs(flat))

@@ -15,7 +15,11 @@ Layout (``P`` = the store's prefix; see ``RedisKeys``):
   flight). ``settled`` is scored by ``decided_at``; its members are ``id|status|session``
   so ``purge`` can clean the indexes of records whose TTL already ran out.
 - ``P:instances`` hash (id -> JSON) and ``P:alive:{id}`` (a key with TTL = the lease).
-- ``P:finished`` stream: one entry per successful ``finish`` (redis_feed.py reads it).
+- ``P:finished`` stream, the lifecycle feed (redis_feed.py reads it): one entry
+  ``id, kind, from`` per pending record created (``requested``), successful ``finish``
+  (``resolved``) and ``finish_execution`` (``executed``); ``from`` names the store handle
+  (the process) that wrote it. The name predates ``requested`` and ``executed``; it stays
+  so that replicas of different versions share one feed during a rolling upgrade.
 
 The scripts build index keys from the prefix (ARGV) beside the record key (KEYS[1]): on
 Redis Cluster the prefix must carry a hash tag (``{gateway}``) so that all keys share a slot.
@@ -25,6 +29,11 @@ from __future__ import annotations
 
 # Shared Lua helpers, prepended to the scripts that need them.
 _LIB = """
+local function announce(stream, maxlen, id, kind, writer)
+  if stream == '' then return end
+  redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'id', id, 'kind', kind,
+             'from', writer)
+end
 local function unsettled(status, state)
   if status == 'pending' then return true end
   return status == 'approved' and (state == 'waiting' or state == 'claimed'
@@ -38,19 +47,24 @@ end
 """
 
 # KEYS: record, then every index the new record joins. ARGV: id, created_at, ttl seconds,
-# then field/value pairs of the hash.
-CREATE = """
+# feed stream ('' for none: only a pending record is announced), its MAXLEN, writer, then
+# field/value pairs of the hash.
+CREATE = (
+    _LIB
+    + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local fields = {}
-for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 7, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(fields))
 for i = 2, #KEYS do redis.call('ZADD', KEYS[i], ARGV[2], ARGV[1]) end
 redis.call('EXPIRE', KEYS[1], ARGV[3])
+announce(ARGV[4], ARGV[5], ARGV[1], 'requested', ARGV[6])
 return 1
 """
+)
 
 # KEYS: record. ARGV: prefix, id, new status, needs deadline ('1'/'0'), now, decision JSON,
-# finished ttl seconds, finished stream, its MAXLEN, edited call JSON ('' = as asked).
+# finished ttl seconds, feed stream, its MAXLEN, edited call JSON ('' = as asked), writer.
 # Returns {code, HGETALL}: 0 missing, 1 changed, 2 already terminal, 3 past the deadline.
 FINISH = (
     _LIB
@@ -78,7 +92,7 @@ else
 end
 redis.call('EXPIRE', rec, ARGV[7])
 redis.call('EXPIRE', p .. ':ev:' .. id, ARGV[7])
-redis.call('XADD', ARGV[8], 'MAXLEN', '~', ARGV[9], '*', 'id', id)
+announce(ARGV[8], ARGV[9], id, 'resolved', ARGV[11])
 return {1, redis.call('HGETALL', rec)}
 """
 )
@@ -123,7 +137,8 @@ redis.call('HSET', KEYS[1], 'x_state', 'running', 'x_started', ARGV[2])
 return redis.call('HGETALL', KEYS[1])
 """
 
-# KEYS: record. ARGV: prefix, id, instance, state, now, has result ('1'/'0'), result.
+# KEYS: record. ARGV: prefix, id, instance, state, now, has result ('1'/'0'), result,
+# feed stream, its MAXLEN, writer.
 FINISH_EXECUTION = (
     _LIB
     + """
@@ -140,6 +155,7 @@ end
 redis.call('ZREM', p .. ':claims:' .. me, id)
 if f[3] then redis.call('ZREM', p .. ':owned:' .. f[3], id) end
 settle(p, rec, id)
+announce(ARGV[8], ARGV[9], id, 'executed', ARGV[10])
 return redis.call('HGETALL', rec)
 """
 )

@@ -17,6 +17,7 @@ import contextlib
 import functools
 import inspect
 import math
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar, cast
@@ -48,6 +49,7 @@ from gateway.confirm.redis_ledger import RedisLedger
 from gateway.confirm.store import (
     ConfirmationExistsError,
     ConfirmationStore,
+    FeedEntry,
     StoreUnavailableError,
     check_edit,
 )
@@ -113,6 +115,9 @@ class RedisConfirmationStore(RedisLedger, ConfirmationStore):
         self._keys = RedisKeys(prefix)
         self._finished_ttl = max(1, math.ceil(finished_ttl_seconds))
         self._close_client = close_client
+        # Names this handle's entries in the lifecycle feed: the follower of this process
+        # tells its listeners only of the others' (the service told them of its own).
+        self._writer = secrets.token_hex(8)
         self._create = redis.register_script(lua.CREATE)
         self._finish = redis.register_script(lua.FINISH)
         self._set_ref = redis.register_script(lua.SET_REF)
@@ -216,9 +221,10 @@ class RedisConfirmationStore(RedisLedger, ConfirmationStore):
         if ex.claimed_by is not None and ex.state.in_flight:
             indexes.append(keys.claims(ex.claimed_by))
         flat = [item for pair in hash_fields(c).items() for item in pair]
+        feed = keys.finished_stream if c.status is Status.PENDING else ""
         created = await self._create(
             keys=[keys.record(c.id), *indexes],
-            args=[c.id, number(c.created_at), ttl, *flat],
+            args=[c.id, number(c.created_at), ttl, feed, STREAM_MAXLEN, self._writer, *flat],
         )
         if not int(created):
             raise ConfirmationExistsError(c.id)
@@ -272,6 +278,7 @@ class RedisConfirmationStore(RedisLedger, ConfirmationStore):
                 self._keys.finished_stream,
                 STREAM_MAXLEN,
                 "" if edit is None else dumps(edit.to_dict()),
+                self._writer,
             ],
         )
         return decode(pairs(flat)), int(code) == 1
@@ -351,11 +358,13 @@ class RedisConfirmationStore(RedisLedger, ConfirmationStore):
 
     # -- cross-replica notification ----------------------------------------------------------
 
-    def finished_feed(self) -> AbstractAsyncContextManager[AsyncIterator[str]]:
-        """Ids of confirmations finished by any replica, from entry on, across disconnects.
+    def lifecycle_feed(self) -> AbstractAsyncContextManager[AsyncIterator[FeedEntry]]:
+        """Every replica's requests, decisions and execution ends, from entry on, across
+        disconnects.
 
         A turn waits on a future in the process that asked; the decision may land on
         another replica (the reply reached that one). This feed lets the asking replica
-        wake its turn (redis_feed.py: a stream read on from the last id after a reconnect).
+        wake its turn, and every replica show the others' changes in its live views
+        (redis_feed.py: a stream read on from the last id after a reconnect).
         """
-        return FinishedStream(self._redis, self._keys.finished_stream).feed()
+        return FinishedStream(self._redis, self._keys.finished_stream, self._writer).feed()

@@ -1,4 +1,4 @@
-"""Other processes, alive or dead: heartbeats, adoption, and the finished feed.
+"""Other processes, alive or dead: heartbeats, adoption, and the lifecycle feed.
 
 A turn waits on a future in the process that asked; the store holds the truth. So that no
 call is stranded when that process dies or another one takes a decision:
@@ -9,8 +9,10 @@ call is stranded when that process dies or another one takes a decision:
   (claimed and run here, through the orphan handler, which also lets a model turn go on),
   and calls that were running (reported ``interrupted``, never re-run, unless the tool is
   idempotent: then claimed once more). This runs at start and every few seconds.
-- With a shared store (Redis) a decision may land on another replica. The store's finished
-  feed tells this process, which wakes its turn, or runs the call it adopted.
+- With a shared store (Redis) a decision may land on another replica. The store's lifecycle
+  feed tells this process, which wakes its turn, or runs the call it adopted; and every
+  change another replica made (a request, a decision, an execution's end) is told to this
+  process's listeners as a remote event, so its live views (SSE, web chat) show it too.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from gateway import texts
 from gateway.bus import OutboundKind, OutboundMessage
 from gateway.confirm.ledger import audit, interrupt
 from gateway.confirm.model import Confirmation, ExecState, Status
-from gateway.confirm.store import may_claim
+from gateway.confirm.store import FeedEntry, may_claim
 from gateway.runtime import BackgroundTasks
 
 if TYPE_CHECKING:
@@ -44,7 +46,7 @@ _FOLLOWER_STOP_SECONDS = 2.0
 
 
 class Replicas:
-    """Heartbeats, adoption of dead processes' records, the follower of the finished feed."""
+    """Heartbeats, adoption of dead processes' records, the follower of the lifecycle feed."""
 
     def __init__(self, service: ConfirmationService, *, tasks: BackgroundTasks) -> None:
         self._service = service
@@ -84,8 +86,8 @@ class Replicas:
             self._scanning = self._loops.spawn(self._scan_loop(), name="adopt-dead")
         if service.store.shared and self._follower is None:
             # Subscribed before recover() returns: nothing finished from here on is missed.
-            ids = await self._feed.enter_async_context(service.store.finished_feed())
-            self._follower = self._loops.spawn(self._follow(ids), name="follow-replicas")
+            entries = await self._feed.enter_async_context(service.store.lifecycle_feed())
+            self._follower = self._loops.spawn(self._follow(entries), name="follow-replicas")
 
     async def beat(self) -> None:
         service = self._service
@@ -214,23 +216,36 @@ class Replicas:
 
     # ------------------------------------------------------------------ other replicas
 
-    async def _follow(self, ids: AsyncIterator[str]) -> None:
+    async def _follow(self, entries: AsyncIterator[FeedEntry]) -> None:
+        async for entry in entries:
+            await self._followed(entry)
+
+    async def _followed(self, entry: FeedEntry) -> None:
+        """Wake the turn waiting here for a decision made elsewhere, and tell this
+        process's listeners (SSE, web chat) what another replica did."""
         service = self._service
-        async for confirmation_id in ids:
-            if not (service.is_waiting(confirmation_id) or confirmation_id in self.adopted):
-                service.deadlines.disarm(confirmation_id)
-                continue
-            try:
-                record = await service.store.get(confirmation_id)
-            except Exception:  # a store blip must not end the follower (every later wake
-                # would then wait for its deadline); this call's deadline stays armed and
-                # reads the real outcome when it fires.
-                log.warning("confirm.follow_read_failed", confirmation_id=confirmation_id)
-                continue
-            if record is not None and record.status.is_terminal:
-                service.deadlines.disarm(confirmation_id)
-                service.wake(record)
-                self.finished(record)  # adopted here, decided on another replica
+        cid = entry.id
+        resolved = entry.kind == "resolved"
+        waiting = resolved and (service.is_waiting(cid) or cid in self.adopted)
+        if resolved and not waiting:
+            service.deadlines.disarm(cid)
+        if entry.local and not waiting:
+            return  # made here: the service told the listeners then, once
+        try:
+            record = await service.store.get(cid)
+        except Exception:  # a store blip must not end the follower (every later wake
+            # would then wait for its deadline); this call's deadline stays armed and
+            # reads the real outcome when it fires.
+            log.warning("confirm.follow_read_failed", confirmation_id=cid)
+            return
+        if record is None:
+            return
+        if waiting and record.status.is_terminal:
+            service.deadlines.disarm(cid)
+            service.wake(record)
+            self.finished(record)  # adopted here, decided on another replica
+        if not entry.local:
+            await service.announce_remote(entry.kind, record)
 
     # ------------------------------------------------------------------ stop
 

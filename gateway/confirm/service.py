@@ -45,7 +45,12 @@ from gateway.confirm.model import DecideResult as DecideResult
 from gateway.confirm.model import new_call_id as new_call_id
 from gateway.confirm.replicas import OrphanHandler, Replicas
 from gateway.confirm.replies import ReplyParser
-from gateway.confirm.store import Confirmations, ConfirmationStore, create_with_free_id
+from gateway.confirm.store import (
+    Confirmations,
+    ConfirmationStore,
+    FeedKind,
+    create_with_free_id,
+)
 from gateway.runtime import BackgroundTasks
 
 log = structlog.get_logger(__name__)
@@ -124,6 +129,10 @@ class ConfirmationService:
     async def announce_execution(self, final: Confirmation) -> None:
         """Tell listeners (admin feed) how an approved call ended."""
         await self._listeners.emit(ConfirmationEvent("executed", final))
+
+    async def announce_remote(self, kind: FeedKind, record: Confirmation) -> None:
+        """Tell listeners of a change another replica made (its lifecycle feed entry)."""
+        await self._listeners.emit(ConfirmationEvent(kind, record, remote=True))
 
     # ------------------------------------------------------------------ asking
 

@@ -10,8 +10,8 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import replace
-from typing import ClassVar
+from dataclasses import dataclass, replace
+from typing import ClassVar, Literal
 
 from gateway.confirm.model import (
     AuditEvent,
@@ -25,6 +25,21 @@ from gateway.confirm.model import (
 
 # An alias: inside the store classes `list` is also a method name.
 Confirmations = list[Confirmation]
+
+# requested: a pending record was created; resolved: its status ended (``finish``);
+# executed: its approved call ended (``finish_execution``: succeeded, failed, interrupted).
+FeedKind = Literal["requested", "resolved", "executed"]
+
+
+@dataclass(frozen=True, slots=True)
+class FeedEntry:
+    """One change of a record, as the lifecycle feed gives it out."""
+
+    id: str
+    kind: FeedKind
+    # Written through this store handle, i.e. by this process, whose service already told
+    # its own listeners; False: another replica made the change.
+    local: bool
 
 
 class ConfirmationExistsError(Exception):
@@ -86,13 +101,16 @@ class ConfirmationStore(ABC):
         """Every pending confirmation (for shutdown and recovery after a restart)."""
 
     @abstractmethod
-    def finished_feed(self) -> AbstractAsyncContextManager[AsyncIterator[str]]:
-        """Ids of confirmations as ``finish`` changes them, from entering the context on.
+    def lifecycle_feed(self) -> AbstractAsyncContextManager[AsyncIterator[FeedEntry]]:
+        """Changes of records as they happen, from entering the context on.
 
-        ``async with store.finished_feed() as ids: async for cid in ids: ...``. Every
-        successful finish through this handle is announced once; with a ``shared`` store,
-        also those made by every other replica. Refused finishes are not announced. A turn
-        waits in the process that asked, so this is how another replica's decision wakes it.
+        ``async with store.lifecycle_feed() as entries: async for e in entries: ...``.
+        Every successful ``create`` of a pending record (``requested``), ``finish``
+        (``resolved``) and ``finish_execution`` (``executed``) through this handle is given
+        out once, in order, with ``local`` set; with a ``shared`` store also those of every
+        other replica, with ``local`` unset. Refused changes are not given out. A turn waits
+        in the process that asked, so this is how another replica's decision wakes it, and
+        how each replica's live views (SSE, web chat) learn what the others did.
         """
 
     # ------------------------------------------------------------ the execution ledger
@@ -219,19 +237,20 @@ class ConfirmationStore(ABC):
         """Release connections."""
 
 
-class FinishedIds:
-    """The feed of a store no other process writes to: its own finishes, to each subscriber."""
+class LocalFeed:
+    """The feed of a store no other process writes to: its own changes, to each subscriber."""
 
     def __init__(self) -> None:
-        self._subscribers: set[asyncio.Queue[str]] = set()
+        self._subscribers: set[asyncio.Queue[FeedEntry]] = set()
 
-    def announce(self, confirmation_id: str) -> None:
+    def announce(self, confirmation_id: str, kind: FeedKind) -> None:
+        entry = FeedEntry(confirmation_id, kind, local=True)
         for queue in self._subscribers:
-            queue.put_nowait(confirmation_id)
+            queue.put_nowait(entry)
 
     @asynccontextmanager
-    async def feed(self) -> AsyncIterator[AsyncIterator[str]]:
-        queue: asyncio.Queue[str] = asyncio.Queue()
+    async def feed(self) -> AsyncIterator[AsyncIterator[FeedEntry]]:
+        queue: asyncio.Queue[FeedEntry] = asyncio.Queue()
         self._subscribers.add(queue)
         try:
             yield _drain(queue)
@@ -239,7 +258,7 @@ class FinishedIds:
             self._subscribers.discard(queue)
 
 
-async def _drain(queue: asyncio.Queue[str]) -> AsyncIterator[str]:
+async def _drain(queue: asyncio.Queue[FeedEntry]) -> AsyncIterator[FeedEntry]:
     while True:
         yield await queue.get()
 

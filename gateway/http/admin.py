@@ -56,10 +56,15 @@ DECISION_STATUS = {
 
 
 def event_payload(event: ConfirmationEvent) -> dict[str, Any]:
-    """What an SSE subscriber gets: the headline fields, and the whole record."""
+    """What an SSE subscriber gets: the headline fields, and the whole record.
+
+    ``remote``: another replica made the change (with the Redis store every replica's
+    stream carries every replica's changes, each once).
+    """
     c = event.confirmation
     return {
         "id": c.id,
+        "remote": event.remote,
         "status": c.status.value,
         "actor": c.decided_by,
         "via": c.decided_via,

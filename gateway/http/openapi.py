@@ -152,11 +152,11 @@ ROUTES = (
     Route(
         "get",
         "/api/events",
-        "server-sent events: confirmation.requested, confirmation.resolved",
+        "server-sent events: confirmation.requested, .resolved, .executed (every replica's)",
         {200: Reply("an event stream", media="text/event-stream")},
         description=(
-            "Each event's data is JSON: id, status, actor, via, reason, session_key, tool "
-            "and the whole confirmation."
+            "Each event's data is JSON: id, remote (made by another replica), status, actor, "
+            "via, reason, session_key, tool and the whole confirmation."
         ),
     ),
     Route(

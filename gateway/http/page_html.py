@@ -13,8 +13,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from html import escape
 from typing import Any
 
-from gateway.confirm.grants import Grant
-from gateway.confirm.model import AuditEvent, Confirmation, Risk, Status
+from gateway.confirm.direct import asks_approvers_directly, direct_recipients_told
+from gateway.confirm.grants import Grant, grant_offered
+from gateway.confirm.model import AuditEvent, Confirmation, Status
 
 STATUSES = [s.value for s in Status]
 
@@ -138,10 +139,12 @@ def pending_list(items: Sequence[Confirmation], now: float) -> str:
 def pending_card(c: Confirmation, now: float) -> str:
     left = int(c.seconds_left(now))
     eyes = f' <span class="tag">{bi("四眼", "four-eyes")}</span>' if c.four_eyes else ""
-    return f"""<article class="card" data-id="{e(c.id)}" data-status="{e(c.status.value)}">
+    waits = " waits-for-approver" if asks_approvers_directly(c) else ""
+    return f"""<article class="card{waits}" data-id="{e(c.id)}" data-status="{e(c.status.value)}">
 <header><a class="cid" href="/admin/confirmations/{e(c.id)}">{e(c.id)}</a>
 <span class="tool">{e(c.tool_call.name)}</span>
 <span class="risk risk-{e(c.risk.value)}">{e(c.risk.value)}</span>{eyes}</header>
+{waiting_for_approver(c)}
 <p class="summary">{e(c.summary)}</p>
 {statement(c)}
 <dl class="meta">
@@ -158,6 +161,27 @@ def pending_card(c: Confirmation, now: float) -> str:
 </div>
 {arguments_editor(c)}
 </article>"""
+
+
+def waiting_for_approver(c: Confirmation) -> str:
+    """Four-eyes and critical calls wait for an approver (or you): say so, and who was
+    sent the prompt in a direct chat (gateway/confirm/direct.py)."""
+    if not asks_approvers_directly(c):
+        return ""
+    why = bi("四眼", "four-eyes") if c.four_eyes else bi("严重风险", "critical")
+    approvers = ", ".join(c.approvers) or "—"
+    told = direct_recipients_told(c)
+    sent = (
+        f"<br>{bi('已私信', 'sent to the direct chats of')} "
+        f'<span class="told">{e(", ".join(told))}</span>'
+        if told
+        else ""
+    )
+    waiting = bi("等待审批人或您决定", "waiting for an approver or you")
+    return (
+        f'<p class="waiting" role="note">⏳ {waiting} ({why}) · '
+        f"{bi('审批人', 'approvers')} {e(approvers)}{sent}</p>"
+    )
 
 
 def arguments_editor(c: Confirmation) -> str:
@@ -178,7 +202,7 @@ def arguments_editor(c: Confirmation) -> str:
 
 def grant_buttons(c: Confirmation) -> str:
     """Approve and stop asking: never offered where a grant cannot apply (grants.py)."""
-    if c.risk is Risk.CRITICAL or c.four_eyes:
+    if not grant_offered(c):
         return ""
     return (
         f'<button type="button" class="approve-grant" data-id="{e(c.id)}" data-scope="session" '

@@ -14,9 +14,9 @@ from dataclasses import replace
 
 import pytest
 
-from gateway.confirm.model import Status
+from gateway.confirm.model import ExecState, Status
 from gateway.confirm.redis_store import RedisConfirmationStore
-from gateway.confirm.store import ConfirmationExistsError, ConfirmationStore
+from gateway.confirm.store import ConfirmationExistsError, ConfirmationStore, FeedEntry
 from tests.confirm.conftest import BACKENDS, DURABLE_BACKENDS, Backend, redis_client
 from tests.confirm.records import T0, TIMEOUT, full_record, make
 
@@ -265,7 +265,7 @@ class TestStoreContract:
         await watching.create(make("PUB1"))
         await watching.create(make("PUB2"))
         await watching.create(make("PUB3"))
-        async with watching.finished_feed() as feed:
+        async with watching.lifecycle_feed() as feed:
             # Refused finishes announce nothing: past the deadline, unknown id, twice.
             await deciding.finish(
                 "PUB1", Status.APPROVED, by="a", via="text", reason=None, now=T0 + TIMEOUT
@@ -283,16 +283,54 @@ class TestStoreContract:
                 "PUB3", Status.CANCELLED, by=None, via="system", reason=None, now=T0 + 1
             )
             got = [await asyncio.wait_for(anext(feed), timeout=5) for _ in range(3)]
-            assert got == ["PUB2", "PUB1", "PUB3"]
+            local = deciding is watching
+            assert got == [FeedEntry(i, "resolved", local) for i in ("PUB2", "PUB1", "PUB3")]
+
+    async def test_the_feed_gives_requests_decisions_and_execution_ends_in_order(
+        self, backend: Backend
+    ) -> None:
+        watching = await backend.open()
+        other = await backend.open() if watching.shared else None
+        async with watching.lifecycle_feed() as feed:
+            for writer in (watching, other):
+                if writer is None:
+                    continue
+                cid = "MINE" if writer is watching else "THRS"
+                await writer.create(make(cid))
+                await writer.finish(cid, Status.APPROVED, by="a", via="text", reason=None, now=T0)
+                assert await writer.claim(cid, instance="i1", now=T0, lease=30) is not None
+                assert await writer.start_execution(cid, instance="i1", now=T0) is not None
+                # A refused end (not the claimer) is not given out.
+                await writer.finish_execution(
+                    cid, instance="i2", state=ExecState.FAILED, result="x", now=T0
+                )
+                done = await writer.finish_execution(
+                    cid, instance="i1", state=ExecState.SUCCEEDED, result="1 row", now=T0 + 1
+                )
+                assert done is not None
+                local = writer is watching
+                got = [await asyncio.wait_for(anext(feed), timeout=5) for _ in range(3)]
+                assert got == [
+                    FeedEntry(cid, "requested", local),
+                    FeedEntry(cid, "resolved", local),
+                    FeedEntry(cid, "executed", local),
+                ]
+            # A record stored as already settled (an import, a test) asks nothing.
+            await watching.create(replace(make("DONE"), status=Status.CANCELLED))
+            await watching.create(make("LAST"))
+            assert await asyncio.wait_for(anext(feed), timeout=5) == FeedEntry(
+                "LAST", "requested", True
+            )
 
     async def test_a_feed_sees_finishes_from_its_start_on(self, store: ConfirmationStore) -> None:
         await store.create(make("OLD1"))
         await store.create(make("NEW1"))
         await store.finish("OLD1", Status.CANCELLED, by=None, via="system", reason=None, now=T0)
-        async with store.finished_feed() as feed, store.finished_feed() as second:
+        async with store.lifecycle_feed() as feed, store.lifecycle_feed() as second:
             await store.finish("NEW1", Status.CANCELLED, by=None, via="system", reason=None, now=T0)
-            assert await asyncio.wait_for(anext(feed), timeout=5) == "NEW1"
-            assert await asyncio.wait_for(anext(second), timeout=5) == "NEW1"
+            expected = FeedEntry("NEW1", "resolved", local=True)
+            assert await asyncio.wait_for(anext(feed), timeout=5) == expected
+            assert await asyncio.wait_for(anext(second), timeout=5) == expected
 
 
 @pytest.mark.parametrize("backend", DURABLE_BACKENDS, indirect=True)
@@ -302,6 +340,9 @@ async def test_records_survive_close_and_reopen(backend: Backend) -> None:
     await first.create(c)
     await first.create(make("PEND", created_at=T0 + 1))
     await first.set_prompt_ref("PEND", "console", "7")
+    # One ref per copy of the prompt (gateway/confirm/direct.py): after a restart every
+    # copy can still be brought to the final state.
+    await first.set_prompt_ref("PEND", "feishu_dm:ou_bob", "om_9")
     done, _ = await first.finish(
         c.id, Status.APPROVED, by="ou_boss", via="card", reason=None, now=T0 + 2
     )
@@ -312,7 +353,7 @@ async def test_records_survive_close_and_reopen(backend: Backend) -> None:
     assert await second.get(c.id) == done
     pending = await second.list_all_pending()
     assert [p.id for p in pending] == ["PEND"]
-    assert dict(pending[0].prompt_refs) == {"console": "7"}
+    assert dict(pending[0].prompt_refs) == {"console": "7", "feishu_dm:ou_bob": "om_9"}
     # The reopened store still enforces first-wins on what it found.
     assert (
         await second.finish(c.id, Status.REJECTED, by="x", via="text", reason=None, now=T0 + 3)

@@ -11,7 +11,7 @@ import pytest
 from channels.dingtalk.cards import card_params
 from channels.feishu.render import confirmation_card
 from gateway import texts
-from gateway.confirm.model import Confirmation, Status, ToolCall
+from gateway.confirm.model import Confirmation, ExecState, Status, ToolCall
 
 NOW = 1_700_000_000.0
 
@@ -104,3 +104,21 @@ def test_cards_show_no_approve_button_to_a_four_eyes_requester() -> None:
     assert texts.APPROVE_BUTTON not in card_params(c, now=NOW)["sys_full_json_obj"]
     group = confirmation(four_eyes=True, is_group=True)
     assert texts.APPROVE_BUTTON in card_params(group, now=NOW)["sys_full_json_obj"]
+
+
+def test_the_result_line_of_an_ended_call_reads_from_its_ledger() -> None:
+    approved = confirmation().finished(
+        Status.APPROVED, by="bob", at=NOW + 5, via="text", reason=None
+    )
+
+    def ended(state: ExecState, result: str | None) -> Confirmation:
+        return replace(approved, execution=replace(approved.execution, state=state, result=result))
+
+    assert texts.execution_line(ended(ExecState.SUCCEEDED, "1 行 / 1 row")) == texts.tool_result(
+        "sql_modify", "1 行 / 1 row", "K7Q2"
+    )
+    assert texts.execution_line(ended(ExecState.FAILED, "boom")) == texts.tool_failed(
+        "sql_modify", "boom"
+    )
+    assert "interrupted" in (texts.execution_line(ended(ExecState.INTERRUPTED, None)) or "")
+    assert texts.execution_line(ended(ExecState.RUNNING, None)) is None

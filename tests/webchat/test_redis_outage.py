@@ -121,7 +121,7 @@ async def test_a_full_pool_queues_callers_then_fails_closed(prefix: str) -> None
             REDIS_URL, prefix=prefix, max_connections=2, pool_timeout_seconds=0.2
         )
         try:
-            async with tight.finished_feed() as one, tight.finished_feed() as two:
+            async with tight.lifecycle_feed() as one, tight.lifecycle_feed() as two:
                 readers = [asyncio.ensure_future(anext(f)) for f in (one, two)]
                 try:
                     # Both connections sit in XREAD: the next caller waits 0.2 s, then is

@@ -109,7 +109,7 @@ function connect() {
     refreshRecords(); // whatever happened while disconnected
   };
   source.onerror = () => show(false); // EventSource reconnects by itself
-  for (const kind of ["requested", "resolved"]) {
+  for (const kind of ["requested", "resolved", "executed"]) {
     source.addEventListener(`confirmation.${kind}`, refreshRecords);
   }
   source.onmessage = refreshRecords;

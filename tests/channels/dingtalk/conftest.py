@@ -27,7 +27,9 @@ def fake() -> Iterator[FakeDingTalk]:
         yield server
 
 
-def make_settings(tmp_path: Path, fake: FakeDingTalk, **dingtalk: Any) -> Settings:
+def make_settings(
+    tmp_path: Path, fake: FakeDingTalk, *, policy: dict[str, Any] | None = None, **dingtalk: Any
+) -> Settings:
     confirmation: dict[str, Any] = {"store": "memory"}
     if "confirmation_timeout" in dingtalk:
         confirmation["timeout_seconds"] = dingtalk.pop("confirmation_timeout")
@@ -55,6 +57,7 @@ def make_settings(tmp_path: Path, fake: FakeDingTalk, **dingtalk: Any) -> Settin
         confirmation=confirmation,
         keywords={"watch": False},
         channels={"webchat": {"enabled": False}, "dingtalk": options},
+        policy=policy or {},
     )
 
 

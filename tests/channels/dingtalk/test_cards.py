@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
+from channels.dingtalk.cards import (
+    card_params,
+    confirmation_id_from,
+    out_track_id,
+    parse_card_callback,
+)
 from config.settings import Settings
+from gateway import texts
 from gateway.app import Gateway, build
-from gateway.confirm.model import Status
+from gateway.confirm.model import Confirmation, Decision, Risk, Status, ToolCall
 from tests.channels.dingtalk.conftest import (
     make_settings,
     order_ids,
@@ -125,3 +133,48 @@ async def test_configured_template_id_is_used(tmp_path: Path, fake: FakeDingTalk
         assert params["confirmation_id"] == conf.id
         assert params["pending"] == "true"
         assert all(isinstance(v, str) for v in params.values())
+
+
+def test_grant_button_only_where_a_grant_can_apply_and_its_click_reads_back() -> None:
+    base = Confirmation(
+        id="K7Q2",
+        session_key="dingtalk:cg",
+        channel="dingtalk",
+        chat_id="cg",
+        requester="alice",
+        is_group=True,
+        tool_call=ToolCall(name="sql_modify", args={"sql": "x"}, call_id="c1"),
+        summary="DELETE orders",
+        created_at=1.0,
+        expires_at=301.0,
+    )
+
+    def ids(c: Confirmation, **kw: bool) -> list[str]:
+        params = card_params(c, now=2.0, **kw)
+        return [b["id"] for b in json.loads(params["sys_full_json_obj"])["msgButtons"]]
+
+    assert ids(base) == ["approve", "approve_grant", "reject"]
+    assert ids(replace(base, risk=Risk.CRITICAL)) == ["approve", "reject"]
+    assert ids(replace(base, four_eyes=True)) == ["approve", "reject"]
+    # The requester's own one-to-one four-eyes card only withdraws; an approver's copy decides.
+    alone = replace(base, four_eyes=True, is_group=False)
+    assert ids(alone) == ["reject"]
+    assert ids(alone, direct=True) == ["approve", "reject"]
+
+    track = out_track_id("K7Q2", direct_to="$:LWCP_v1:$odd/id")
+    assert track.startswith("gwconf-K7Q2_dm_") and "/" not in track
+    assert confirmation_id_from(track) == "K7Q2"
+    grant = parse_card_callback(
+        {
+            "outTrackId": track,
+            "userId": "bob",
+            "content": json.dumps(
+                {"cardPrivateData": {"actionIds": [], "params": {"action": "approve_grant"}}}
+            ),
+        }
+    )
+    assert (grant.confirmation_id, grant.decision, grant.grant_minutes) == (
+        "K7Q2",
+        Decision.APPROVE,
+        texts.GRANT_MINUTES_BUTTON,
+    )

@@ -43,6 +43,7 @@ def make_settings(
     *,
     confirmation: dict[str, Any] | None = None,
     admin_token: str | None = None,
+    policy: dict[str, Any] | None = None,
     **feishu: Any,
 ) -> Settings:
     options: dict[str, Any] = {
@@ -67,6 +68,7 @@ def make_settings(
         confirmation={"store": "memory", **(confirmation or {})},
         keywords={"watch": False},
         channels={"webchat": {"enabled": False}, "feishu": options},
+        policy=policy or {},
     )
 
 

@@ -60,6 +60,8 @@ async def test_p2p_delete_card_click_approves_and_patches_card(
     assert values == [
         {"confirmation_id": conf.id, "decision": "approve"},
         {"confirmation_id": conf.id, "decision": "reject"},
+        # "skip asking for 30 min": approve and grant (gateway/confirm/grants.py).
+        {"confirmation_id": conf.id, "decision": "approve", "grant_minutes": 30},
     ]
     assert all(b["behaviors"][0]["type"] == "callback" for b in buttons(card))
     assert f"或 确认 {conf.id} / 取消 {conf.id}" in card_text(card)

@@ -10,6 +10,7 @@ import pytest
 from channels.feishu.render import card_content, confirmation_card, message_content
 from gateway import texts
 from gateway.confirm.model import Confirmation, Risk, Status, ToolCall
+from gateway.texts import approvers as approver_texts
 from tests.channels.feishu.conftest import buttons, card_text
 
 
@@ -38,10 +39,43 @@ def test_pending_card_has_both_buttons_hint_and_risk_colour() -> None:
     assert card["schema"] == "2.0"
     assert card["config"]["update_multi"] is True
     assert card["header"]["template"] == "orange"
-    assert [b["behaviors"][0]["value"]["decision"] for b in buttons(card)] == ["approve", "reject"]
+    values = [b["behaviors"][0]["value"] for b in buttons(card)]
+    assert [v["decision"] for v in values] == ["approve", "reject", "approve"]
+    # The third is "skip asking for 30 min": approve and grant (gateway/confirm/grants.py).
+    assert values[2]["grant_minutes"] == texts.GRANT_MINUTES_BUTTON
+    assert buttons(card)[2]["text"]["content"] == texts.GRANT_BUTTON
     assert texts.reply_hint(_conf()) in card_text(card)
     # A fence inside the statement cannot end the code block early.
     assert card_text(card).count("```") == 2
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"risk": Risk.CRITICAL}, {"four_eyes": True, "is_group": True}],
+    ids=["critical", "four-eyes"],
+)
+def test_no_grant_button_where_a_grant_cannot_apply(changes: dict[str, object]) -> None:
+    card = confirmation_card(_conf(**changes))
+    assert [b["behaviors"][0]["value"] for b in buttons(card)] == [
+        {"confirmation_id": "K7Q2", "decision": "approve"},
+        {"confirmation_id": "K7Q2", "decision": "reject"},
+    ]
+    assert texts.GRANT_BUTTON not in card_text(card)
+
+
+def test_an_approvers_direct_copy_says_who_asks_and_asks_for_the_id() -> None:
+    c = _conf(four_eyes=True)  # one-to-one four-eyes: the requester's own card only withdraws
+    assert [b["behaviors"][0]["value"]["decision"] for b in buttons(confirmation_card(c))] == [
+        "reject"
+    ]
+    card = confirmation_card(c, direct=True)
+    assert [b["behaviors"][0]["value"]["decision"] for b in buttons(card)] == ["approve", "reject"]
+    assert approver_texts.direct_intro(c) in card_text(card)
+    assert "ou_alice" in approver_texts.direct_intro(c)
+    assert approver_texts.direct_reply_hint(c) in card_text(card)
+    # Settled, every copy shows the same outcome.
+    done = c.finished(Status.APPROVED, by="ou_bob", at=c.created_at + 1, via="text", reason=None)
+    assert confirmation_card(done, direct=True) == confirmation_card(done)
 
 
 @pytest.mark.parametrize(

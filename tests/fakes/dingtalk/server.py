@@ -36,6 +36,8 @@ class _State:
     tickets: set[str] = field(default_factory=set)
     tokens: dict[str, float] = field(default_factory=dict)
     cards: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # outTrackId -> the open space it was delivered to, e.g. "dtv1.card//IM_ROBOT.bob".
+    spaces: dict[str, str] = field(default_factory=dict)
 
 
 class FakeDingTalk(ThreadedServer[RecordedRequest]):
@@ -108,6 +110,25 @@ class FakeDingTalk(ThreadedServer[RecordedRequest]):
     def cards(self) -> dict[str, dict[str, Any]]:
         with self._lock:
             return {k: dict(v) for k, v in self._state.cards.items()}
+
+    def cards_in(self, open_space_id: str) -> dict[str, dict[str, Any]]:
+        """outTrackId -> current params of the cards delivered to one open space, e.g. a
+        person's one-to-one chat with the robot ``dtv1.card//IM_ROBOT.<staff id>``."""
+        with self._lock:
+            tracks = [t for t, space in self._state.spaces.items() if space == open_space_id]
+        return {t: c for t, c in self.cards.items() if t in tracks}
+
+    def one_to_one_sends(self, staff_id: str | None = None) -> list[dict[str, Any]]:
+        """Robot one-to-one messages (``oToMessages/batchSend``) as ``{userIds, msgKey,
+        msgParam}`` with ``msgParam`` parsed; only those to ``staff_id`` when given."""
+        out = []
+        for r in self.requests("/v1.0/robot/oToMessages/batchSend"):
+            body = dict(r.body or {})
+            if r.status != 200 or (staff_id is not None and staff_id not in body["userIds"]):
+                continue
+            body["msgParam"] = json.loads(body.get("msgParam") or "{}")
+            out.append(body)
+        return out
 
     def inject(
         self,
@@ -407,6 +428,8 @@ class FakeDingTalk(ThreadedServer[RecordedRequest]):
             return self._unauthorized()
         body = request[BODY] or {}
         out_track_id = self._store_card(body, replace=True)
+        with self._lock:
+            self._state.spaces[out_track_id] = str(body.get("openSpaceId", ""))
         return web.json_response(
             {
                 "success": True,

@@ -4,7 +4,9 @@ Runs on ``ThreadedServer`` (its own thread and event loop: see there why). Endpo
 ``POST /callback/ws/endpoint``, a WebSocket at ``/ws`` carrying pbbp2 frames (the protobuf
 classes bundled with lark-oapi), ``POST /open-apis/auth/v3/tenant_access_token/internal``,
 ``/open-apis/im/v1/messages`` create / reply / patch / update, and
-``GET /open-apis/bot/v3/info``. Every HTTP request is recorded, named by its ``op``.
+``GET /open-apis/bot/v3/info``. Every HTTP request is recorded, named by its ``op``; each
+card's current content is kept (as sent, then as patched), and a send by open_id lands in
+that person's direct chat (``p2p_chat``).
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ class _State:
     valid_tokens: set[str] = field(default_factory=set)
     uuids: dict[str, str] = field(default_factory=dict)
     pings: int = 0
+    # Message id -> the card it shows now (as created, then as last patched).
+    cards: dict[str, Any] = field(default_factory=dict)
 
 
 class FakeFeishu(ThreadedServer[RecordedRequest]):
@@ -119,6 +123,35 @@ class FakeFeishu(ThreadedServer[RecordedRequest]):
 
     def requests_for(self, *ops: str) -> list[RecordedRequest]:
         return [r for r in self.requests() if r.op in ops]
+
+    @staticmethod
+    def p2p_chat(open_id: str) -> str:
+        """The chat id of a person's direct chat with the bot (what a send by open_id
+        answers with, and what their messages there carry)."""
+        return f"oc_p2p_{open_id}"
+
+    def direct_sends(self, open_id: str | None = None) -> list[RecordedRequest]:
+        """Messages created in a person's direct chat (``receive_id_type=open_id``)."""
+        return [
+            r
+            for r in self.requests_for("create")
+            if r.query.get("receive_id_type") == "open_id"
+            and r.status == 200
+            and (open_id is None or r.body.get("receive_id") == open_id)
+        ]
+
+    def card(self, message_id: str) -> Any:
+        """The card a message shows now: as sent, then as last patched (None: not a card)."""
+        with self._lock:
+            return self._state.cards.get(message_id)
+
+    def patches(self, message_id: str | None = None) -> list[RecordedRequest]:
+        """Successful card patches, of one message or all."""
+        return [
+            r
+            for r in self.requests_for("patch")
+            if r.status == 200 and (message_id is None or r.match.get("mid") == message_id)
+        ]
 
     @property
     def acks(self) -> list[Ack]:
@@ -287,11 +320,16 @@ class FakeFeishu(ThreadedServer[RecordedRequest]):
                 mid = f"om_out_{next(self._ids)}"
                 if idem:
                     self._state.uuids[idem] = mid
+            if body.get("msg_type") == "interactive":
+                self._state.cards.setdefault(mid, json.loads(body.get("content") or "{}"))
         data = {"message_id": mid, "chat_id": chat_id, "msg_type": body.get("msg_type")}
         return web.json_response({"code": 0, "msg": "success", "data": data})
 
     async def _create(self, request: web.Request) -> web.Response:
-        return self._message_answer(request, (request[BODY] or {}).get("receive_id", ""))
+        receiver = (request[BODY] or {}).get("receive_id", "")
+        if request.query.get("receive_id_type") == "open_id":
+            receiver = self.p2p_chat(receiver)  # the bot's direct chat with that person
+        return self._message_answer(request, receiver)
 
     async def _reply(self, request: web.Request) -> web.Response:
         return self._message_answer(request, "")
@@ -299,6 +337,10 @@ class FakeFeishu(ThreadedServer[RecordedRequest]):
     async def _patch(self, request: web.Request) -> web.Response:
         if not self._token_ok(request):
             return self._invalid_token()
+        body = request[BODY] or {}
+        if request.method == "PATCH" and isinstance(body.get("content"), str):
+            with self._lock:
+                self._state.cards[request.match_info["mid"]] = json.loads(body["content"])
         return web.json_response({"code": 0, "msg": "success", "data": {}})
 
     async def _update(self, request: web.Request) -> web.Response:

@@ -1,6 +1,8 @@
-"""Everything a chat user reads, in one place: Chinese first, English beside it.
+"""Everything a chat user reads, in one package: Chinese first, English beside it.
 
-Change wording here; channels and the core import these functions and constants.
+Change wording here; channels and the core import these functions and constants. This
+module holds the sentences of a chat; ``gateway.texts.approvers`` holds what approvers
+read in their direct chats and on the buttons that decide with a grant.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gateway.confirm.model import Confirmation, Risk, Status
+from gateway.confirm.model import Confirmation, ExecState, Risk, Status
 
 if TYPE_CHECKING:
     from gateway.confirm.grants import Grant
@@ -249,6 +251,20 @@ def ran_elsewhere(c: Confirmation) -> str:
         f"ℹ️ [{c.id}] {c.tool_call.name} 由另一个网关进程执行，结果会在此发布 / "
         "run by another gateway process; its result is posted here"
     )
+
+
+def execution_line(c: Confirmation) -> str | None:
+    """The result line of an ended call, from its execution ledger (the replica that ran it
+    posted it from the tool's whole output; another replica shows the kept part)."""
+    ex = c.execution
+    name = c.tool_call.name
+    if ex.state is ExecState.SUCCEEDED:
+        return tool_result(name, ex.result or "", c.id)
+    if ex.state is ExecState.FAILED:
+        return tool_failed(name, ex.result or "")
+    if ex.state is ExecState.INTERRUPTED:
+        return interrupted(c)
+    return None
 
 
 def prompt_reposted(c: Confirmation, now: float) -> str:

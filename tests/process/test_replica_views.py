@@ -1,0 +1,210 @@
+"""Cluster-wide live views across real processes (issue 13, item 5).
+
+Two ``gateway serve`` processes (replicas A and B) on one real Redis under a key prefix of
+their own, each with its own data dir. Alice chats in a web chat room on A, Bob has the
+same room open on B; the admin SSE feed is read on both. A decision taken through B's admin
+API shows on A at once — the card's final state in the room, ``confirmation.resolved`` on
+the feed — and the result of the call A runs shows on B. Each change is shown once per
+replica and counted once, by the replica that made it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests.admin.test_api import read_event
+from tests.services import REDIS_URL, redis_prefix
+from tests.webchat.support import ServeProcess, next_frame, order_exists
+
+pytestmark = pytest.mark.services
+
+ROOM = "views"
+Frame = dict[str, Any]
+
+
+@pytest.fixture
+async def prefix() -> AsyncIterator[str]:
+    async with redis_prefix() as prefix:
+        yield prefix
+
+
+@pytest.fixture
+def replicas(tmp_path: Path, prefix: str) -> Iterator[tuple[ServeProcess, ServeProcess]]:
+    env = {
+        "GATEWAY_CONFIRMATION__STORE": "redis",
+        "GATEWAY_CONFIRMATION__REDIS_URL": REDIS_URL,
+        "GATEWAY_CONFIRMATION__REDIS_PREFIX": prefix,
+    }
+    started: list[ServeProcess] = []
+    try:
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            process = ServeProcess(tmp_path=tmp_path / name, env=env)
+            started.append(process)
+            process.start()
+        yield started[0], started[1]
+    finally:
+        for process in started:
+            process.stop()
+
+
+@asynccontextmanager
+async def tab(
+    http: aiohttp.ClientSession, user: str
+) -> AsyncIterator[aiohttp.ClientWebSocketResponse]:
+    async with http.ws_connect(f"/ws?session={ROOM}&user={user}") as ws:
+        await next_frame(ws, lambda f: f["type"] == "hello")
+        yield ws
+
+
+async def frames_until(
+    ws: aiohttp.ClientWebSocketResponse, last: Callable[[Frame], bool]
+) -> list[Frame]:
+    """The room's message frames up to and including the first that matches ``last``."""
+    seen: list[Frame] = []
+
+    def collect(frame: Frame) -> bool:
+        if frame.get("type") == "message":
+            seen.append(frame)
+        return frame.get("type") == "message" and last(frame)
+
+    await next_frame(ws, collect, timeout=20)
+    return seen
+
+
+async def events_until(
+    events: aiohttp.ClientResponse, last: Callable[[Frame], bool]
+) -> list[tuple[str, str, bool, str]]:
+    """SSE events as (event, id, remote, status) up to the first that matches ``last``."""
+    seen: list[tuple[str, str, bool, str]] = []
+    while True:
+        event = await read_event(events, timeout=20)
+        data = event["data"]
+        seen.append((event["event"], data["id"], data["remote"], data["status"]))
+        if last(event):
+            return seen
+
+
+def is_update(cid: str) -> Callable[[Frame], bool]:
+    return lambda f: f["kind"] == "confirmation_update" and f["confirmation"]["id"] == cid
+
+
+def is_result(cid: str) -> Callable[[Frame], bool]:
+    return lambda f: f["kind"] == "text" and f["text"].startswith(f"✔️ [{cid}]")
+
+
+def cards(frames: list[Frame], cid: str) -> list[tuple[str, str]]:
+    """What a tab was shown of confirmation ``cid``: (kind, status or text) in order."""
+    shown = []
+    for f in frames:
+        c = f.get("confirmation")
+        if c is not None and c["id"] == cid:
+            shown.append((f["kind"], c["status"]))
+        elif f["kind"] == "text" and f"[{cid}]" in f["text"]:
+            shown.append(("text", f["text"]))
+    return shown
+
+
+def counted(metrics: str, name: str, **labels: str) -> float:
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in metrics.splitlines():
+        found = re.fullmatch(rf"{name}\{{(.*)\}} (\S+)", line)
+        if found and ",".join(sorted(found.group(1).split(","))) == want:
+            return float(found.group(2))
+    return 0.0
+
+
+async def test_a_decision_on_b_shows_on_a_at_once_and_a_s_result_shows_on_b(
+    replicas: tuple[ServeProcess, ServeProcess],
+) -> None:
+    a, b = replicas
+    async with (
+        aiohttp.ClientSession(base_url=a.url) as on_a,
+        aiohttp.ClientSession(base_url=b.url) as on_b,
+        on_a.get("/api/events") as events_a,
+        on_b.get("/api/events") as events_b,
+        tab(on_a, "alice") as alice,
+        tab(on_b, "bob") as bob,
+    ):
+        await alice.send_json({"type": "message", "text": "/sql DELETE FROM orders WHERE id = 3"})
+        card = await next_frame(alice, lambda f: f.get("kind") == "confirmation", timeout=20)
+        cid = card["confirmation"]["id"]
+        # The card asked on A shows on B too, for Bob to decide there if he may.
+        shown_b = await frames_until(bob, lambda f: f["kind"] == "confirmation")
+
+        async with on_b.post(
+            f"/api/confirmations/{cid}/decision", json={"decision": "approve", "actor": "oncall"}
+        ) as resp:
+            assert resp.status == 200, await resp.text()
+
+        # On A, where the turn waits: the card's final state, then the call's result.
+        shown_a = [card, *await frames_until(alice, is_result(cid))]
+        # On B, where the room is open too: the card asked on A, its end, A's result.
+        shown_b += await frames_until(bob, is_result(cid))
+
+        # A marker that both rooms show, so everything before it has arrived: if any of
+        # the above were told twice, the second copy would come before the marker.
+        await alice.send_json({"type": "message", "text": "/sql DELETE FROM orders WHERE id = 4"})
+        marker = (await next_frame(alice, lambda f: f.get("kind") == "confirmation"))[
+            "confirmation"
+        ]["id"]
+        async with on_b.post(
+            f"/api/confirmations/{marker}/decision", json={"decision": "reject", "actor": "oncall"}
+        ) as resp:
+            assert resp.status == 200, await resp.text()
+        shown_a += await frames_until(alice, is_update(marker))
+        shown_b += await frames_until(bob, is_update(marker))
+
+        result_a = next(f["text"] for f in shown_a if is_result(cid)(f))
+        assert "1 行 / 1 row" in result_a
+        # The same in both rooms: the card, its final state, the result line; each once.
+        for shown in (shown_a, shown_b):
+            assert cards(shown, cid) == [
+                ("confirmation", "pending"),
+                ("confirmation_update", "approved"),
+                ("text", result_a),
+            ]
+
+        def is_marker_end(event: Frame) -> bool:
+            return event["event"] == "confirmation.resolved" and event["data"]["id"] == marker
+
+        seen_a = await events_until(events_a, is_marker_end)
+        seen_b = await events_until(events_b, is_marker_end)
+    # Each change once per replica: A made the request, the run and the marker's request;
+    # B made both decisions.
+    assert seen_a == [
+        ("confirmation.requested", cid, False, "pending"),
+        ("confirmation.resolved", cid, True, "approved"),
+        ("confirmation.executed", cid, False, "approved"),
+        ("confirmation.requested", marker, False, "pending"),
+        ("confirmation.resolved", marker, True, "rejected"),
+    ]
+    assert [(e, i, r) for e, i, r, _ in seen_b] == [
+        ("confirmation.requested", cid, True),
+        ("confirmation.resolved", cid, False),
+        ("confirmation.executed", cid, True),
+        ("confirmation.requested", marker, True),
+        ("confirmation.resolved", marker, False),
+    ]
+    assert not order_exists(a.data_dir, 3)  # A ran it, once
+
+    # Counted where it happened: A asked, B decided.
+    async with aiohttp.ClientSession() as http:
+        metrics_a = await (await http.get(f"{a.url}/metrics")).text()
+        metrics_b = await (await http.get(f"{b.url}/metrics")).text()
+    approved = {"outcome": "approved", "via": "admin"}
+    assert counted(metrics_a, "gateway_confirmations_resolved_total", **approved) == 0
+    assert counted(metrics_b, "gateway_confirmations_resolved_total", **approved) == 1
+    requested = {"tool": "sql_modify"}
+    assert counted(metrics_a, "gateway_confirmations_requested_total", **requested) == 2
+    assert counted(metrics_b, "gateway_confirmations_requested_total", **requested) == 0
+    for process in (a, b):
+        assert process.stop() == 0
+        assert process.error_lines() == []
