@@ -244,6 +244,7 @@ async def test_edit_arguments_then_approve_runs_the_edited_call(
     width = await page.evaluate(WIDEST)
     assert width[0] <= 360, width
     await page.screenshot(path=str(ARTIFACTS / "admin-360-edit.png"), full_page=True)
+    await card.screenshot(path=str(ARTIFACTS / "admin-360-edit-card.png"))  # docs/edits.md
 
     await editor.fill('{"sql": "DELETE FROM orders WHERE id = 4"}')
     await card.locator(".approve-edited").click()
