@@ -198,13 +198,14 @@ def runs_not_once(runs: list[str], chats: int) -> dict[str, int]:
 # ---------------------------------------------------------------------- the bench
 
 
-async def _commands(url: str) -> int:
+async def _commands(url: str) -> Counter[str]:
+    """Calls per command so far (``cmdstat_evalsha`` -> ``evalsha``)."""
     from redis.asyncio import Redis
 
     admin = Redis.from_url(url)
     try:
         stats = await admin.info("commandstats")
-        return sum(int(v["calls"]) for v in stats.values())
+        return Counter({k.removeprefix("cmdstat_"): int(v["calls"]) for k, v in stats.items()})
     finally:
         await admin.aclose()
 
@@ -239,14 +240,15 @@ def bench(chats: int, replicas: int, lease: float) -> None:
             (Path(tempfile.gettempdir()) / f"replicas-load-{r.name}.log").write_text(
                 "".join(r.process.lines), encoding="utf-8"
             )
-    report(result, replicas, runs_not_once(runs, chats), (after - before) / chats, logged)
+    after.subtract(before)
+    report(result, replicas, runs_not_once(runs, chats), after, logged)
 
 
 def report(
     result: LoadResult,
     replicas: int,
     not_once: dict[str, int],
-    commands: float,
+    commands: Counter[str],
     logged: list[str],
 ) -> None:
     ms = [t * 1000 for t in result.decide_to_claim]
@@ -262,7 +264,9 @@ def report(
             f"  decide -> claim (n={len(ms)}): p50 {statistics.median(ms):.1f} ms, "
             f"p99 {_percentile(ms, 0.99):.1f} ms, max {max(ms):.1f} ms"
         )
-    print(f"  Redis commands per round trip: {commands:.1f}")
+    n = result.chats
+    print(f"  Redis commands per round trip: {commands.total() / n:.1f}")
+    print("    " + ", ".join(f"{k} {v / n:.1f}" for k, v in commands.most_common(8)))
     for line in (result.errors + logged)[:10]:
         print(f"    {line.strip()[:200]}")
 

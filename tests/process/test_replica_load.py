@@ -44,6 +44,9 @@ async def test_concurrent_chats_on_two_replicas_lose_nothing(
             prefix=prefix,
             fake=fake_llm,
             lease=15.0,
+            # Callers queue for the bounded pool (64 connections) for up to 30 s, not 5: on
+            # a shared 2-core machine the wait is for CPU, not Redis (the bench keeps 5 s).
+            GATEWAY_CONFIRMATION__REDIS_POOL_TIMEOUT_SECONDS="30",
             **LOAD_SETTINGS,
         )
         try:
