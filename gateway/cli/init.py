@@ -66,7 +66,8 @@ app_id = "cli_xxxxxxxxxxxxxxxx"   # from the Feishu developer console
 domain = "feishu"         # feishu | lark
 allow_from = []           # [] nobody, ["*"] everyone, or open_ids
 group_policy = "mention"  # answer in groups only when @-mentioned | "open"
-approvers = []            # open_ids that may decide anyone's call
+approvers = []            # open_ids that may decide anyone's call (and get four-eyes
+                          # and critical prompts in their direct chat with the bot)
 """,
     "dingtalk": """
 [channels.dingtalk]       # DingTalk, see docs/dingtalk.md; needs the [dingtalk] extra
@@ -76,7 +77,8 @@ client_id = "dingxxxxxxxxxxxxxxxx"   # the app's AppKey
 # client_secret: set GATEWAY_CHANNELS__DINGTALK__CLIENT_SECRET
 allow_from = []           # [] nobody, ["*"] everyone, or staff ids
 group_policy = "mention"  # answer in groups only when @-mentioned | "open"
-approvers = []            # staff ids that may decide anyone's call
+approvers = []            # staff ids that may decide anyone's call (and get four-eyes
+                          # and critical prompts in their 1:1 chat with the robot)
 """,
 }
 
