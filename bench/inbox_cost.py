@@ -6,7 +6,7 @@ its own room, ``--concurrency`` at a time) and waits until every one is answered
 CPU is the whole process's (``time.process_time``: the client, the gateway and the
 SQLite threads alike), so the figure is what one inbound message costs end to end.
 
-- ``inbox``: ``inbox.db`` in the data dir (WAL, synchronous=FULL): put before the 202,
+- ``inbox``: ``inbox.db`` in the data dir (WAL, synchronous=NORMAL): put before the 202,
   taken at the turn's start.
 - ``none``: the same gateway with ``bus.inbox = None`` (the bus before issue 12 item 7).
 

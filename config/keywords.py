@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -16,6 +17,9 @@ from tomlkit.exceptions import TOMLKitError
 log = structlog.get_logger(__name__)
 
 ListName = Literal["confirm", "cancel"]
+
+# How often the running daemon looks at the keyword file for changes.
+WATCH_SECONDS = 1.0
 
 
 class KeywordsError(ValueError):
@@ -240,9 +244,12 @@ class KeywordStore:
         self.replace(self._words.without_word(word))
         return self._words
 
-    async def start_watching(self) -> None:
+    async def start_watching(self, *, every: float = WATCH_SECONDS) -> None:
+        """Reload the file whenever it changes, checking every ``every`` seconds."""
         if self._task is None:
-            self._task = asyncio.create_task(self._watch(), name="keywords-watch")
+            # Stamped now: a change made once this returns is never missed.
+            watch = self._watch(every, _stamp(self.path))
+            self._task = asyncio.create_task(watch, name="keywords-watch")
 
     async def stop_watching(self) -> None:
         if self._task is not None:
@@ -250,27 +257,30 @@ class KeywordStore:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
 
-    async def _watch(self) -> None:
-        from watchfiles import awatch
+    async def _watch(self, every: float, seen: tuple[int, int, int] | None) -> None:
+        # One stat per check, not an inotify watch (watchfiles): the file's directory is
+        # the data dir, where the SQLite files are written on every message, and the
+        # directory watch woke its thread for each of those writes (about 60 µs of CPU per
+        # web chat message, bench/ingest.py). A stat also sees the file replaced by rename
+        # (editors, save_keywords): its inode changes.
+        while True:
+            await asyncio.sleep(every)
+            now = _stamp(self.path)
+            if now == seen:
+                continue
+            seen = now
+            if now is None:  # gone: the words in force stay until it is back
+                continue
+            try:
+                self.reload()
+            except Exception:  # a listener failed: say so, and keep watching
+                log.exception("keywords.reload_failed", path=str(self.path))
 
-        # Watch the directory, not the file: editors and save_keywords replace the file by
-        # rename, which ends a watch on the old inode.
-        target = self.path.resolve()
-        directory = target.parent
-        try:
-            # Only the keyword file's own name passes: the data dir also holds SQLite files
-            # that change on every message, and each batch of those was logged as "changes
-            # detected" by watchfiles.
-            async for changes in awatch(
-                directory,
-                debounce=200,
-                step=50,
-                watch_filter=lambda _change, path: Path(path).name == target.name,
-            ):
-                # resolve() of a few changed paths is a cheap local call
-                if any(Path(p).resolve() == target for _, p in changes):  # noqa: ASYNC240
-                    self.reload()
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            log.exception("keywords.watch_failed", path=str(self.path))
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    """What changes when the file is written or replaced; None when it cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_mtime_ns, st.st_size)

@@ -2,18 +2,29 @@
 
 Its own file rather than a table in ``confirmations.db``: the two are written at
 different rates by different parts, and neither should wait on the other's write lock.
+
+Durable against the process dying (kill -9, OOM, a crash), which is what the inbox
+promises; an OS crash or power cut may lose the last stored messages. WAL with
+``synchronous=NORMAL``: a commit is in the WAL file (the OS's page cache) when ``put``
+returns, and the WAL is fsynced only at checkpoints. The fsync on every commit
+(``synchronous=FULL``) was the largest single cost of an inbound message: about 400 of
+1,500-1,800 µs of server CPU per web chat message (bench/ingest.py, docs/performance.md),
+paid on every message against the case where the whole machine goes down within seconds
+after the platform was told we have the message. docs/deploy.md ("What a crash can lose")
+says so to operators.
 """
 
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from pathlib import Path
 
-import aiosqlite
 import structlog
 
 from gateway.bus import InboundMessage
+from gateway.confirm.sqlite_thread import SqliteThread
 from gateway.inbox import Inbox, message_key
 
 log = structlog.get_logger(__name__)
@@ -39,69 +50,65 @@ _SCHEMA = (
 class SqliteInbox(Inbox):
     """Inbound messages in one SQLite file; ``open(path)`` makes it.
 
-    Takes an ``aiosqlite`` connection in autocommit mode: every method is one statement,
+    Runs on its own ``SqliteThread`` in autocommit mode: every method is one statement,
     so one thread hop, and atomic without a transaction around it.
     """
 
-    def __init__(self, conn: aiosqlite.Connection) -> None:
-        self._conn = conn
+    def __init__(self, db: SqliteThread) -> None:
+        self._db = db
 
     @classmethod
     async def open(cls, path: str | Path, *, busy_timeout_ms: int = 5_000) -> SqliteInbox:
         """Open (and create if needed) the file, in WAL mode, with the schema."""
-        conn = await aiosqlite.connect(str(path), isolation_level=None)
+        db = await SqliteThread.connect(
+            path, busy_timeout_ms=busy_timeout_ms, synchronous="NORMAL", thread_name="inbox"
+        )
         try:
-            await conn.execute("PRAGMA journal_mode = WAL")
-            # FULL: put() returning means the message survives a power cut too, and the
-            # platform is told we have it right after. NORMAL would survive kill -9 alike
-            # (the WAL is in the OS's cache) but a power cut could lose the last messages
-            # already acknowledged: the platform would never send them again.
-            await conn.execute("PRAGMA synchronous = FULL")
-            await conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            for statement in _SCHEMA:
-                await conn.execute(statement)
-            cursor = await conn.execute("PRAGMA user_version")
-            row = await cursor.fetchone()
-            version = int(row[0]) if row else 0
-            if version > SCHEMA_VERSION:
-                raise RuntimeError(
-                    f"inbox database {path} has schema {version}, this gateway knows "
-                    f"{SCHEMA_VERSION}: upgrade the gateway or use another data_dir"
-                )
-            await conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            version = await db.run(_migrate)
         except BaseException:
-            await conn.close()
+            await db.close()
             raise
+        if version > SCHEMA_VERSION:
+            await db.close()
+            raise RuntimeError(
+                f"inbox database {path} has schema {version}, this gateway knows "
+                f"{SCHEMA_VERSION}: upgrade the gateway or use another data_dir"
+            )
         log.info("inbox.sqlite_opened", path=str(path))
-        return cls(conn)
+        return cls(db)
 
     async def close(self) -> None:
-        await self._conn.close()
+        await self._db.close()
 
     async def put(self, msg: InboundMessage) -> bool:
         channel, message_id = message_key(msg)
         body = json.dumps(msg.to_dict(), ensure_ascii=False, separators=(",", ":"))
-        cursor = await self._conn.execute(
-            "INSERT OR IGNORE INTO inbox (channel, message_id, body, stored_at)"
-            " VALUES (?, ?, ?, ?)",
-            (channel, message_id, body, time.time()),
-        )
-        return cursor.rowcount == 1
+        row = (channel, message_id, body, time.time())
+        return await self._db.run(lambda conn: conn.execute(_PUT, row).rowcount == 1)
 
     async def taken(self, channel: str, message_id: str, *, at: float | None = None) -> None:
-        await self._conn.execute(
-            "UPDATE inbox SET taken_at = ?"
-            " WHERE channel = ? AND message_id = ? AND taken_at IS NULL",
-            (time.time() if at is None else at, channel, message_id),
-        )
+        args = (time.time() if at is None else at, channel, message_id)
+        await self._db.run(lambda conn: conn.execute(_TAKEN, args))
 
     async def untaken(self) -> list[InboundMessage]:
-        cursor = await self._conn.execute(
-            "SELECT body FROM inbox WHERE taken_at IS NULL ORDER BY seq"
-        )
-        rows = await cursor.fetchall()
+        sql = "SELECT body FROM inbox WHERE taken_at IS NULL ORDER BY seq"
+        rows = await self._db.run(lambda conn: conn.execute(sql).fetchall())
         return [InboundMessage.from_dict(json.loads(row[0])) for row in rows]
 
     async def purge(self, before: float) -> int:
-        cursor = await self._conn.execute("DELETE FROM inbox WHERE taken_at < ?", (before,))
-        return cursor.rowcount
+        sql = "DELETE FROM inbox WHERE taken_at < ?"
+        return await self._db.run(lambda conn: conn.execute(sql, (before,)).rowcount)
+
+
+_PUT = "INSERT OR IGNORE INTO inbox (channel, message_id, body, stored_at) VALUES (?, ?, ?, ?)"
+_TAKEN = "UPDATE inbox SET taken_at = ? WHERE channel = ? AND message_id = ? AND taken_at IS NULL"
+
+
+def _migrate(conn: sqlite3.Connection) -> int:
+    """Create the schema; the file's schema version as it was (newer ones are refused)."""
+    for statement in _SCHEMA:
+        conn.execute(statement)
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version <= SCHEMA_VERSION:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    return version

@@ -27,6 +27,7 @@ from aiohttp import WSCloseCode, web
 
 from channels.base import Channel
 from channels.webchat.limits import SenderRateLimit
+from channels.webchat.page import render_page
 from channels.webchat.rest import ChatRest
 from channels.webchat.rooms import ChatEntry, EntryKind, Room, Rooms, Socket
 from channels.webchat.websocket import ChatSockets
@@ -84,6 +85,7 @@ class WebChatChannel(Channel):
         self.bus = bus
         self.confirmations = confirmations
         self.metrics = metrics
+        self._page = render_page()
         self.clock = clock
         self.rooms = Rooms(
             max_rooms=settings.max_sessions,
@@ -218,6 +220,8 @@ class WebChatChannel(Channel):
         """A history entry as sent to ``user`` (with what they may decide on a prompt)."""
         frame = {"type": "message", **entry.to_dict()}
         c = entry.confirmation
+        if c is not None:
+            frame["card"] = texts.web_card(c)
         if c is not None and user is not None:
             can: dict[str, dict[str, Any]] = {}
             for d in Decision:
@@ -286,7 +290,7 @@ class WebChatChannel(Channel):
     # ------------------------------------------------------------------ HTTP
 
     async def page(self, _: web.Request) -> web.StreamResponse:
-        return web.FileResponse(STATIC_DIR / "index.html", headers=PAGE_HEADERS)
+        return web.Response(text=self._page, content_type="text/html", headers=PAGE_HEADERS)
 
     def room_from(self, request: web.Request) -> Room:
         """The room named in the path (REST) or the query (WebSocket)."""

@@ -113,7 +113,11 @@ class Room:
         if seq > self._seq:
             # A number from before a restart (history is in memory): send all there is.
             seq = 0
-        return [e for e in self.entries if e.seq > seq]
+        # Sequence numbers run on without gaps and old entries leave from the front: the
+        # entries after ``seq`` are the last ``last_seq - seq`` (or all that are left). A
+        # poll usually asks for one or two; the history holds up to history_size.
+        newer = min(self._seq - seq, len(self.entries))
+        return list(itertools.islice(self.entries, len(self.entries) - newer, None))
 
     async def wait_after(self, seq: int, timeout: float) -> list[ChatEntry]:
         """Entries after ``seq``; when there are none yet, wait up to ``timeout`` for one."""

@@ -15,7 +15,7 @@ import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 T = TypeVar("T")
 
@@ -29,18 +29,31 @@ class SqliteThread:
         self._closed = False
 
     @classmethod
-    async def connect(cls, path: str | Path, *, busy_timeout_ms: int) -> SqliteThread:
-        """Open ``path`` in autocommit mode on a new thread, WAL, fsync on commit."""
-        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-confirm")
+    async def connect(
+        cls,
+        path: str | Path,
+        *,
+        busy_timeout_ms: int,
+        synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        thread_name: str = "sqlite-confirm",
+    ) -> SqliteThread:
+        """Open ``path`` in autocommit mode on a new thread, in WAL mode.
+
+        ``synchronous``: FULL fsyncs the WAL on every commit; NORMAL only at checkpoints
+        (a commit survives the process dying, not a power cut: see the inbox for when
+        that is the right trade).
+        """
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name)
 
         def connect() -> sqlite3.Connection:
             conn = sqlite3.connect(str(path), isolation_level=None)
             try:
                 conn.row_factory = sqlite3.Row
-                # WAL: readers never block the writer; synchronous=FULL: a decision that
-                # was reported as made survives a power cut, not only a process crash.
+                # WAL: readers never block the writer. The confirmation store keeps
+                # synchronous=FULL: a decision that was reported as made survives a power
+                # cut, not only a process crash.
                 conn.execute("PRAGMA journal_mode = WAL")
-                conn.execute("PRAGMA synchronous = FULL")
+                conn.execute(f"PRAGMA synchronous = {synchronous}")
                 conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
             except BaseException:
                 conn.close()

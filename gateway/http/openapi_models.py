@@ -216,6 +216,9 @@ class ChatMessage(Answer):
     can_decide: dict[str, Any] | None = Field(
         default=None, description="only with ?user= and a confirmation: may that user decide"
     )
+    card: dict[str, Any] | None = Field(
+        default=None, description="a confirmation's words as the page shows them (gateway/texts)"
+    )
 
 
 class ChatHistory(Answer):

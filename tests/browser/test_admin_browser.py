@@ -136,14 +136,22 @@ async def test_reject_with_a_reason_keywords_and_testers(
     url = base_url(gateway)
     page = await open_admin(browser, url, page_errors)
     await say(url, "ops2", "bob", "/sql DELETE FROM orders WHERE id = 4")
-    card = page.locator("#pending-list .card")
+    await expect(page.locator("#pending-list .card")).to_have_count(1)
+    first = await page.locator("#pending-list .card").get_attribute("data-id")
+    card = page.locator(f'#pending-list .card[data-id="{first}"]')
     await card.locator(".reason").fill("not during the sale")
+    # Another call arrives while the reason is typed: the list is redrawn, the words stay.
+    await say(url, "ops9", "dave", "/sql DELETE FROM orders WHERE id = 8")
+    await expect(page.locator("#pending-list .card")).to_have_count(2)
+    await expect(card.locator(".reason")).to_have_value("not during the sale")
     await card.locator(".reject").click()
-    await expect(page.locator("#pending-list .card")).to_have_count(0)
-    row = page.locator("#history-list .row").first
-    await expect(row).to_have_attribute("data-status", "rejected")
+    await expect(page.locator("#pending-list .card")).to_have_count(1)
+    row = page.locator('#history-list .row[data-status="rejected"]')
+    await expect(row).to_have_count(1)
     assert order_exists(gateway.settings.data_dir, 4)
-    assert (await gateway.confirmations.list())[0].reason == "not during the sale"
+    rejected = await gateway.confirmations.get(str(first))
+    assert rejected is not None
+    assert rejected.reason == "not during the sale"
 
     # History search by person (a plain GET form: works without the script as well).
     await page.locator('#history-form input[name="person"]').fill("nobody")
@@ -236,6 +244,7 @@ async def test_edit_arguments_then_approve_runs_the_edited_call(
     width = await page.evaluate(WIDEST)
     assert width[0] <= 360, width
     await page.screenshot(path=str(ARTIFACTS / "admin-360-edit.png"), full_page=True)
+    await card.screenshot(path=str(ARTIFACTS / "admin-360-edit-card.png"))  # docs/edits.md
 
     await editor.fill('{"sql": "DELETE FROM orders WHERE id = 4"}')
     await card.locator(".approve-edited").click()

@@ -246,6 +246,62 @@ async def test_one_thread_hop_per_store_operation(store: SqliteConfirmationStore
     assert hops == 6
 
 
+def count_hops(loop: asyncio.AbstractEventLoop) -> list[int]:
+    """Counts the thread hops that come back to ``loop`` until ``del loop.call_soon_threadsafe``."""
+    hops = [0]
+    original = loop.call_soon_threadsafe
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        hops[0] += 1
+        return original(*args, **kwargs)
+
+    loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+    return hops
+
+
+async def test_no_hop_for_a_session_with_nothing_pending(tmp_path: Path) -> None:
+    # Issue 14: every inbound message asks list_pending first; most sessions have nothing
+    # pending, and the hop was part of bench/ingest.py's µs per message.
+    path = tmp_path / "c.db"
+    first = await SqliteConfirmationStore.open(path)
+    await first.create(make("LEFT", session="webchat:left"))  # pending when the file reopens
+    await first.create(make("DONE", session="webchat:done"))
+    await first.finish("DONE", Status.REJECTED, by="a", via="t", reason=None, now=T0 + 1)
+    await first.close()
+    store = await SqliteConfirmationStore.open(path)
+    loop = asyncio.get_running_loop()
+    hops = count_hops(loop)
+    try:
+        assert await store.list_pending("webchat:never") == []
+        assert hops[0] == 0
+        assert [c.id for c in await store.list_pending("webchat:left")] == ["LEFT"]
+        assert hops[0] == 1
+        # Ended before this handle opened: not asked for.
+        assert await store.list_pending("webchat:done") == []
+        assert hops[0] == 1
+        await store.finish("LEFT", Status.APPROVED, by="a", via="t", reason=None, now=T0 + 1)
+        assert await store.list_pending("webchat:left") == []  # asked once more, then known
+        assert await store.list_pending("webchat:left") == []
+        assert hops[0] == 3
+    finally:
+        del loop.call_soon_threadsafe
+        await store.close()
+
+
+async def test_a_record_created_while_its_session_is_read_is_not_forgotten(
+    store: SqliteConfirmationStore,
+) -> None:
+    # The read is queued on the store's thread before the insert, so it finds nothing; the
+    # session must still be asked next time.
+    await store.create(make("OLD1", session="webchat:race"))
+    await store.finish("OLD1", Status.REJECTED, by="a", via="t", reason=None, now=T0 + 1)
+    reading = asyncio.create_task(store.list_pending("webchat:race"))
+    await asyncio.sleep(0)  # the read is on its way to the thread
+    await store.create(make("NEW1", session="webchat:race"))
+    assert await reading == []
+    assert [c.id for c in await store.list_pending("webchat:race")] == ["NEW1"]
+
+
 _CLAIMER = """
 import asyncio, sys
 from pathlib import Path

@@ -113,3 +113,19 @@ async def test_hot_reload_into_service(keywords_file: Path) -> None:
         assert service.parser.parse("确认").intent is ReplyIntent.CONFIRM
     finally:
         await store.stop_watching()
+
+
+async def test_a_file_replaced_by_rename_is_reloaded(keywords_file: Path) -> None:
+    # The watcher looks at the file itself (issue 14: a directory watch woke a thread for
+    # every SQLite write beside it), so a rename over it must count as a change.
+    store = WatchedKeywords(keywords_file)
+    await store.start_watching(every=0.02)
+    try:
+        replacement = keywords_file.with_name("keywords.toml.new")
+        text = keywords_file.read_text(encoding="utf-8").replace('"确认",', '"确认", "搞定",', 1)
+        replacement.write_text(text, encoding="utf-8")
+        replacement.replace(keywords_file)
+        assert await asyncio.wait_for(store.reloads.get(), 10)
+        assert "搞定" in store.words.confirm
+    finally:
+        await store.stop_watching()

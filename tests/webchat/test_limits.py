@@ -43,6 +43,20 @@ def test_the_count_bound_still_holds() -> None:
     assert [e.text for e in rooms.get("r").entries] == [str(i) for i in range(15, 25)]
 
 
+def test_a_poll_gets_what_came_after_its_number_of_what_is_kept() -> None:
+    # Room.after counts back from the newest entry (issue 14: it read the whole history).
+    rooms = Rooms(max_rooms=10, history_size=10, room_bytes=1 << 20, total_bytes=1 << 20)
+    room = rooms.get("r")
+    assert room.after(0) == []
+    for i in range(25):
+        _say(rooms, "r", str(i))
+    assert [e.seq for e in room.after(22)] == [23, 24, 25]
+    assert room.after(25) == []
+    assert [e.seq for e in room.after(3)] == list(range(16, 26))  # older ones were dropped
+    assert [e.seq for e in room.after(0)] == list(range(16, 26))
+    assert [e.seq for e in room.after(99)] == list(range(16, 26))  # a number from before a restart
+
+
 def test_over_the_total_the_oldest_entry_of_any_room_goes_first() -> None:
     entry = 10 * KIB
     text = "x" * (entry - ENTRY_OVERHEAD_BYTES)

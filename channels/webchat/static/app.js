@@ -4,14 +4,10 @@
 
 (function () {
   const NAME = /^[\p{L}\p{N}\p{M}_.@-]{1,64}$/u;
-  const RISK = { low: "低 low", medium: "中 medium", high: "高 high", critical: "严重 critical" };
-  const STATUS = {
-    pending: "待确认 pending",
-    approved: "已批准 approved",
-    rejected: "已取消 cancelled", // a person's 取消: worded like the button (gateway/texts.py)
-    expired: "已超时 expired",
-    cancelled: "已取消 cancelled",
-  };
+  // Every word the script writes comes from gateway/texts (the page carries them as JSON);
+  // a card's words come with its record in each frame.
+  const T = JSON.parse(document.getElementById("texts").textContent);
+  const fmt = (text, values) => text.replace(/\{(\w+)\}/g, (m, k) => (k in values ? String(values[k]) : m));
 
   const $ = (id) => document.getElementById(id);
   const log = $("log");
@@ -60,7 +56,7 @@
   function addText(msg) {
     const mine = msg.user && msg.user === state.user;
     const row = el("div", "msg " + (msg.user ? (mine ? "mine" : "theirs") : "bot"));
-    const who = el("span", "who", msg.user ? msg.user : "网关 gateway");
+    const who = el("span", "who", msg.user ? msg.user : T.gateway);
     const at = el("span", "at", fmtTime(msg.at));
     const meta = el("div", "meta");
     meta.append(who, at);
@@ -72,7 +68,7 @@
   }
 
   function field(dl, label, value, mono) {
-    if (value === undefined || value === null || value === "") return;
+    if (value === undefined || value === null || value === "") return false;
     const dt = el("dt", null, label);
     const dd = el(mono ? "dd" : "dd", mono ? "mono" : null);
     if (mono) {
@@ -81,13 +77,14 @@
       dd.textContent = String(value);
     }
     dl.append(dt, dd);
+    return true;
   }
 
-  function renderCard(c, can) {
+  function renderCard(c, can, words) {
     let entry = state.cards.get(c.id);
     if (!entry) {
       const node = $("card-template").content.firstElementChild.cloneNode(true);
-      entry = { el: node, record: c, can: can || null };
+      entry = { el: node, record: c, can: can || null, words: words };
       state.cards.set(c.id, entry);
       node.dataset.id = c.id;
       node.querySelector(".approve").addEventListener("click", () => decide(c.id, "approve"));
@@ -98,59 +95,23 @@
     }
     entry.record = c;
     if (can) entry.can = can;
+    if (words) entry.words = words;
+    const w = entry.words;
     const node = entry.el;
     node.dataset.status = c.status;
     node.querySelector(".card-id").textContent = c.id;
     const risk = node.querySelector(".risk");
-    risk.textContent = "风险 " + (RISK[c.risk] || c.risk);
+    risk.textContent = w.risk;
     risk.className = "risk risk-" + c.risk;
     node.querySelector(".summary").textContent = c.summary;
     const dl = node.querySelector(".fields");
     dl.replaceChildren();
-    const d = c.details || {};
-    field(dl, "工具 Tool", c.tool_call.name);
-    if (d.statement) {
-      field(dl, "语句 Statement", d.statement, true);
-    } else {
-      field(dl, "参数 Args", JSON.stringify(c.tool_call.args, null, 2), true);
+    for (const f of w.fields) {
+      const value = typeof f.value === "object" ? JSON.stringify(f.value, null, 2) : f.value;
+      if (field(dl, f.label, value, f.mono)) dl.lastElementChild.classList.add("field-" + f.key);
     }
-    field(dl, "类型 Kind", d.kind);
-    field(dl, "表 Tables", Array.isArray(d.tables) ? d.tables.join(", ") : d.tables);
-    if (d.rows_affected !== undefined && d.rows_affected !== null) {
-      field(dl, "影响行数 Rows affected", d.rows_affected);
-      dl.lastElementChild.classList.add("rows-affected");
-    }
-    field(dl, "注意 Note", d.warning);
-    if (d.edited) {
-      // Approved with edited arguments (docs/edits.md): what was asked, beside what runs.
-      field(dl, "修改前 Asked", JSON.stringify(d.edited.args_before || {}, null, 2), true);
-    }
-    field(dl, "发起人 Requested by", c.requester);
-    if (c.four_eyes) field(dl, "双人审批 Four-eyes", "需要另一位审批人批准 / another approver must approve");
     updateCardState(entry);
     scrollDown();
-  }
-
-  // Plain symbols, not emoji: they render with any font, also in headless test browsers.
-  function outcomeText(c) {
-    const by = c.decided_by || "-";
-    // Wording follows gateway/texts.py outcome().
-    if (c.status === "approved" && (c.details || {}).edited) {
-      return "✎ " + by + " 修改参数后批准，按修改后的参数执行中… / approved by " + by +
-        " with edited arguments; running as edited";
-    }
-    if (c.status === "approved") return "✓ " + by + " 已批准，执行中… / approved by " + by + "; running…";
-    if (c.status === "expired") return "– 已超时，未执行 / expired, did not run";
-    if (c.feedback || (c.reason || "").indexOf("superseded") >= 0) {
-      return "↪ 已被 " + by + " 的新消息取代，未执行 / superseded by a new message from " + by;
-    }
-    if (c.status === "rejected") {
-      const zh = c.reason ? "（" + c.reason + "）" : "";
-      const en = c.reason ? " (" + c.reason + ")" : "";
-      return "✗ " + by + " 已取消" + zh + "，未执行 / cancelled by " + by + en + "; did not run";
-    }
-    const why = c.reason ? " · " + c.reason : "";
-    return "– " + (STATUS[c.status] || c.status) + why;
   }
 
   function updateCardState(entry) {
@@ -166,20 +127,16 @@
     const may = entry.can || {};
     // Only for people who may decide: for the others it would be a false promise.
     hint.hidden = !pending || !((may.approve || {}).allowed || (may.reject || {}).allowed);
-    hint.textContent = "也可回复 确认 " + c.id + " / 取消 " + c.id + " (or reply confirm / cancel " + c.id + ")";
+    hint.textContent = entry.words.hint;
     if (!pending) {
       // The header no longer asks: it says what the card was about.
       const title = node.querySelector(".card-title");
       if (title) {
-        title.textContent = "确认请求 ";
-        const en = document.createElement("span");
-        en.className = "en";
-        en.textContent = "Confirmation";
-        title.appendChild(en);
+        title.textContent = T.decided_title;
       }
       countdown.hidden = true;
       outcome.hidden = false;
-      outcome.textContent = outcomeText(c);
+      outcome.textContent = entry.words.outcome || "";
       outcome.className = "outcome outcome-" + c.status;
       actions.hidden = true;
       why.hidden = true;
@@ -188,8 +145,7 @@
     countdown.hidden = false;
     const m = Math.floor(left / 60);
     const s = Math.floor(left % 60);
-    countdown.textContent =
-      "剩余 Time left " + m + ":" + String(s).padStart(2, "0") + "（" + fmtTime(c.expires_at) + " 过期 expires）";
+    countdown.textContent = fmt(T.time_left, { left: m + ":" + String(s).padStart(2, "0"), at: fmtTime(c.expires_at) });
     countdown.classList.toggle("urgent", left < 30);
     const can = entry.can || {};
     const approve = can.approve || { allowed: false, why: "" };
@@ -202,7 +158,7 @@
     if (!approve.allowed && approve.why) reasons.push(approve.why);
     if (!reject.allowed && reject.why && reject.why !== approve.why) reasons.push(reject.why);
     why.hidden = reasons.length === 0;
-    why.textContent = reasons.join("；");
+    why.textContent = reasons.join(T.reasons_joiner);
   }
 
   function secondsLeft(c) {
@@ -220,11 +176,11 @@
     if (msg.seq <= state.lastSeq) return; // replayed after a reconnect
     state.lastSeq = msg.seq;
     if (msg.kind === "confirmation" && msg.confirmation) {
-      renderCard(msg.confirmation, msg.can_decide);
+      renderCard(msg.confirmation, msg.can_decide, msg.card);
     } else if (msg.kind === "confirmation_update" && msg.confirmation) {
       const known = state.cards.get(msg.confirmation.id);
       if (known) known.busy = false;
-      renderCard(msg.confirmation, msg.can_decide);
+      renderCard(msg.confirmation, msg.can_decide, msg.card);
     } else {
       addText(msg);
     }
@@ -265,7 +221,7 @@
     const text = box.value.trim();
     if (!text || !state.ws || state.ws.readyState !== WebSocket.OPEN) return;
     if (text.length > state.maxText) {
-      systemLine("消息过长（上限 " + state.maxText + " 字）/ message too long (limit " + state.maxText + ")", "error");
+      systemLine(fmt(T.too_long, { limit: state.maxText }), "error");
       return;
     }
     state.ws.send(JSON.stringify({ type: "message", text: text }));
@@ -279,7 +235,7 @@
     const q = new URLSearchParams({ session: state.session, user: state.user, after: String(state.lastSeq) });
     const ws = new WebSocket(proto + "//" + location.host + "/ws?" + q.toString());
     state.ws = ws;
-    setConn(false, "连接中… connecting");
+    setConn(false, T.connecting);
     ws.onopen = () => {
       state.retry = 0;
     };
@@ -293,7 +249,7 @@
       if (frame.type === "hello") {
         if (frame.last_seq < state.lastSeq) {
           // The gateway restarted (history lives in its memory): numbering starts again.
-          systemLine("网关已重启，以下为新消息 / the gateway restarted; new messages below");
+          systemLine(T.restarted);
           state.lastSeq = 0;
         }
         state.offsetMs = frame.now * 1000 - Date.now();
@@ -306,7 +262,7 @@
           $("user").value = frame.user;
           $("user").readOnly = true;
         }
-        setConn(true, "已连接 " + frame.session + " · " + frame.user + " / online");
+        setConn(true, fmt(T.online, { session: frame.session, user: frame.user }));
         $("text").disabled = false;
         $("send").disabled = false;
       } else if (frame.type === "message") {
@@ -321,8 +277,7 @@
       if (state.ws !== ws) return;
       $("text").disabled = true;
       $("send").disabled = true;
-      const why = ev.reason ? "（" + ev.reason + "）" : "";
-      setConn(false, "已断开 offline" + why);
+      setConn(false, ev.reason ? fmt(T.offline_because, { reason: ev.reason }) : T.offline);
       if (state.wanted) {
         const delay = Math.min(10000, 500 * 2 ** state.retry) * (0.5 + Math.random());
         state.retry += 1;
@@ -338,7 +293,7 @@
     const user = $("user").value.trim();
     const session = $("session").value.trim();
     if (!NAME.test(user) || !NAME.test(session)) {
-      systemLine("名字和会话：1-64 个字母、数字或 . _ - @ / name and room: 1-64 letters, digits or . _ - @", "error");
+      systemLine(T.bad_name, "error");
       return;
     }
     const changed = session !== state.session || user !== state.user;
@@ -380,7 +335,7 @@
       ev.preventDefault();
       const link = $("share").href;
       if (navigator.clipboard) navigator.clipboard.writeText(link).catch(() => {});
-      systemLine("分享此链接 / share this link: " + link);
+      systemLine(fmt(T.share_link, { link: link }));
     });
     setInterval(tick, 1000);
     join();

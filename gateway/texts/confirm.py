@@ -1,0 +1,347 @@
+"""What chat users read about a confirmation: the prompt, the decision, what became of it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gateway.confirm.model import Confirmation, ExecState, Risk, Status
+
+RISK_LABELS = {
+    Risk.LOW: "低 low",
+    Risk.MEDIUM: "中 medium",
+    Risk.HIGH: "高 high",
+    Risk.CRITICAL: "严重 critical",
+}
+
+STATUS_LABELS = {
+    Status.PENDING: "待确认 pending",
+    Status.APPROVED: "已批准 approved",
+    # A person's 取消 is a rejection in the record; in chat it reads like the button said.
+    Status.REJECTED: "已取消 cancelled",
+    Status.EXPIRED: "已超时 expired",
+    Status.CANCELLED: "已取消 cancelled",
+}
+
+ONLY_APPROVERS = "仅发起人或审批人可操作 / only the requester or an approver can decide"
+FOUR_EYES = "需要另一位审批人批准 / another approver must approve this (four-eyes)"
+NO_PENDING = "当前没有待确认的操作 / nothing is waiting for confirmation here"
+HELP_NO_MODEL = (
+    "未配置模型，可用命令 / No model is configured. Commands:\n"
+    "  /sql <语句 statement>  执行 SQL（修改需确认）/ run SQL (changes need confirmation)\n"
+    "  /pending  查看待确认 / list pending confirmations\n"
+    "  /help  帮助 / this help\n"
+    "配置模型见 README「Use a model」/ to chat with a model, set [llm] (README: Use a model)."
+)
+UNKNOWN_COMMAND = "未知命令 {command}，输入 /help 查看 / unknown command {command}; type /help"
+SHUTDOWN_REASON = "网关关闭 / gateway shutting down"
+STORE_UNAVAILABLE_MESSAGE = (
+    "⚠️ 确认存储暂不可用，这条消息未处理，请稍后再发 / the confirmation store is unavailable "
+    "right now: this message was not handled; send it again later"
+)
+STORE_UNAVAILABLE = (
+    "⚠️ 确认存储暂不可用，{tool} 未执行，请稍后重试 / the confirmation store is unavailable "
+    "right now: {tool} did not run; try again later"
+)
+SUPERSEDED_REASON = "收到新消息，已取消 / superseded by a new message"
+TOO_MANY_UNCLEAR = "多次回复不明确 / too many unclear replies"
+TIMEOUT_REASON = "超时未确认 / no decision before the timeout"
+RESTART_REASON = "网关重启时已过期 / expired while the gateway was down"
+ERROR_REASON = "内部错误 / internal error: {error}"
+MESSAGE_TOO_LONG = "消息过长（上限 {limit} 字）/ message too long (limit {limit} characters)"
+WEBCHAT_UNREADABLE_FRAME = "无法读取这条消息（{error}）/ this message could not be read: {error}"
+WEBCHAT_SLOW_DOWN = (
+    "请稍慢一点：每分钟最多 {limit} 条消息，{seconds} 秒后可以再发 / "
+    "Please slow down: at most {limit} messages a minute; you can send again in {seconds} s"
+)
+
+
+# The fields of a prompt, as text lines and as a card's labels (web chat, admin page).
+FIELD_TOOL = "工具 Tool"
+FIELD_STATEMENT = "语句 Statement"
+FIELD_ARGS = "参数 Args"
+FIELD_KIND = "类型 Kind"
+FIELD_TABLES = "表 Tables"
+FIELD_ROWS = "影响行数 Rows affected"
+FIELD_NOTE = "注意 Note"
+FIELD_RISK = "风险 Risk"
+FIELD_RULE = "规则 Rule"
+FIELD_REQUESTER = "发起人 Requested by"
+FIELD_FOUR_EYES = "双人审批 Four-eyes"
+FIELD_ASKED = "修改前 Asked"
+
+
+def _fmt_time(ts: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ts))
+
+
+def _fmt_left(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 60}:{s % 60:02d}"
+
+
+def detail_lines(c: Confirmation, *, statement: bool = True) -> list[str]:
+    """What will happen, field by field (used by text prompts and cards).
+
+    ``statement=False`` leaves the SQL statement out, for a card that shows it in a code block.
+    """
+    d = c.details
+    lines = [f"{FIELD_TOOL}: {c.tool_call.name}"]
+    if statement and d.get("statement"):
+        lines.append(f"{FIELD_STATEMENT}: {d['statement']}")
+    extra = []
+    if d.get("kind"):
+        extra.append(f"{FIELD_KIND}: {d['kind']}")
+    if d.get("tables"):
+        extra.append(f"{FIELD_TABLES}: {', '.join(d['tables'])}")
+    if d.get("rows_affected") is not None:
+        extra.append(f"{FIELD_ROWS}: {d['rows_affected']}")
+    if extra:
+        lines.append(" · ".join(extra))
+    if not d.get("statement"):
+        args = ", ".join(f"{k}={v!r}" for k, v in c.tool_call.args.items())
+        lines.append(f"{FIELD_ARGS}: {args}")
+    if d.get("warning"):
+        lines.append(f"{FIELD_NOTE}: {d['warning']}")
+    lines.append(f"{FIELD_RISK}: {RISK_LABELS[c.risk]}")
+    if d.get("policy_rule"):
+        lines.append(f"{FIELD_RULE}: {d['policy_rule']}")
+    return lines
+
+
+def reply_hint(c: Confirmation) -> str:
+    """How to answer by text, addressed to those who may decide (also under a card).
+
+    With four-eyes the requester may only withdraw: in a one-to-one chat, where only the
+    requester reads it, the prompt says it waits for an approver instead of asking.
+    """
+    if c.four_eyes and not c.is_group:
+        return (
+            f"⏳ 等待审批人批准，回复 取消 {c.id} 可撤回 / "
+            f"waiting for an approver; reply cancel {c.id} to withdraw"
+        )
+    if c.four_eyes:
+        return (
+            f"审批人回复 确认 {c.id} / 取消 {c.id}；{c.requester} 可回复 取消 {c.id} 撤回 / "
+            f"approvers: reply confirm {c.id} / cancel {c.id}; "
+            f"{c.requester} may reply cancel {c.id} to withdraw"
+        )
+    who = f"{c.requester} 或审批人" if c.is_group else ""
+    who_en = f"{c.requester} or an approver: " if c.is_group else ""
+    return (
+        f"{who}回复 确认 / 取消，或 确认 {c.id} / 取消 {c.id} / "
+        f"{who_en}reply confirm / cancel (or confirm {c.id} / cancel {c.id})"
+    )
+
+
+def confirmation_title(c: Confirmation) -> str:
+    """The first line of a prompt, the title of a card and of a notification."""
+    return f"⚠️ 需要确认 Confirmation required [{c.id}]"
+
+
+TIME_LEFT = "剩余 Time left: {left}（{at} 过期 expires）"
+
+
+def time_left(c: Confirmation, now: float) -> str:
+    return TIME_LEFT.format(left=_fmt_left(c.seconds_left(now)), at=_fmt_time(c.expires_at))
+
+
+def expires_at(c: Confirmation) -> str:
+    """The expiry as a clock time, for a card that is not redrawn every second."""
+    return f"过期时间 Expires: {_fmt_time(c.expires_at)}"
+
+
+def prompt(c: Confirmation, now: float) -> str:
+    """A confirmation prompt as text."""
+    lines = [confirmation_title(c), c.summary, *detail_lines(c)]
+    lines.append(time_left(c, now))
+    if c.four_eyes:
+        lines.append(FOUR_EYES)
+    lines.append(reply_hint(c))
+    return "\n".join(lines)
+
+
+def status_line(c: Confirmation) -> str:
+    """One line: what became of a confirmation."""
+    label = STATUS_LABELS[c.status]
+    who = f" · {c.decided_by}" if c.decided_by else ""
+    why = f" · {c.reason}" if c.reason else ""
+    return f"[{c.id}] {label}{who}{why}"
+
+
+def superseded(c: Confirmation) -> bool:
+    """Ended by the requester's next message instead of a decision."""
+    return c.feedback or c.reason == SUPERSEDED_REASON
+
+
+def outcome(c: Confirmation) -> str:
+    """Posted to the chat when a confirmation ends; an approval says the call now runs."""
+    tool = c.tool_call.name
+    by = c.decided_by or "-"
+    if c.status is Status.APPROVED and c.edit_note is not None:
+        return edited_outcome(c)
+    if c.status is Status.APPROVED:
+        return f"✅ [{c.id}] {by} 已批准，{tool} 执行中… / approved by {by}; running {tool}…"
+    if c.status is Status.EXPIRED:
+        return f"⌛ [{c.id}] 超时未确认，{tool} 未执行 / expired; {tool} did not run"
+    if superseded(c):
+        return (
+            f"↪️ [{c.id}] 已被 {by} 的新消息取代，{tool} 未执行 / "
+            f"superseded by a new message from {by}; {tool} did not run"
+        )
+    # A person's 取消 (REJECTED) names them; shutdown and the like (CANCELLED) give a reason.
+    who, who_en = (f"{by} ", f" by {by}") if c.status is Status.REJECTED else ("", "")
+    reason = f"：{c.reason}" if c.reason else ""
+    en = f" ({c.reason})" if c.reason else ""
+    return (
+        f"🚫 [{c.id}] {who}已取消{reason}，{tool} 未执行 / "
+        f"cancelled{who_en}{en}; {tool} did not run"
+    )
+
+
+def already_decided(c: Confirmation) -> str:
+    by = f" {c.decided_by}" if c.decided_by else ""
+    return f"[{c.id}] 已处理：{STATUS_LABELS[c.status]} / already {c.status.value} by{by or ' -'}"
+
+
+def unknown_id(cid: str) -> str:
+    return f"没有待确认的 {cid} / no pending confirmation {cid}"
+
+
+def which_one(pending: Sequence[Confirmation]) -> str:
+    lines = ["有多个待确认操作，请带上编号回复 / several are pending; reply with the id:"]
+    for c in pending:
+        lines.append(f"  确认 {c.id} / 取消 {c.id} — {c.summary}")
+    return "\n".join(lines)
+
+
+def unclear(c: Confirmation, attempts_left: int) -> str:
+    return (
+        f"没听懂，请只回复 确认 或 取消（[{c.id}]，还可 {attempts_left} 次）/ "
+        f"unclear reply: answer just confirm or cancel ({attempts_left} tries left)"
+    )
+
+
+def still_pending(c: Confirmation) -> str:
+    return (
+        f"[{c.id}] 仍在等待确认，您的消息将在之后处理 / still waiting for a decision; "
+        "your message will be handled after it"
+    )
+
+
+def pending_list(pending: Sequence[Confirmation], now: float) -> str:
+    if not pending:
+        return NO_PENDING
+    lines = [f"待确认 Pending ({len(pending)}):"]
+    for c in pending:
+        lines.append(f"  [{c.id}] {c.summary} · {_fmt_left(c.seconds_left(now))} left")
+    return "\n".join(lines)
+
+
+# ---- The execution ledger: what became of an approved call ----
+
+INTERRUPTED_RESULT = "interrupted: the process running it stopped before it reported an end"
+
+
+def interrupted(c: Confirmation) -> str:
+    """The call's runner died or was stopped mid-run: never retried by itself."""
+    return (
+        f"⚠️ [{c.id}] {c.tool_call.name} 中断：可能已执行也可能未执行，如需重试请重新发起 / "
+        "interrupted: it may or may not have taken effect; ask again to re-run"
+    )
+
+
+def ran_elsewhere(c: Confirmation) -> str:
+    """A turn whose claim lost: another process has the call (and posts its result)."""
+    return (
+        f"ℹ️ [{c.id}] {c.tool_call.name} 由另一个网关进程执行，结果会在此发布 / "
+        "run by another gateway process; its result is posted here"
+    )
+
+
+def execution_line(c: Confirmation) -> str | None:
+    """The result line of an ended call, from its execution ledger (the replica that ran it
+    posted it from the tool's whole output; another replica shows the kept part)."""
+    ex = c.execution
+    name = c.tool_call.name
+    if ex.state is ExecState.SUCCEEDED:
+        return tool_result(name, ex.result or "", c.id)
+    if ex.state is ExecState.FAILED:
+        return tool_failed(name, ex.result or "")
+    if ex.state is ExecState.INTERRUPTED:
+        return interrupted(c)
+    return None
+
+
+def prompt_reposted(c: Confirmation, now: float) -> str:
+    """A pending prompt shown again after a restart, with the time left."""
+    return (
+        "🔁 网关已重启，此操作仍在等待确认 / the gateway restarted; this still waits:\n"
+        + prompt(c, now)
+    )
+
+
+def tool_result(name: str, result: Any, confirmation_id: str | None = None) -> str:
+    """A tool's result; after a confirmation, the line names its id and says it is done."""
+    if confirmation_id is None:
+        return f"{name}: {result}"
+    return f"✔️ [{confirmation_id}] {name} 已完成 / done: {result}"
+
+
+def rows(n: int) -> str:
+    """A row count in both languages: "1 行 / 1 row", "3 行 / 3 rows"."""
+    return f"{n} 行 / {n} row" + ("" if n == 1 else "s")
+
+
+def tool_denied(name: str, reason: str) -> str:
+    return f"⛔ {name} 被策略拒绝 / refused by policy: {reason}"
+
+
+def tool_failed(name: str, error: str) -> str:
+    return f"⚠️ {name} 执行失败 / failed: {error}"
+
+
+def manual_only(name: str, what: str) -> str:
+    return f"📝 {name} 仅展示、不执行（manual）/ shown, not run (manual):\n{what}"
+
+
+def notify_ran(name: str, what: str) -> str:
+    return f"ℹ️ 已执行 ran {name}: {what}"
+
+
+# ---- Arguments edited before approving (gateway/tools/edits.py) ----
+
+EDIT_FOUR_EYES = (
+    "修改后的调用需要另一位审批人批准，未批准 / the edited call needs another approver "
+    "(four-eyes): not approved"
+)
+
+
+def edit_refused(tool: str, level: str, rule: str) -> str:
+    return (
+        f"⛔ 修改后的 {tool} 调用被策略设为 {level}（{rule}），未批准 / "
+        f"the edited {tool} call is {level} by policy ({rule}): not approved"
+    )
+
+
+def edited_changes(before: Mapping[str, Any], after: Mapping[str, Any]) -> str:
+    """What an edit changed, one argument a line: ``sql: 'a' → 'b'``."""
+    lines = []
+    for key in dict.fromkeys([*before, *after]):
+        old = repr(before[key]) if key in before else "（无 none）"
+        new = repr(after[key]) if key in after else "（删除 removed）"
+        if old != new:
+            lines.append(f"  {key}: {old} → {new}")
+    return "\n".join(lines)
+
+
+def edited_outcome(c: Confirmation) -> str:
+    """An approval with new arguments: who changed what; what runs is the new call."""
+    by, tool = c.decided_by or "-", c.tool_call.name
+    before = (c.edit_note or {}).get("args_before") or {}
+    return (
+        f"✏️ [{c.id}] {by} 修改参数后批准，{tool} 按修改后的参数执行中… / approved by {by} "
+        f"with edited arguments; running {tool} as edited:\n改动 Changed:\n"
+        + edited_changes(before, c.tool_call.args)
+    )

@@ -1,0 +1,60 @@
+"""What chat users read about grants (gateway/confirm/grants.py)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gateway.confirm.grants import Grant
+
+GRANT_BUTTON = "30 分钟内同类操作免确认 / skip asking for 30 min"
+GRANT_MINUTES_BUTTON = 30
+
+
+def _until(at: float) -> str:
+    return time.strftime("%H:%M", time.localtime(at))
+
+
+def grant_used(tool: str, grant: Grant) -> str:
+    return (
+        f"✅ 已按 {grant.granted_by} 的授权（至 {_until(grant.expires_at)}）直接执行 {tool}，"
+        f"未再询问 / ran {tool} without asking: {grant.granted_by}'s grant "
+        f"until {_until(grant.expires_at)}"
+    )
+
+
+def grant_given(grant: Grant) -> str:
+    if grant.scope == "session":
+        return (
+            f"🔓 {grant.granted_by} 授权：{_until(grant.expires_at)} 前 "
+            f"{grant.requester} 在本会话的 {grant.tool} 调用免确认（critical 除外）/ "
+            f"{grant.granted_by} granted: "
+            f"{grant.requester}'s {grant.tool} calls here run without asking until "
+            f"{_until(grant.expires_at)} (never critical ones)"
+        )
+    return (
+        f"🔓 {grant.granted_by} 授权：{_until(grant.expires_at)} 前完全相同的 {grant.tool} "
+        f"调用免确认 / {grant.granted_by} granted: this exact {grant.tool} call runs without "
+        f"asking until {_until(grant.expires_at)}"
+    )
+
+
+GRANT_NOT_CRITICAL = "critical 操作每次都要确认 / critical calls are always asked for, one by one"
+GRANT_NOT_FOUR_EYES = "四眼操作每次都要第二人确认 / four-eyes calls need a second person each time"
+
+
+def grant_length(scope: str, most: int) -> str:
+    return f"授权时长须为 1 到 {most} 分钟 / a {scope} grant lasts 1 to {most} minutes"
+
+
+def grant_refused(why: str) -> str:
+    return f"已批准这一次，但未授予免确认：{why} / approved this once; no grant: {why}"
+
+
+def grant_revoked(grant: Grant) -> str:
+    return (
+        f"🔒 {grant.revoked_by} 撤销了 {grant.granted_by} 给 {grant.tool} 的免确认授权 / "
+        f"{grant.revoked_by} revoked {grant.granted_by}'s grant for {grant.tool}: "
+        "calls are asked for again"
+    )

@@ -1,0 +1,108 @@
+"""What the web chat page shows: its labels, the lines its script writes, and each card.
+
+The page (channels/webchat/page.py) is rendered from ``WEBCHAT_LABELS`` and carries
+``WEBCHAT_SCRIPT`` as JSON for app.js, which fills the ``{name}`` fields; a card's words
+come with the record in every frame (``web_card``), so the script composes none itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gateway.confirm.model import Confirmation, Status
+from gateway.texts.channels import APPROVE_BUTTON, REJECT_BUTTON
+from gateway.texts.confirm import (
+    FIELD_ARGS,
+    FIELD_ASKED,
+    FIELD_FOUR_EYES,
+    FIELD_KIND,
+    FIELD_NOTE,
+    FIELD_REQUESTER,
+    FIELD_ROWS,
+    FIELD_STATEMENT,
+    FIELD_TABLES,
+    FIELD_TOOL,
+    FOUR_EYES,
+    MESSAGE_TOO_LONG,
+    RISK_LABELS,
+    TIME_LEFT,
+    outcome,
+)
+
+# (Chinese, English): the page shows 中文 with the English beside it, set apart.
+WEBCHAT_LABELS: dict[str, tuple[str, str]] = {
+    "title": ("网关聊天", "Gateway chat"),
+    "name": ("名字", "Name"),
+    "room": ("会话", "Room"),
+    "join": ("进入", "Join"),
+    "offline": ("未连接", "offline"),
+    "share": ("分享链接", "share link"),
+    "share_title": ("把此链接发给同事", "send this link to a colleague"),
+    "unverified": (
+        "名字由使用者自己填写，未经验证。",
+        "Names here are typed by their users, not verified.",
+    ),
+    "unverified_remote": ("此处的确认/取消不生效。", "Decisions from this page do not count."),
+    "start": (
+        "输入 /help 查看命令；试试 /sql DELETE FROM orders WHERE id = 3。",
+        "Type /help for commands; try /sql DELETE FROM orders WHERE id = 3.",
+    ),
+    "message": ("输入消息", "message (Enter)"),
+    "send": ("发送", "Send"),
+    "card_title": ("⚠️ 需要确认", "Confirmation required"),
+    "approve": (APPROVE_BUTTON.split()[0], APPROVE_BUTTON.split()[1]),
+    "reject": (REJECT_BUTTON.split()[0], REJECT_BUTTON.split()[1]),
+    "reason": ("原因（可选）", "reason"),
+}
+
+# Lines app.js writes; {fields} are filled there.
+WEBCHAT_SCRIPT: dict[str, str] = {
+    "gateway": "网关 gateway",
+    "connecting": "连接中… connecting",
+    "online": "已连接 {session} · {user} / online",
+    "offline": "已断开 offline",
+    "offline_because": "已断开 offline（{reason}）",
+    "reasons_joiner": "；",
+    "restarted": "网关已重启，以下为新消息 / the gateway restarted; new messages below",
+    "too_long": MESSAGE_TOO_LONG,
+    "bad_name": (
+        "名字和会话：1-64 个字母、数字或 . _ - @ / name and room: 1-64 letters, digits or . _ - @"
+    ),
+    "share_link": "分享此链接 / share this link: {link}",
+    "time_left": TIME_LEFT,
+    "decided_title": "确认请求 Confirmation",
+}
+
+
+def web_card(c: Confirmation) -> dict[str, Any]:
+    """A card's words for the web chat page: risk, fields, hint and outcome."""
+    d = c.details
+    # (key, label, value, shown as code): "field-<key>" is its class on the page.
+    fields: list[tuple[str, str, Any, bool]] = [("tool", FIELD_TOOL, c.tool_call.name, False)]
+    if d.get("statement"):
+        fields.append(("statement", FIELD_STATEMENT, d["statement"], True))
+    else:
+        fields.append(("args", FIELD_ARGS, c.tool_call.args, True))
+    if d.get("kind"):
+        fields.append(("kind", FIELD_KIND, d["kind"], False))
+    if d.get("tables"):
+        fields.append(("tables", FIELD_TABLES, ", ".join(d["tables"]), False))
+    if d.get("rows_affected") is not None:
+        fields.append(("rows-affected", FIELD_ROWS, d["rows_affected"], False))
+    if d.get("warning"):
+        fields.append(("note", FIELD_NOTE, d["warning"], False))
+    if c.edit_note is not None:
+        # Approved with edited arguments (docs/edits.md): what was asked, beside what runs.
+        fields.append(("asked", FIELD_ASKED, c.edit_note.get("args_before") or {}, True))
+    fields.append(("requester", FIELD_REQUESTER, c.requester, False))
+    if c.four_eyes:
+        fields.append(("four-eyes", FIELD_FOUR_EYES, FOUR_EYES, False))
+    return {
+        "risk": f"风险 {RISK_LABELS[c.risk]}",
+        "fields": [
+            {"key": key, "label": label, "value": value, "mono": mono}
+            for key, label, value, mono in fields
+        ],
+        "hint": f"也可回复 确认 {c.id} / 取消 {c.id} (or reply confirm / cancel {c.id})",
+        "outcome": None if c.status is Status.PENDING else outcome(c),
+    }
