@@ -9,6 +9,8 @@ call is stranded when that process dies or another one takes a decision:
   (claimed and run here, through the orphan handler, which also lets a model turn go on),
   and calls that were running (reported ``interrupted``, never re-run, unless the tool is
   idempotent: then claimed once more). This runs at start and every few seconds.
+- Messages a dead replica acknowledged to the platform and never took up (its inbox
+  messages, in the shared store) are adopted at the same scan and processed here.
 - With a shared store (Redis) a decision may land on another replica. The store's lifecycle
   feed tells this process, which wakes its turn, or runs the call it adopted; and every
   change another replica made (a request, a decision, an execution's end) is told to this
@@ -151,6 +153,12 @@ class Replicas:
             # Approved, unclaimed, and nobody alive answers for it (its turn died with it).
             if c.owner != self.me and (c.owner in dead or c.owner not in known):
                 await self._take(c)
+        if service.store.shared:
+            # Their inbox messages too (a Redis stream): those they acknowledged to the
+            # platform and never took up. An owner with no heartbeat at all is dead; one
+            # that started since the listing above is safe: the inbox claims only what was
+            # idle for a lease.
+            await service.bus.adopt_inbox(alive=(known - dead) | {self.me})
 
     async def _take(self, c: Confirmation, *, dead: str | None = None) -> bool:
         """Adopt, run or interrupt one record of a dead process; False to try again later."""
