@@ -342,7 +342,13 @@ async def open_grant_store(settings: Settings, confirmations: object) -> GrantSt
         return await SqliteGrantStore.open(settings.data_dir / "confirmations.db")
     if kind == "redis":
         from gateway.confirm.redis_grants import RedisGrantStore
+        from gateway.confirm.redis_store import RedisConfirmationStore
 
         c = settings.confirmation
+        if isinstance(confirmations, RedisConfirmationStore):
+            # The confirmations' client: one bounded pool per replica. A client of its own
+            # had redis-py's pool, past redis_max_connections: at 500 concurrent chats it
+            # raised MaxConnectionsError and no grant was read (issue 13).
+            return RedisGrantStore(confirmations.client, prefix=c.redis_prefix)
         return await RedisGrantStore.from_url(c.redis_url, prefix=c.redis_prefix)
     return MemoryGrantStore()
