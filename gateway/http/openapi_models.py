@@ -241,7 +241,11 @@ class ChatMessage(Answer):
     user: str | None = Field(description="who wrote it; null for the gateway")
     message_id: str | None = None
     can_decide: dict[str, Any] | None = Field(
-        default=None, description="only with ?user= and a confirmation: may that user decide"
+        default=None,
+        description=(
+            "only with ?user= and a confirmation: may that user approve / reject, and does "
+            "the card show them the grant button (grant: allowed, scope, minutes)"
+        ),
     )
     card: dict[str, Any] | None = Field(
         default=None, description="a confirmation's words as the page shows them (gateway/texts)"
