@@ -39,6 +39,15 @@ CARD_REF = "dingtalk_card"
 WEBHOOK_EXPIRY_MARGIN_SECONDS = 60.0
 
 
+def robot_message(text: str, markdown_title: str | None) -> tuple[str, dict[str, str]]:
+    """The robot API's (msgKey, msgParam): plain text, or markdown under a title."""
+    if markdown_title is None:
+        return "sampleText", {"content": text}
+    # DingTalk markdown joins single newlines; a blank line keeps them apart.
+    body = "\n\n".join(line for line in text.splitlines() if line.strip())
+    return "sampleMarkdown", {"title": markdown_title, "text": body}
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     """Where replies to one conversation go."""
@@ -156,17 +165,12 @@ class DingTalkSender:
         markdown_title: str | None = None,
     ) -> None:
         route = self._route_for(chat_id, metadata, conf)
+        msg_key, msg_param = robot_message(text, markdown_title)
+        hook_payload: dict[str, Any]
         if markdown_title is not None:
-            # DingTalk markdown joins single newlines; a blank line keeps them apart.
-            body = "\n\n".join(line for line in text.splitlines() if line.strip())
-            hook_payload: dict[str, Any] = {
-                "msgtype": "markdown",
-                "markdown": {"title": markdown_title, "text": body},
-            }
-            msg_key, msg_param = "sampleMarkdown", {"title": markdown_title, "text": body}
+            hook_payload = {"msgtype": "markdown", "markdown": msg_param}
         else:
-            hook_payload = {"msgtype": "text", "text": {"content": text}}
-            msg_key, msg_param = "sampleText", {"content": text}
+            hook_payload = {"msgtype": "text", "text": msg_param}
         if (
             route.webhook is not None
             and route.webhook_usable
@@ -301,11 +305,7 @@ class DingTalkSender:
         self, staff: list[str], text: str, *, title: str | None = None
     ) -> None:
         """One ``oToMessages/batchSend`` per 20 approvers (DingTalk's limit per call)."""
-        if title is None:
-            msg_key, param = "sampleText", {"content": text}
-        else:
-            body = "\n\n".join(line for line in text.splitlines() if line.strip())
-            msg_key, param = "sampleMarkdown", {"title": title, "text": body}
+        msg_key, param = robot_message(text, title)
         for start in range(0, len(staff), 20):
             await self._api.send_one_to_one(
                 robot_code=self._robot_code,

@@ -31,6 +31,8 @@ log = structlog.get_logger(__name__)
 
 # Where the prompt card's message id is kept on the confirmation record.
 PROMPT_REF = "feishu_message_id"
+# The chat's earlier cards of the same call (its prompt shown again after a restart).
+EARLIER_REF = "feishu_earlier:"
 
 
 class FeishuSender:
@@ -117,6 +119,10 @@ class FeishuSender:
             log.warning("feishu.card_fallback_to_text", code=result.code, error=result.msg)
             await self._send_text(msg)
             return
+        earlier = conf.prompt_refs.get(PROMPT_REF)
+        if earlier and earlier != result.message_id:
+            # Shown again (after a restart): the earlier card stays a copy to patch too.
+            await self._service.set_prompt_ref(conf.id, f"{EARLIER_REF}{earlier}", earlier)
         await self._keep_copy(conf, PROMPT_REF, result.message_id, msg.chat_id)
 
     async def _keep_copy(
@@ -185,11 +191,16 @@ class FeishuSender:
             await self._send_text(msg)
         for open_id, ref in direct_copies(cards, CHANNEL).items():
             if ref == TEXT_COPY:
-                await self._text_to(open_id, msg.text, msg, receive_id_type="open_id")
+                try:
+                    await self._text_to(open_id, msg.text, msg, receive_id_type="open_id")
+                except ChannelSendError:  # dead-lettered; the other copies still go
+                    failed += 1
             else:
                 failed += not await self._patch_card(open_id, ref, conf, direct=True)
         for key, message_id in cards.items():
-            if key.startswith("clicked:") and message_id not in conf.prompt_refs.values():
+            if key.startswith(EARLIER_REF) or (
+                key.startswith("clicked:") and message_id not in conf.prompt_refs.values()
+            ):
                 failed += not await self._patch_card(msg.chat_id, message_id, conf)
         if failed:
             raise ChannelSendError(f"feishu: {failed} card patch(es) failed", retryable=False)

@@ -290,3 +290,38 @@ async def test_a_decision_on_another_replica_patches_every_copy_from_the_stored_
                     second, conf.id, lambda c: c.execution.state.is_final, what="the run"
                 )
                 assert (ran.execution.state, ran.execution.attempts) == (ExecState.SUCCEEDED, 1)
+
+
+async def test_a_prompt_shown_again_after_a_restart_keeps_every_copy_updatable(
+    gateway: Gateway, fake: FakeFeishu, settings: Settings
+) -> None:
+    from gateway.bus import OutboundKind, OutboundMessage
+
+    fake.send_frame(group_msg(ALICE, "/sql DELETE FROM orders WHERE id = 8"))
+    [conf] = await wait_pending(gateway)
+    first, direct = await copies(fake)
+    stored = await wait_record(gateway, conf.id, lambda c: len(c.prompt_refs) == 3, what="refs")
+    # What a process that adopts the call after a restart posts (gateway/confirm/replicas.py).
+    await gateway.bus.publish_outbound(
+        OutboundMessage(
+            channel="feishu",
+            chat_id=GROUP,
+            kind=OutboundKind.CONFIRMATION,
+            text=texts.prompt_reposted(stored, stored.created_at),
+            confirmation=stored,
+        )
+    )
+    second = await fake.wait_request(
+        lambda r: r in card_sends(fake) and r.message_id != first.message_id, what="card again"
+    )
+    await wait_record(gateway, conf.id, lambda c: len(c.prompt_refs) == 4, what="both cards")
+    assert len(fake.direct_sends()) == 2  # the approvers' copies still work: not sent again
+
+    fake.send_frame(message_event(chat_id=fake.p2p_chat(BOB), sender=BOB, text=f"确认 {conf.id}"))
+    await wait_status(gateway, conf.id, Status.APPROVED)
+    for message_id in (first.message_id, second.message_id, direct[BOB].message_id):
+        assert message_id is not None
+        await wait_until(
+            lambda m=message_id: "已批准 approved" in card_text(fake.card(m)),
+            what=f"card {message_id} patched",
+        )
