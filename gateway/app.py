@@ -27,15 +27,17 @@ from config.settings import ConfigError, Settings
 from gateway.agent.loop import Agent, AgentLoop
 from gateway.bus import MessageBus
 from gateway.confirm.grants import GrantBook, open_grant_store
+from gateway.confirm.ledger import new_instance
 from gateway.confirm.retention import Retention
 from gateway.confirm.service import ConfirmationService
 from gateway.confirm.store import ConfirmationStore
 from gateway.data_lock import DataDirLock
 from gateway.http.admin import AdminApi
 from gateway.http.grants_api import GrantsApi
+from gateway.http.instances import InstancesApi
 from gateway.http.page import AdminPage
 from gateway.http.server import HttpServer
-from gateway.inbox import Inbox, open_inbox
+from gateway.inbox import Inbox
 from gateway.metrics import Metrics
 from gateway.parts import (
     build_agent,
@@ -43,6 +45,7 @@ from gateway.parts import (
     check_settings,
     close_agent,
     lock_data_dir,
+    open_inbox,
     open_store,
     orphan_runner,
 )
@@ -215,8 +218,9 @@ async def build(
             for warning in await store.durability_warnings():
                 log.warning("store.durability", problem=warning)
         opened.push_async_callback(store.close)
+        instance = new_instance(clock)  # owner of its inbox messages and confirmations
         if inbox is None:
-            inbox = await open_inbox(settings)
+            inbox = await open_inbox(settings, store, instance.id)
         opened.push_async_callback(inbox.close)
         sql_db = SqlDatabase(
             settings.sql_url,
@@ -245,6 +249,7 @@ async def build(
             keywords=keywords,
             clock=clock,
             grants=grants,
+            instance=instance,
         )
         confirmations.subscribe(metrics.on_confirmation)
         bus.add_inbound_listener(metrics.on_inbound)
@@ -288,6 +293,7 @@ async def build(
                 channel_status=channels.status,
             ).register(http.app)
             GrantsApi(grants=grants, confirmations=confirmations).register(http.app)
+            InstancesApi(confirmations=confirmations).register(http.app)
             AdminPage(
                 confirmations=confirmations,
                 keywords=keywords,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -139,7 +139,7 @@ class MessageBus:
     ``publish_inbound`` drops platform redeliveries, stores the message in the inbox
     (when there is one), then offers it to the confirmation service; only what is not a
     decision reaches the agent's queue. A message is marked taken in the inbox when it
-    was decided on the way in, or (``mark_taken``) when the agent's turn for it starts.
+    was decided on the way in, or (``mark_taken``) before its turn's first effect.
     """
 
     def __init__(
@@ -212,9 +212,15 @@ class MessageBus:
         return result
 
     async def start(self) -> None:
-        """Replay the inbox, then purge its taken messages once an hour (when it has one)."""
+        """Replay the inbox, then purge its taken messages once an hour (when it has one).
+
+        A shared inbox (Redis) is not replayed here: its other owners may be live
+        replicas, and gateway/confirm/replicas.py adopts the dead ones' messages with
+        their confirmations (``adopt_inbox``).
+        """
         if self.inbox is not None:
-            await self.replay_inbox()
+            if not self.inbox.shared:
+                await self.adopt_inbox(alive=())  # this process's own: earlier runs are over
             self._housekeeping.spawn(self._purge_hourly(self.inbox), name="inbox-purge")
 
     async def stop(self) -> None:
@@ -232,15 +238,17 @@ class MessageBus:
                 log.exception("bus.inbox_purge_failed")
             await asyncio.sleep(3600)
 
-    async def replay_inbox(self) -> int:
-        """Publish again what an earlier run stored and never took; how many there were.
+    async def adopt_inbox(self, alive: Collection[str]) -> int:
+        """Publish here what processes not in ``alive`` stored and never took; how many.
 
-        Called once at start, before the channels start: each such message is delivered
-        once here, and a platform's redelivery of it is a duplicate (its id is stored).
+        With a shared inbox, at every adoption scan (the start's runs in the background,
+        while the channels already bring messages: a redelivery of one of these is a
+        duplicate whichever comes first). Each such message is delivered once, by the one process that adopted
+        it; a platform's redelivery of it is a duplicate (its id is stored).
         """
         if self.inbox is None:
             return 0
-        stored = await self.inbox.untaken()
+        stored = await self.inbox.adopt(alive)
         for msg in stored:
             self.is_duplicate(msg.channel, msg.message_id)  # remember the id in memory too
             result = await self._deliver(msg)
@@ -251,7 +259,8 @@ class MessageBus:
         return len(stored)
 
     async def mark_taken(self, msg: InboundMessage) -> None:
-        """The agent took ``msg`` (its turn starts): it is not replayed after a restart."""
+        """``msg`` is handled, or its turn is about to show or do something: from here on
+        a crash does not process it again (its tool calls may have run)."""
         if self.inbox is None or not _storable(msg):
             return
         try:

@@ -34,6 +34,7 @@ from gateway.confirm.store import ConfirmationStore
 from gateway.data_lock import DataDirLock
 from gateway.http.jsonapi import one_line
 from gateway.http.server import admin_token_problem
+from gateway.inbox import Inbox, MemoryInbox
 from gateway.metrics import Metrics
 from gateway.tools.base import ToolRegistry
 from gateway.tools.runner import ToolOutcome, ToolRunner
@@ -69,7 +70,7 @@ def lock_data_dir(settings: Settings) -> DataDirLock | None:
     Only SQLite: its confirmations, inbox and audit log in the data dir have one owner.
     With Redis several replicas are normal and may share a data dir: what they keep
     there is the demo SQL database (SQLite locks its own writes), and the keyword file
-    (each reads it); their inbox is not in the data dir (gateway.inbox.open_inbox).
+    (each reads it); their inbox is in Redis (open_inbox).
     """
     if settings.confirmation.store != "sqlite":
         return None
@@ -105,6 +106,32 @@ async def open_store(settings: Settings) -> ConfirmationStore:
             f"({one_line(exc) or type(exc).__name__}): start it, or set "
             "GATEWAY_CONFIRMATION__REDIS_URL (or [confirmation] redis_url)"
         ) from exc
+
+
+async def open_inbox(settings: Settings, store: ConfirmationStore, owner: str) -> Inbox:
+    """The inbox that goes with the confirmation store, its messages owned by ``owner``.
+
+    SQLite: ``inbox.db`` in the data dir. Redis: a stream beside the store's keys, on the
+    store's client (a store handed to ``build`` without one: memory). Otherwise a memory
+    inbox: nothing survives the process anyway. Never SQLite beside Redis: replicas may
+    share a data dir, and each would take the others' messages for a past run's.
+    """
+    kind = settings.confirmation.store
+    if kind == "sqlite":
+        from gateway.sqlite_inbox import SqliteInbox
+
+        return await SqliteInbox.open(settings.data_dir / "inbox.db", owner=owner)
+    client = getattr(store, "client", None)
+    if kind == "redis" and client is not None:
+        from gateway.redis_inbox import RedisInbox
+
+        return await RedisInbox.open(
+            client,
+            prefix=settings.confirmation.redis_prefix,
+            owner=owner,
+            claim_idle_seconds=settings.confirmation.lease_seconds,
+        )
+    return MemoryInbox(owner=owner)
 
 
 def build_agent(

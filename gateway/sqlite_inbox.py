@@ -16,20 +16,20 @@ says so to operators.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 import structlog
 
 from gateway.bus import InboundMessage
 from gateway.confirm.sqlite_thread import SqliteThread
-from gateway.inbox import Inbox, message_key
+from gateway.inbox import Inbox, dump_message, load_message, message_key
 
 log = structlog.get_logger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 _SCHEMA = (
     # seq: the order messages were put, for untaken() "oldest first".
@@ -40,6 +40,7 @@ _SCHEMA = (
         body        TEXT NOT NULL,  -- InboundMessage.to_dict() as JSON
         stored_at   REAL NOT NULL,
         taken_at    REAL,           -- NULL: still to be processed
+        owner       TEXT,           -- the instance that put or adopted it (NULL: v1 rows)
         UNIQUE (channel, message_id)
     )""",
     # untaken() reads taken_at IS NULL at start; purge() reads taken_at < T.
@@ -54,11 +55,14 @@ class SqliteInbox(Inbox):
     so one thread hop, and atomic without a transaction around it.
     """
 
-    def __init__(self, db: SqliteThread) -> None:
+    def __init__(self, db: SqliteThread, *, owner: str | None = None) -> None:
+        super().__init__(owner=owner)
         self._db = db
 
     @classmethod
-    async def open(cls, path: str | Path, *, busy_timeout_ms: int = 5_000) -> SqliteInbox:
+    async def open(
+        cls, path: str | Path, *, owner: str | None = None, busy_timeout_ms: int = 5_000
+    ) -> SqliteInbox:
         """Open (and create if needed) the file, in WAL mode, with the schema."""
         db = await SqliteThread.connect(
             path, busy_timeout_ms=busy_timeout_ms, synchronous="NORMAL", thread_name="inbox"
@@ -75,32 +79,45 @@ class SqliteInbox(Inbox):
                 f"{SCHEMA_VERSION}: upgrade the gateway or use another data_dir"
             )
         log.info("inbox.sqlite_opened", path=str(path))
-        return cls(db)
+        return cls(db, owner=owner)
 
     async def close(self) -> None:
         await self._db.close()
 
     async def put(self, msg: InboundMessage) -> bool:
         channel, message_id = message_key(msg)
-        body = json.dumps(msg.to_dict(), ensure_ascii=False, separators=(",", ":"))
-        row = (channel, message_id, body, time.time())
+        row = (channel, message_id, dump_message(msg), time.time(), self.owner)
         return await self._db.run(lambda conn: conn.execute(_PUT, row).rowcount == 1)
 
     async def taken(self, channel: str, message_id: str, *, at: float | None = None) -> None:
         args = (time.time() if at is None else at, channel, message_id)
         await self._db.run(lambda conn: conn.execute(_TAKEN, args))
 
+    async def adopt(self, alive: Collection[str]) -> list[InboundMessage]:
+        keep = (self.owner, *alive)
+        # One statement: atomic against another process adopting from the same file.
+        sql = (
+            "UPDATE inbox SET owner = ? WHERE taken_at IS NULL AND (owner IS NULL"
+            f" OR owner NOT IN ({', '.join('?' * len(keep))})) RETURNING seq, body"
+        )
+        rows = await self._db.run(lambda conn: conn.execute(sql, (self.owner, *keep)).fetchall())
+        rows.sort(key=lambda row: int(row[0]))  # RETURNING has no ORDER BY
+        return [load_message(row[1]) for row in rows]
+
     async def untaken(self) -> list[InboundMessage]:
         sql = "SELECT body FROM inbox WHERE taken_at IS NULL ORDER BY seq"
         rows = await self._db.run(lambda conn: conn.execute(sql).fetchall())
-        return [InboundMessage.from_dict(json.loads(row[0])) for row in rows]
+        return [load_message(row[0]) for row in rows]
 
     async def purge(self, before: float) -> int:
         sql = "DELETE FROM inbox WHERE taken_at < ?"
         return await self._db.run(lambda conn: conn.execute(sql, (before,)).rowcount)
 
 
-_PUT = "INSERT OR IGNORE INTO inbox (channel, message_id, body, stored_at) VALUES (?, ?, ?, ?)"
+_PUT = (
+    "INSERT OR IGNORE INTO inbox (channel, message_id, body, stored_at, owner)"
+    " VALUES (?, ?, ?, ?, ?)"
+)
 _TAKEN = "UPDATE inbox SET taken_at = ? WHERE channel = ? AND message_id = ? AND taken_at IS NULL"
 
 
@@ -109,6 +126,8 @@ def _migrate(conn: sqlite3.Connection) -> int:
     for statement in _SCHEMA:
         conn.execute(statement)
     version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version == 1:  # issue 13: owners; a v1 row has none, and any process adopts it
+        conn.execute("ALTER TABLE inbox ADD COLUMN owner TEXT")
     if version <= SCHEMA_VERSION:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     return version

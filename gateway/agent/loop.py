@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
 import structlog
@@ -56,8 +56,13 @@ class AgentLoop:
         for listener in self._turn_listeners:
             listener(msg, running)
 
-    def turn_for(self, msg: InboundMessage) -> TurnContext:
+    def turn_for(
+        self, msg: InboundMessage, before_effect: Callable[[], Awaitable[None]] | None = None
+    ) -> TurnContext:
+        effect = before_effect or _nothing
+
         async def say(text: str) -> None:
+            await effect()
             await self.bus.publish_outbound(
                 OutboundMessage(
                     channel=msg.channel,
@@ -78,6 +83,7 @@ class AgentLoop:
             say=say,
             metadata=msg.metadata,
             approvers=self._approvers.get(msg.channel, ()),
+            before_effect=effect,
         )
 
     async def start(self) -> None:
@@ -94,18 +100,29 @@ class AgentLoop:
 
     async def _turn(self, msg: InboundMessage) -> None:
         async with self._sessions.hold(serial_key(msg)):
-            # Taken as the turn starts: a crash from here on does not replay the message
-            # (its tool calls may have run); one before it does (invariant 9).
-            await self.bus.mark_taken(msg)
+            # Taken before the turn's first effect (a line said, a tool call) or at its end:
+            # a crash from then on does not process the message again (its tool calls may
+            # have run); one before, while the model thinks, does (invariant 9). A turn cut
+            # off by shutdown before any effect is taken up again, here or by a replica.
+            taken = False
+
+            async def take() -> None:
+                nonlocal taken
+                if not taken:
+                    taken = True
+                    await self.bus.mark_taken(msg)
+
+            turn = self.turn_for(msg, take)
             with structlog.contextvars.bound_contextvars(session=msg.session_key):
                 self._tell(msg, True)
                 try:
-                    await self.agent.handle(msg, self.turn_for(msg))
+                    await self.agent.handle(msg, turn)
                 except Exception as exc:  # a failed turn is told to the chat, never lost
                     log.exception("agent.turn_failed")
-                    await self.turn_for(msg).say(f"⚠️ 处理失败 / failed: {type(exc).__name__}")
+                    await turn.say(f"⚠️ 处理失败 / failed: {type(exc).__name__}")
                 finally:
                     self._tell(msg, False)
+                await take()
 
     async def stop_intake(self) -> None:
         await self._intake.cancel()
@@ -117,6 +134,10 @@ class AgentLoop:
     async def stop(self, timeout: float = 5.0) -> None:
         await self.stop_intake()
         await self._turns.stop(timeout)
+
+
+async def _nothing() -> None:
+    return
 
 
 def serial_key(msg: InboundMessage) -> str:

@@ -10,22 +10,31 @@ cross-replica decision to wake its turn only at the deadline (issue 13). A strea
 entries; the reader remembers the id of the last one it gave out, reconnects on the one
 backoff policy of gateway/runtime.py and reads on from there, so nothing finished while it
 was away is missed (as long as the stream, trimmed near ``MAXLEN``, still holds it).
+
+The Redis parts share here what a dropped connection means to them: ``is_disconnect``,
+``drop_idle_connections`` and ``fail_closed`` (their operations raise StoreUnavailableError).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+import functools
+import inspect
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway.confirm.redis_codec import text
-from gateway.confirm.store import FeedEntry, FeedKind
+from gateway.confirm.store import FeedEntry, FeedKind, StoreUnavailableError
 from gateway.runtime import after_failure_retrying
+
+C = TypeVar("C", bound=type)
 
 log = structlog.get_logger(__name__)
 
@@ -50,6 +59,45 @@ async def drop_idle_connections(redis: Redis) -> None:
     network cut): close them now, so the next callers connect afresh instead of each
     failing once on a stale socket (commands are not retried: see from_url)."""
     await redis.connection_pool.disconnect(inuse_connections=False)
+
+
+def _pool_exhausted(exc: BaseException) -> bool:
+    """BlockingConnectionPool's wait timed out: every connection is in use, none is dead."""
+    return isinstance(exc, RedisConnectionError) and isinstance(exc.__cause__, TimeoutError)
+
+
+def fail_closed(cls: C, *, also: tuple[type, ...] = ()) -> C:
+    """Every public coroutine method of ``cls`` (and of the mixins ``also``) raises
+    StoreUnavailableError when Redis cannot be reached or the pool stays exhausted past
+    its timeout, so callers above (service, runner, bus, HTTP) handle one error, with no
+    Redis import. ``close`` and ``unavailable`` are left as they are; instances keep their
+    client in ``self._redis``."""
+    names = {n: m for mixin in reversed(also) for n, m in vars(mixin).items()}
+    names.update(vars(cls))
+    for name, method in names.items():
+        if name.startswith("_") or name in ("close", "unavailable"):
+            continue
+        if inspect.iscoroutinefunction(method):
+            setattr(cls, name, _translated(method))
+    return cls
+
+
+def _translated(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    @functools.wraps(method)
+    async def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await method(self, *args, **kwargs)
+        except (RedisError, OSError) as exc:
+            if not is_disconnect(exc):
+                raise
+            if not _pool_exhausted(exc):
+                # Not when the pool is merely busy: its connections are fine, and dropping
+                # them under load made every caller reconnect, a spiral of timeouts.
+                with contextlib.suppress(RedisError, OSError):
+                    await drop_idle_connections(self._redis)
+            raise StoreUnavailableError(f"Redis: {type(exc).__name__}: {exc}") from exc
+
+    return call
 
 
 _KINDS: dict[str, FeedKind] = {"requested": "requested", "executed": "executed"}

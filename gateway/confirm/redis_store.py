@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import contextlib
-import functools
-import inspect
 import math
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar, cast
 
@@ -39,18 +36,12 @@ from gateway.confirm.redis_codec import (
     pairs,
     text,
 )
-from gateway.confirm.redis_feed import (
-    STREAM_MAXLEN,
-    FinishedStream,
-    drop_idle_connections,
-    is_disconnect,
-)
+from gateway.confirm.redis_feed import STREAM_MAXLEN, FinishedStream, fail_closed
 from gateway.confirm.redis_ledger import RedisLedger
 from gateway.confirm.store import (
     ConfirmationExistsError,
     ConfirmationStore,
     FeedEntry,
-    StoreUnavailableError,
     check_edit,
 )
 
@@ -63,32 +54,7 @@ _PING_TIMEOUT_SECONDS = 2.0
 
 
 def _fail_closed(cls: type[RedisConfirmationStore]) -> type[RedisConfirmationStore]:
-    """Every public store operation raises StoreUnavailableError when Redis cannot be
-    reached or the pool stays exhausted past its timeout, so callers above the store
-    (service, runner, HTTP) handle one error, with no Redis import."""
-    for name, method in list(vars(cls).items()) + [
-        (n, m) for n, m in vars(RedisLedger).items() if n not in vars(cls)
-    ]:
-        if name.startswith("_") or name in ("close", "unavailable"):
-            continue
-        if inspect.iscoroutinefunction(method):
-            setattr(cls, name, _translated(method))
-    return cls
-
-
-def _translated(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    @functools.wraps(method)
-    async def call(self: RedisConfirmationStore, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return await method(self, *args, **kwargs)
-        except (RedisError, OSError) as exc:
-            if not is_disconnect(exc):
-                raise
-            with contextlib.suppress(RedisError, OSError):
-                await drop_idle_connections(self._redis)
-            raise StoreUnavailableError(f"Redis: {type(exc).__name__}: {exc}") from exc
-
-    return call
+    return fail_closed(cls, also=(RedisLedger,))
 
 
 @_fail_closed
@@ -157,6 +123,11 @@ class RedisConfirmationStore(RedisLedger, ConfirmationStore):
         return cls(
             client, prefix=prefix, finished_ttl_seconds=finished_ttl_seconds, close_client=True
         )
+
+    @property
+    def client(self) -> Redis:
+        """The store's client and its bounded pool, shared with the Redis inbox and grants."""
+        return self._redis
 
     async def unavailable(self) -> str | None:
         try:

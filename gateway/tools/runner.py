@@ -42,6 +42,10 @@ OutcomeStatus = Literal[
 ]
 
 
+async def _nothing() -> None:
+    return
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnContext:
     """Who is asking, and where to answer: one agent turn."""
@@ -57,6 +61,10 @@ class TurnContext:
     # Stored on a confirmation this turn asks for, so that the turn can go on after a
     # restart (the model conversation up to the call; see gateway/agent/model_agent.py).
     continuation: Mapping[str, Any] | None = None
+    # Awaited before each tool call (and, from the agent loop, each line said): the first
+    # one marks the turn's message taken, so a crash from then on does not process it
+    # again, while one during the model's first answer does (gateway/inbox.py).
+    before_effect: Callable[[], Awaitable[None]] = _nothing
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +138,7 @@ class ToolRunner:
         self._on_tool_run = on_tool_run
 
     async def invoke(self, call: ToolCall, turn: TurnContext) -> ToolOutcome:
+        await turn.before_effect()
         tool = self.registry.get(call.name)
         if tool is None:
             return ToolOutcome("unknown_tool", f"no tool named {call.name!r}")

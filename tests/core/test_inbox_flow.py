@@ -1,18 +1,23 @@
 """Invariant 9 through the real bus, agent loop and gateway: stored before it returns,
-taken when its turn starts (or when decided on the way in), replayed once after a crash."""
+taken before its turn's first effect (or when decided on the way in), replayed once after
+a crash."""
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from config.settings import Settings
+from gateway.agent.loop import AgentLoop
 from gateway.app import build
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, PublishResult
-from gateway.inbox import MemoryInbox
+from gateway.inbox import MemoryInbox, dump_message
 from gateway.sqlite_inbox import SqliteInbox
+from gateway.tools.runner import TurnContext
 from tests.support import FailingInbox, RecordingChannel
 
 
@@ -112,3 +117,93 @@ async def test_a_replayed_message_is_replayed_again_only_when_still_untaken(
             await rec.wait_for(lambda m, sentinel=sentinel: m.reply_to == sentinel)
         replies_per_run.append([m.reply_to for m in rec.sent])
     assert replies_per_run == [["m1", "s-first"], ["s-second"]]
+
+
+class Thinking:
+    """An agent whose turn thinks (no effect) until ``go`` is set, then says one line."""
+
+    def __init__(self) -> None:
+        self.thinking = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def handle(self, msg: InboundMessage, turn: TurnContext) -> None:
+        self.thinking.set()
+        await self.go.wait()
+        await turn.say("answer")
+
+
+async def untaken_of(inbox: MemoryInbox) -> list[str | None]:
+    return [m.message_id for m in await inbox.untaken()]
+
+
+async def test_a_message_is_taken_at_its_turns_first_effect() -> None:
+    inbox = MemoryInbox()
+    bus = MessageBus(inbox=inbox)
+    agent = Thinking()
+    loop = AgentLoop(bus=bus, agent=agent)
+    await loop.start()
+    try:
+        await bus.publish_inbound(said("hi", "m1"))
+        await agent.thinking.wait()
+        # While the model thinks nothing was shown or run: a crash now processes it again.
+        assert await untaken_of(inbox) == ["m1"]
+        agent.go.set()
+        assert (await bus.consume_outbound()).text == "answer"
+        assert await untaken_of(inbox) == []  # taken before the line went out
+    finally:
+        await loop.stop(timeout=1)
+
+
+async def test_a_turn_cut_off_before_any_effect_stays_untaken() -> None:
+    inbox = MemoryInbox()
+    bus = MessageBus(inbox=inbox)
+    agent = Thinking()
+    loop = AgentLoop(bus=bus, agent=agent)
+    await loop.start()
+    await bus.publish_inbound(said("hi", "m1"))
+    await agent.thinking.wait()
+    await loop.stop(timeout=0)  # shutdown cancels the thinking turn
+    assert await untaken_of(inbox) == ["m1"]  # the next run (or a replica) answers it
+
+
+class Silent:
+    async def handle(self, msg: InboundMessage, turn: TurnContext) -> None:
+        return
+
+
+async def test_a_turn_with_no_effect_is_taken_when_it_ends() -> None:
+    inbox = MemoryInbox()
+    bus = MessageBus(inbox=inbox)
+    loop = AgentLoop(bus=bus, agent=Silent())
+    ended = asyncio.Event()
+    loop.on_turn(lambda msg, running: None if running else ended.set())
+    await loop.start()
+    try:
+        await bus.publish_inbound(said("hi", "m1"))
+        await ended.wait()
+        await loop.wait_idle(5)
+        assert await untaken_of(inbox) == []
+    finally:
+        await loop.stop(timeout=1)
+
+
+async def test_a_v1_inbox_file_is_upgraded_and_its_rows_adopted(tmp_path: Path) -> None:
+    path = tmp_path / "inbox.db"
+    with sqlite3.connect(path) as conn:  # what issue 12's gateway left behind
+        conn.execute(
+            "CREATE TABLE inbox (seq INTEGER PRIMARY KEY, channel TEXT NOT NULL,"
+            " message_id TEXT NOT NULL, body TEXT NOT NULL, stored_at REAL NOT NULL,"
+            " taken_at REAL, UNIQUE (channel, message_id))"
+        )
+        conn.execute(
+            "INSERT INTO inbox (channel, message_id, body, stored_at) VALUES (?, ?, ?, ?)",
+            ("rec", "old", dump_message(said("/old", "old")), 1.0),
+        )
+        conn.execute("PRAGMA user_version = 1")
+    inbox = await SqliteInbox.open(path, owner="new-run")
+    try:
+        assert [m.text for m in await inbox.adopt(alive=())] == ["/old"]
+        assert await inbox.put(said("/new", "new")) is True
+        assert await inbox.adopt(alive=()) == []  # both are this run's now
+    finally:
+        await inbox.close()

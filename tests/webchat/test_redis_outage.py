@@ -1,4 +1,4 @@
-"""Redis down and overloaded, through a real gateway (issue 13, items 3 and 4).
+"""Redis down and overloaded, through a real gateway (issue 13, items 3, 4 and 6).
 
 The gateway reaches Redis through a TCP proxy the test stops and starts: an outage of this
 gateway's Redis only (the Redis on this machine is shared with other tests).
@@ -17,8 +17,11 @@ import aiohttp
 import pytest
 
 from gateway import texts
+from gateway.app import build
+from gateway.confirm.grants import open_grant_store
 from gateway.confirm.redis_store import RedisConfirmationStore
 from gateway.confirm.store import StoreUnavailableError
+from gateway.inbox import MemoryInbox
 from tests.confirm.records import make
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.services import REDIS_URL, redis_prefix
@@ -81,13 +84,12 @@ async def test_redis_down_fails_closed_and_everything_resumes_when_it_returns(
             assert resp.status == 503, await resp.text()
             assert "store is unavailable" in (await resp.json())["error"]
 
-        await say(http, "room", "alice", "/sql DELETE FROM orders WHERE id = 3")
-        refusal = texts.STORE_UNAVAILABLE_MESSAGE
-
-        async def told() -> bool:
-            return any(m["text"] == refusal for m in (await poll(http, "room"))["messages"])
-
-        await eventually(told)
+        # The inbox is in Redis too: not stored, so not accepted (invariant 9). The sender
+        # (a platform redelivers by itself) is told to send it again.
+        body = {"user": "alice", "text": "/sql DELETE FROM orders WHERE id = 3"}
+        async with http.post("/api/chat/room/messages", json=body) as resp:
+            assert resp.status == 503, await resp.text()
+            assert resp.headers["Retry-After"] == "5"
         assert order_exists(settings.data_dir, 3)  # failed closed: nothing ran
 
         await proxy.start()  # Redis is back: no restart
@@ -97,6 +99,31 @@ async def test_redis_down_fails_closed_and_everything_resumes_when_it_returns(
         await say(http, "room2", "alice", f"确认 {card['confirmation']['id']}")
         await wait_for_kind(http, "room2", "confirmation_update", "approved")
         await eventually(lambda: _gone(settings.data_dir, 3))
+
+
+async def test_redis_gone_after_a_message_was_stored_tells_the_chat(
+    tmp_path: Path, prefix: str, proxy: TcpProxy
+) -> None:
+    # Stored before Redis went away (here: an inbox of this process's own), the message
+    # reaches the intercept, which cannot tell a reply from a request without the store.
+    settings = make_settings(
+        tmp_path,
+        confirmation={"store": "redis", "redis_url": _through(proxy), "redis_prefix": prefix},
+    )
+    async with (
+        await build(settings, inbox=MemoryInbox()) as gw,
+        aiohttp.ClientSession(base_url=base_url(gw)) as http,
+    ):
+        await proxy.stop()
+        await say(http, "room", "alice", "/sql DELETE FROM orders WHERE id = 3")
+        refusal = texts.STORE_UNAVAILABLE_MESSAGE
+
+        async def told() -> bool:
+            return any(m["text"] == refusal for m in (await poll(http, "room"))["messages"])
+
+        await eventually(told)
+        assert order_exists(settings.data_dir, 3)  # failed closed: nothing ran
+        await proxy.start()  # back before the gateway stops (its stop reads the store)
 
 
 async def _ready(http: aiohttp.ClientSession) -> bool:
@@ -143,3 +170,24 @@ async def test_a_full_pool_queues_callers_then_fails_closed(prefix: str) -> None
 async def _both_held(store: RedisConfirmationStore) -> bool:
     pool = store._redis.connection_pool
     return len(pool._in_use_connections) == 2  # type: ignore[attr-defined]
+
+
+async def test_grants_share_the_bounded_pool(tmp_path: Path, prefix: str) -> None:
+    # The grant store had a client of its own, with redis-py's pool of 100: at 500
+    # concurrent chats its reads failed with MaxConnectionsError (issue 13). Now it queues
+    # for the confirmations' bounded pool like every other store call.
+    settings = make_settings(
+        tmp_path,
+        confirmation={"store": "redis", "redis_url": REDIS_URL, "redis_prefix": prefix},
+    )
+    store = await RedisConfirmationStore.from_url(
+        REDIS_URL, prefix=prefix, max_connections=2, pool_timeout_seconds=30
+    )
+    try:
+        grants = await open_grant_store(settings, store)
+        reads = await asyncio.gather(*(grants.live(0.0) for _ in range(300)))
+        assert reads == [[]] * 300
+        await grants.close()
+        assert await store.unavailable() is None  # the shared client is still open
+    finally:
+        await store.close()
