@@ -242,9 +242,9 @@ class MessageBus:
         """Publish here what processes not in ``alive`` stored and never took; how many.
 
         With a shared inbox, at every adoption scan (the start's runs in the background,
-        while the channels already bring messages: a redelivery of one of these is a
-        duplicate whichever comes first). Each such message is delivered once, by the one process that adopted
-        it; a platform's redelivery of it is a duplicate (its id is stored).
+        while the channels already bring messages). Each such message is delivered once, by
+        the one process that adopted it; a platform's redelivery of it is a duplicate (its
+        id is stored), whichever comes first.
         """
         if self.inbox is None:
             return 0
