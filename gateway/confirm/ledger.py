@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -67,6 +67,16 @@ async def audit(
         await service.store.add_event(event)
     except Exception:  # the trail is a record of what happened; it must not stop it happening
         log.exception("confirm.audit_failed", confirmation_id=confirmation_id, kind=kind)
+
+
+async def audit_many(service: ConfirmationService, events: Sequence[AuditEvent]) -> None:
+    """Append several lines at once (one transaction where the store has them)."""
+    if not events:
+        return
+    try:
+        await service.store.add_events(events)
+    except Exception:  # as in audit(): the trail must not stop what it records
+        log.exception("confirm.audit_failed", count=len(events), kind=events[0].kind)
 
 
 async def audit_edit(service: ConfirmationService, c: Confirmation, *, by: str | None) -> None:

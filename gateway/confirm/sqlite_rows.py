@@ -47,6 +47,12 @@ INSERT = (
 )
 RETURNING = f"RETURNING seq, {', '.join(COLUMNS)}"
 
+# Only for a record that exists: a late event of a purged record is dropped.
+ADD_EVENT = (
+    "INSERT INTO confirmation_events (id, at, kind, actor, detail)"
+    " SELECT ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM confirmations WHERE id = ?)"
+)
+
 
 def to_json(value: Any) -> str:
     # default=str: details come from tools and may hold a Decimal or a date; the stored
@@ -151,3 +157,9 @@ def event(row: sqlite3.Row) -> AuditEvent:
         actor=row["actor"],
         detail=json.loads(row["detail"]),
     )
+
+
+def event_values(event: AuditEvent) -> tuple[Any, ...]:
+    """The parameters of ``ADD_EVENT`` for ``event``."""
+    cid = event.confirmation_id
+    return (cid, event.at, event.kind, event.actor, to_json(dict(event.detail)), cid)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import builtins
 import json
 import sqlite3
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
@@ -280,6 +280,15 @@ class SqliteConfirmationStore(ConfirmationStore):
         params = (to_owner, confirmation_id, from_owner)
         return await self._db.run(lambda conn: _one(conn, sql, params))
 
+    async def adopt_many(self, records: Sequence[Confirmation], *, to_owner: str) -> Confirmations:
+        sql = "UPDATE confirmations SET owner = ? WHERE id = ? AND owner IS ? " + rows.RETURNING
+        moves = [(to_owner, c.id, c.owner) for c in records]
+
+        def adopt(conn: sqlite3.Connection) -> Confirmations:
+            return [c for m in moves if (c := _one(conn, sql, m)) is not None]
+
+        return await self._db.run(lambda conn: transaction(conn, adopt))
+
     async def list_unsettled(self, *, instance: str) -> Confirmations:
         # Two lookups in the partial indexes of open records (by owner, by claimer); a
         # pending record is `waiting`, any other end but approved is `skipped`.
@@ -328,21 +337,13 @@ class SqliteConfirmationStore(ConfirmationStore):
     # ------------------------------------------------------------ audit trail
 
     async def add_event(self, event: AuditEvent) -> None:
-        # Only for a record that exists: a late event of a purged record is dropped.
-        params = (
-            event.confirmation_id,
-            event.at,
-            event.kind,
-            event.actor,
-            rows.to_json(dict(event.detail)),
-            event.confirmation_id,
-        )
+        params = rows.event_values(event)
+        await self._db.run(lambda conn: conn.execute(rows.ADD_EVENT, params))
+
+    async def add_events(self, events: Sequence[AuditEvent]) -> None:
+        params = [rows.event_values(e) for e in events]
         await self._db.run(
-            lambda conn: conn.execute(
-                "INSERT INTO confirmation_events (id, at, kind, actor, detail)"
-                " SELECT ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM confirmations WHERE id = ?)",
-                params,
-            )
+            lambda conn: transaction(conn, lambda c: c.executemany(rows.ADD_EVENT, params))
         )
 
     async def events(self, confirmation_id: str) -> builtins.list[AuditEvent]:
