@@ -34,6 +34,7 @@ from gateway.confirm.store import ConfirmationStore
 from gateway.data_lock import DataDirLock
 from gateway.http.admin import AdminApi
 from gateway.http.grants_api import GrantsApi
+from gateway.http.instances import InstancesApi
 from gateway.http.page import AdminPage
 from gateway.http.server import HttpServer
 from gateway.inbox import Inbox
@@ -120,7 +121,9 @@ class Gateway:
         try:
             if self.settings.keywords.watch:
                 await self.keywords.start_watching()
-            await self.confirmations.recover()
+            # A killed gateway may have left 100,000 pending calls: they are adopted in the
+            # background while this one already serves (docs/performance.md).
+            await self.confirmations.recover(background=True)
             await self.bus.start()  # replays the inbox: before channels bring new messages
             await self.channels.start()
             await self.loop.start()
@@ -290,6 +293,7 @@ async def build(
                 channel_status=channels.status,
             ).register(http.app)
             GrantsApi(grants=grants, confirmations=confirmations).register(http.app)
+            InstancesApi(confirmations=confirmations).register(http.app)
             AdminPage(
                 confirmations=confirmations,
                 keywords=keywords,

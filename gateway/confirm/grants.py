@@ -210,11 +210,12 @@ async def decide_with_grant(
     actor: str,
     via: str,
     grant_minutes: int | None,
+    reason: str | None = None,
 ) -> DecideResult:
     """A card button: decide; the grant button ("skip asking for 30 min") also gives a
     session grant once its approval counted, and the call's chat is told which (or why
-    none). The same for every platform's cards."""
-    result = await service.decide(confirmation_id, decision, actor=actor, via=via)
+    none). The same for every platform's cards and the web chat's."""
+    result = await service.decide(confirmation_id, decision, actor=actor, via=via, reason=reason)
     c = result.confirmation
     if (
         grant_minutes is not None

@@ -107,15 +107,6 @@ def decision_lines(
     return (edited, decided)
 
 
-async def write(service: ConfirmationService, events: Sequence[AuditEvent]) -> None:
-    """Append ``events`` to their trails on their own (not with a change of the record)."""
-    for e in events:
-        try:
-            await service.store.add_event(e)
-        except Exception:  # the trail is a record of what happened; it must not stop it
-            log.exception("confirm.audit_failed", confirmation_id=e.confirmation_id, kind=e.kind)
-
-
 async def audit(
     service: ConfirmationService,
     confirmation_id: str,
@@ -125,7 +116,18 @@ async def audit(
     **detail: Any,
 ) -> None:
     """Append one line to a confirmation's audit trail, on its own."""
-    await write(service, (event(service, confirmation_id, kind, actor=actor, **detail),))
+    await audit_many(service, (event(service, confirmation_id, kind, actor=actor, **detail),))
+
+
+async def audit_many(service: ConfirmationService, events: Sequence[AuditEvent]) -> None:
+    """Append lines on their own, not with a change of the record (one transaction where
+    the store has them)."""
+    if not events:
+        return
+    try:
+        await service.store.add_events(events)
+    except Exception:  # the trail is a record of what happened; it must not stop it happening
+        log.exception("confirm.audit_failed", count=len(events), kind=events[0].kind)
 
 
 async def say_to_chat(service: ConfirmationService, c: Confirmation, text: str) -> None:

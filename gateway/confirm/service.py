@@ -106,7 +106,7 @@ class ConfirmationService:
 
     def set_orphan_handler(self, handler: OrphanHandler) -> None:
         """Who runs an approved call whose waiting turn is gone (after a restart)."""
-        self._replicas.orphan_handler = handler
+        self._replicas.adoption.orphan_handler = handler
 
     async def intercept(self, msg: InboundMessage) -> bool:
         """The bus's interceptor: True when ``msg`` was a reply handled here."""
@@ -284,7 +284,7 @@ class ConfirmationService:
         or on their own when this call decides nothing.
         """
         if current.status.is_terminal:
-            await ledger.write(self, trail)
+            await ledger.audit_many(self, trail)
             return DecideResult(
                 DecideOutcome.ALREADY_DECIDED, current, texts.already_decided(current)
             )
@@ -302,7 +302,7 @@ class ConfirmationService:
                 actor=actor,
                 via=via,
             )
-            await ledger.write(self, trail)
+            await ledger.audit_many(self, trail)
             return DecideResult(DecideOutcome.FORBIDDEN, current, why)
         final, changed = await self._finish(
             current.id,
@@ -372,11 +372,13 @@ class ConfirmationService:
             events=(*trail, *lines),
         )
         if final is None or not changed:
-            await ledger.write(self, trail)
+            await ledger.audit_many(self, trail)
             if final is not None and final.status.is_terminal:
                 # Another path (or another replica sharing the store) finished it first:
-                # the waiting turn here must learn the real outcome, not hang.
+                # the waiting turn here must learn the real outcome, not hang; a call
+                # adopted here that was approved meanwhile runs (adoption.py).
                 self.wake(final)
+                self._replicas.finished(final)
             return final, False
         log.info(
             "confirm.resolved",
@@ -420,9 +422,17 @@ class ConfirmationService:
 
     # ------------------------------------------------------------------ start and stop
 
-    async def recover(self) -> None:
-        """At start: heartbeat, and take over what dead processes left (replicas.py)."""
-        await self._replicas.recover()
+    async def recover(self, *, background: bool = False) -> None:
+        """At start: heartbeat, and take over what dead processes left (replicas.py).
+
+        ``background``: the first adoption scan runs after this returns (the gateway's
+        start does not wait for a dead process's backlog); ``recovered`` says when it ended.
+        """
+        await self._replicas.recover(background=background)
+
+    async def recovered(self) -> None:
+        """Wait until the first adoption scan, the one at start, has ended."""
+        await self._replicas.recovered.wait()
 
     async def adopt_dead(self) -> None:
         """One adoption scan now (it also runs every few seconds after ``recover``)."""

@@ -50,6 +50,12 @@ INSERT = (
 )
 RETURNING = f"RETURNING seq, {', '.join(COLUMNS)}"
 
+# Only for a record that exists: a late event of a purged record is dropped.
+ADD_EVENT = (
+    "INSERT INTO confirmation_events (id, at, kind, actor, detail)"
+    " SELECT ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM confirmations WHERE id = ?)"
+)
+
 
 def to_json(value: Any) -> str:
     # default=str: details come from tools and may hold a Decimal or a date; the stored
@@ -156,17 +162,15 @@ def event(row: sqlite3.Row) -> AuditEvent:
     )
 
 
-_INSERT_EVENT = (
-    "INSERT INTO confirmation_events (id, at, kind, actor, detail) VALUES (?, ?, ?, ?, ?)"
-)
+def event_values(event: AuditEvent) -> tuple[Any, ...]:
+    """The parameters of ``ADD_EVENT`` for ``event``."""
+    cid = event.confirmation_id
+    return (cid, event.at, event.kind, event.actor, to_json(dict(event.detail)), cid)
 
 
 def insert_events(conn: sqlite3.Connection, events: Sequence[AuditEvent]) -> None:
     """Append ``events`` to their records' trails (inside the caller's transaction)."""
-    conn.executemany(
-        _INSERT_EVENT,
-        [(e.confirmation_id, e.at, e.kind, e.actor, to_json(dict(e.detail))) for e in events],
-    )
+    conn.executemany(ADD_EVENT, [event_values(e) for e in events])
 
 
 def select_events(conn: sqlite3.Connection, confirmation_id: str) -> list[AuditEvent]:

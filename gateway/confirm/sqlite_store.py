@@ -274,6 +274,15 @@ class SqliteConfirmationStore(ConfirmationStore):
         params = (to_owner, confirmation_id, from_owner)
         return await self._db.run(lambda conn: rows.one(conn, sql, params))
 
+    async def adopt_many(self, records: Sequence[Confirmation], *, to_owner: str) -> Confirmations:
+        sql = "UPDATE confirmations SET owner = ? WHERE id = ? AND owner IS ? " + rows.RETURNING
+        moves = [(to_owner, c.id, c.owner) for c in records]
+
+        def adopt(conn: sqlite3.Connection) -> Confirmations:
+            return [c for m in moves if (c := rows.one(conn, sql, m)) is not None]
+
+        return await self._db.run(lambda conn: transaction(conn, adopt))
+
     async def list_unsettled(self, *, instance: str) -> Confirmations:
         # Two lookups in the partial indexes of open records (by owner, by claimer); a
         # pending record is `waiting`, any other end but approved is `skipped`.
@@ -322,22 +331,11 @@ class SqliteConfirmationStore(ConfirmationStore):
     # ------------------------------------------------------------ audit trail
 
     async def add_event(self, event: AuditEvent) -> None:
-        # Only for a record that exists: a late event of a purged record is dropped.
-        params = (
-            event.confirmation_id,
-            event.at,
-            event.kind,
-            event.actor,
-            rows.to_json(dict(event.detail)),
-            event.confirmation_id,
-        )
-        await self._db.run(
-            lambda conn: conn.execute(
-                "INSERT INTO confirmation_events (id, at, kind, actor, detail)"
-                " SELECT ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM confirmations WHERE id = ?)",
-                params,
-            )
-        )
+        params = rows.event_values(event)
+        await self._db.run(lambda conn: conn.execute(rows.ADD_EVENT, params))
+
+    async def add_events(self, events: Sequence[AuditEvent]) -> None:
+        await self._db.run(lambda conn: transaction(conn, lambda c: rows.insert_events(c, events)))
 
     async def events(self, confirmation_id: str) -> builtins.list[AuditEvent]:
         return await self._db.run(lambda conn: rows.select_events(conn, confirmation_id))

@@ -163,6 +163,20 @@ class ConfirmationStore(ABC):
     ) -> Confirmation | None:
         """Compare-and-set ``owner`` ``from_owner`` -> ``to_owner``; None when it moved."""
 
+    async def adopt_many(self, records: Sequence[Confirmation], *, to_owner: str) -> Confirmations:
+        """``adopt`` of each record from the owner it was read with; the records that moved,
+        as they are now, in the given order.
+
+        A dead process may leave 100,000 pending calls: a backend with transactions moves
+        a batch in one (SQLite: one commit, not one per record).
+        """
+        moved: Confirmations = []
+        for c in records:
+            adopted = await self.adopt(c.id, from_owner=c.owner, to_owner=to_owner)
+            if adopted is not None:
+                moved.append(adopted)
+        return moved
+
     @abstractmethod
     async def list_unsettled(self, *, instance: str) -> Confirmations:
         """What ``instance`` answers for and is not settled, oldest first.
@@ -194,6 +208,12 @@ class ConfirmationStore(ABC):
 
     @abstractmethod
     async def add_event(self, event: AuditEvent) -> None: ...
+
+    async def add_events(self, events: Sequence[AuditEvent]) -> None:
+        """``add_event`` of each, in order; in one transaction where the backend has them
+        (the lines of a batch of adopted calls)."""
+        for event in events:
+            await self.add_event(event)
 
     @abstractmethod
     async def events(self, confirmation_id: str) -> list[AuditEvent]:
