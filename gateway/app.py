@@ -34,6 +34,7 @@ from gateway.confirm.store import ConfirmationStore
 from gateway.data_lock import DataDirLock
 from gateway.http.admin import AdminApi
 from gateway.http.grants_api import GrantsApi
+from gateway.http.instances import InstancesApi
 from gateway.http.page import AdminPage
 from gateway.http.server import HttpServer
 from gateway.inbox import Inbox
@@ -290,6 +291,7 @@ async def build(
                 channel_status=channels.status,
             ).register(http.app)
             GrantsApi(grants=grants, confirmations=confirmations).register(http.app)
+            InstancesApi(confirmations=confirmations).register(http.app)
             AdminPage(
                 confirmations=confirmations,
                 keywords=keywords,

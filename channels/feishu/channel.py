@@ -179,8 +179,8 @@ class FeishuChannel(Channel):
                 app_id=self._app_id,
                 app_secret=self._app_secret,
                 domain=self._settings.domain,
-                on_message=self._accept_from_thread,
-                on_card=self._card_from_thread,
+                on_message=self._accept_in_time,
+                on_card=self.handle_card_action,
                 backoff_initial=self._settings.reconnect_base_seconds,
                 backoff_max=self._settings.reconnect_max_seconds,
                 connect_timeout=self._settings.request_timeout_seconds,
@@ -244,17 +244,13 @@ class FeishuChannel(Channel):
 
     # ------------------------------------------------------------------ receiving
 
-    def _accept_from_thread(self, msg: FeishuMessage) -> None:
-        """Called on the long-connection thread: receive on the gateway's loop, and wait.
+    async def _accept_in_time(self, msg: FeishuMessage) -> None:
+        """From the long connection: returns once ``msg`` is stored, which it then acks.
 
-        Blocks the SDK's thread until the message is stored (a few ms; at most the ack
-        budget), since the SDK acks when this returns. Raises when it was not stored:
-        the SDK then acks with code 500 and Feishu redelivers.
+        Raises when it was not stored, or not within the ack budget (storing goes on):
+        the frame is then answered with code 500 and Feishu redelivers.
         """
-        ws = self._ws
-        if ws is None:
-            raise RuntimeError("feishu: stopping, message not taken in")
-        ws.thread.run_on_gateway(self._accept(msg)).result(timeout=ACK_BUDGET_SECONDS)
+        await asyncio.wait_for(self._accept(msg), ACK_BUDGET_SECONDS)
 
     async def _accept(self, msg: FeishuMessage) -> None:
         """Receive ``msg``; returns once it is stored (or dropped by the rules)."""
@@ -287,20 +283,6 @@ class FeishuChannel(Channel):
         )
 
     # ------------------------------------------------------------------ card clicks
-
-    def _card_from_thread(self, action: CardAction) -> dict[str, Any]:
-        """Called on the long-connection thread; blocks it at most the callback budget."""
-        unavailable = render.callback_response(toast=texts.FEISHU_CARD_UNAVAILABLE, kind="error")
-        ws = self._ws
-        if ws is None:  # stopping
-            return unavailable
-        try:
-            future = ws.thread.run_on_gateway(self.handle_card_action(action))
-            return future.result(timeout=CARD_BUDGET_SECONDS + 0.3)
-        except TimeoutError:
-            return render.callback_response(toast=texts.FEISHU_CARD_WORKING, kind="info")
-        except RuntimeError:  # the gateway's loop is closed
-            return unavailable
 
     async def handle_card_action(self, action: CardAction) -> dict[str, Any]:
         """A button click: decide, answer with a toast and the card as it now is."""

@@ -1,54 +1,71 @@
-"""The Feishu long connection: lark-oapi's ws client in a thread with its own event loop.
+"""The Feishu long connection: lark-oapi's ws client, run on the gateway's own loop.
 
 What lark-oapi 1.7.5's ``lark.ws.Client`` does that a daemon cannot live with, and what
-this module does instead (the frame protocol, acks, chunk reassembly, ping frames and
-event dispatch stay the SDK's):
+this module does instead (the frame protocol, chunk reassembly, ping frames and event
+parsing stay the SDK's):
 
 * ``start()`` runs on a loop captured at import (``lark_oapi.ws.client.loop``), blocks
   forever and has no ``stop()`` (PR #128); several clients race on that loop (#119).
   ``start()`` is never called here. ``_connect`` and ``_receive_message_loop`` — the only
-  other users of the module loop — are replaced by versions that use the running loop of
-  our own thread, so the module global is never touched.
+  other users of the module loop — are replaced by versions that use the running loop,
+  so the module global is never touched.
 * Endpoint discovery is a blocking ``requests.post`` with no timeout (#169: a hung
   reconnect leaves the bot silent for days). Here it is an aiohttp POST with a timeout,
-  cancellable on stop.
+  cancellable on stop. With that replaced nothing on the receive path blocks, so the
+  client runs on the gateway's loop: no thread of its own, and no hop to another thread
+  and back for every event (bench/ingest_nanobot.py; it was most of an event's CPU).
 * ``_connect`` returns early with its lock still held when already connected. The
   replacement holds the lock in ``async with``.
 * On a lost connection the SDK reconnects on its own schedule (``ReconnectInterval``
   defaults to 120 s). Here the SDK's reconnect is off and a supervisor reconnects on the
   gateway's one backoff policy, starting afresh after each good connection.
-* ``type=card`` DATA frames are dropped without dispatch or ack (#126; Feishu then shows
-  error 200340 to the person who clicked). They are relabelled ``event`` and handed to
-  the SDK's own handler, which dispatches ``card.action.trigger`` and acks with the
-  callback's answer.
+* ``_handle_data_frame`` acknowledges a frame as soon as the (synchronous) handler
+  returns. Here a handler may leave work that must end before the ack
+  (``before_ack``): a message is acknowledged only once it is stored (invariant 9), and a
+  card click's answer is awaited. ``type=card`` frames are dispatched too; 1.7.5 drops
+  them without dispatch or ack (#126; Feishu then shows error 200340 to the clicker).
 * The SDK's ``_ping_loop`` logs through the deprecated ``Logger.warn`` and never ends;
   our ping loop stops with the connection.
 
-Stopping: the supervisor runs on an ``SdkThread``, whose ``stop()`` cancels it; it closes
-the socket (bounded) on its way out, and the thread ends. A handler blocked in a card
-callback waits at most the callback budget (under 3 s).
+Stopping: ``stop()`` cancels the supervisor, which closes the socket (bounded) on its way
+out and cancels the frames in flight (those are not acknowledged: Feishu redelivers them).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
-import threading
-from collections.abc import Callable
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 import aiohttp
 import structlog
 import websockets
+from lark_oapi.core.const import UTF_8
 from lark_oapi.core.enum import LogLevel
 from lark_oapi.core.json import JSON
 from lark_oapi.event.callback.model.p2_card_action_trigger import P2CardActionTriggerResponse
 from lark_oapi.event.dispatcher_handler import EventDispatcherHandler
 from lark_oapi.ws import client as ws_client
-from lark_oapi.ws.const import GEN_ENDPOINT_URI, INTERNAL_ERROR, OK, SYSTEM_BUSY
+from lark_oapi.ws.const import (
+    GEN_ENDPOINT_URI,
+    HEADER_BIZ_RT,
+    HEADER_MESSAGE_ID,
+    HEADER_SEQ,
+    HEADER_SUM,
+    HEADER_TYPE,
+    INTERNAL_ERROR,
+    OK,
+    SYSTEM_BUSY,
+)
+from lark_oapi.ws.enum import MessageType
 from lark_oapi.ws.exception import ClientException, ServerException
-from lark_oapi.ws.model import EndpointResp
+from lark_oapi.ws.model import EndpointResp, Response
 from websockets.exceptions import ConnectionClosedOK, InvalidHandshake
 
 from channels.feishu.api import resolve_domain
@@ -58,13 +75,15 @@ from channels.feishu.inbound import (
     card_action_from_sdk,
     message_from_sdk,
 )
-from channels.platform import SdkThread, until_it_works
+from channels.platform import until_it_works
 from gateway.runtime import BackgroundTasks
 
 log = structlog.get_logger(__name__)
 
-MessageSink = Callable[[FeishuMessage], None]
-CardHandler = Callable[[CardAction], dict[str, Any]]
+MessageSink = Callable[[FeishuMessage], Awaitable[None]]
+CardHandler = Callable[[CardAction], Awaitable[dict[str, Any]]]
+# Frames a handler is dispatched for; others (ping, pong) are not data.
+_DISPATCHED = frozenset({MessageType.EVENT.value, MessageType.CARD.value})
 
 
 class FeishuWsClient(ws_client.Client):  # type: ignore[misc]
@@ -89,9 +108,18 @@ class FeishuWsClient(ws_client.Client):  # type: ignore[misc]
         )
         self._connect_timeout = connect_timeout
         self._conn: Any = None  # set by the SDK's constructor too; typed for mypy
-        # This connection's receive loop and the frames it handles (on the SDK thread).
+        # This connection's receive loop and the frames it handles.
         self._tasks = BackgroundTasks("feishu.ws")
         self.lost = asyncio.Event()
+        self._before_ack: Awaitable[Any] | None = None
+
+    def before_ack(self, work: Awaitable[Any]) -> None:
+        """From an event handler: the frame is acknowledged once ``work`` has ended.
+
+        The SDK's dispatcher calls handlers synchronously and drops an event handler's
+        return value; this is how one hands back what the ack must wait for.
+        """
+        self._before_ack = work
 
     async def _discover(self) -> str:
         """``POST /callback/ws/endpoint``: the socket URL and the server's timing config."""
@@ -155,11 +183,38 @@ class FeishuWsClient(ws_client.Client):  # type: ignore[misc]
             self.lost.set()
 
     async def _handle_data_frame(self, frame: Any) -> None:
-        for header in frame.headers:
-            if header.key == "type" and header.value == "card":
-                # lark-oapi 1.7.5 returns on type=card without dispatch or ack (#126).
-                header.value = "event"
-        await super()._handle_data_frame(frame)
+        # lark-oapi 1.7.5's own, but awaiting the handler's work before the ack, and
+        # dispatching type=card frames (see the module docstring).
+        headers = {h.key: h.value for h in frame.headers}
+        payload = frame.payload
+        parts = int(headers.get(HEADER_SUM) or 1)
+        if parts > 1:
+            message_id, part = headers.get(HEADER_MESSAGE_ID, ""), int(headers.get(HEADER_SEQ) or 0)
+            payload = self._combine(message_id, parts, part, payload)
+            if payload is None:
+                return  # more parts to come
+        if headers.get(HEADER_TYPE) not in _DISPATCHED:
+            return
+        started = time.monotonic()
+        answer = Response(code=HTTPStatus.OK)
+        try:
+            try:
+                result = self._event_handler._do_without_validation(payload)
+            finally:
+                work, self._before_ack = self._before_ack, None
+            if work is not None:
+                await work
+            if inspect.isawaitable(result):
+                result = await result
+            if result is not None:
+                answer.data = base64.b64encode(JSON.marshal(result).encode(UTF_8))
+        except Exception as exc:  # not handled: code 500, and Feishu delivers it again
+            log.warning("feishu.ws_event_failed", error=f"{type(exc).__name__}: {exc}")
+            answer = Response(code=HTTPStatus.INTERNAL_SERVER_ERROR)
+        took = frame.headers.add()
+        took.key, took.value = HEADER_BIZ_RT, str(int((time.monotonic() - started) * 1000))
+        frame.payload = JSON.marshal(answer).encode(UTF_8)
+        await self._write_message(frame.SerializeToString())
 
     async def ping(self) -> None:
         if self._conn is not None and self._service_id:
@@ -180,7 +235,7 @@ class FeishuWsClient(ws_client.Client):  # type: ignore[misc]
 
 
 class LongConnection:
-    """Runs ``FeishuWsClient`` on an ``SdkThread``; reconnects; stops within a bound."""
+    """Runs ``FeishuWsClient`` on the gateway's loop; reconnects; stops within a bound."""
 
     def __init__(
         self,
@@ -213,15 +268,11 @@ class LongConnection:
             event_handler=handler,
             connect_timeout=connect_timeout,
         )
-        self.thread = SdkThread(name="feishu-ws")
-        self._connected = threading.Event()
+        self._supervisor = BackgroundTasks("feishu.ws.supervisor")
+        self.connected = False
         self.connections = 0
 
-    @property
-    def connected(self) -> bool:
-        return self._connected.is_set()
-
-    # ---- SDK handlers: run on the ws thread, must return at once ----------------------
+    # ---- SDK handlers: called by the SDK's dispatcher, synchronously -------------------
 
     def _message(self, data: Any) -> None:
         try:
@@ -229,24 +280,32 @@ class LongConnection:
         except Exception:  # a malformed event must not make Feishu redeliver it
             log.exception("feishu.bad_message_event")
             return
-        # Returns once the message is stored: the SDK acks after this returns (code 500
-        # when it raises, and Feishu redelivers; also after ~3 s without an ack).
-        self._on_message(msg)
+        # Acknowledged once the message is stored (code 500 when that fails, and Feishu
+        # redelivers; also after ~3 s without an ack).
+        self.client.before_ack(self._on_message(msg))
 
-    def _card(self, data: Any) -> P2CardActionTriggerResponse:
-        action = card_action_from_sdk(data)
-        return P2CardActionTriggerResponse(self._on_card(action))
+    def _card(self, data: Any) -> Awaitable[P2CardActionTriggerResponse]:
+        return self._card_answer(card_action_from_sdk(data))
+
+    async def _card_answer(self, action: CardAction) -> P2CardActionTriggerResponse:
+        return P2CardActionTriggerResponse(await self._on_card(action))
 
     # ---- lifecycle ----------------------------------------------------------------------
 
     async def start(self) -> None:
-        await self.thread.start(self._supervise)
+        if not self._supervisor:
+            self._supervisor.spawn(self._supervise(), name="feishu-ws")
 
     async def stop(self) -> None:
-        if await self.thread.stop(self._stop_timeout):
+        try:
+            # The supervisor closes the socket on its way out (bounded, see _supervise).
+            await asyncio.wait_for(self._supervisor.cancel(), self._stop_timeout)
+        except TimeoutError:
+            log.warning("feishu.ws_stop_timeout", seconds=self._stop_timeout)
+        else:
             log.info("feishu.ws_stopped")
 
-    # ---- on the SDK thread --------------------------------------------------------------
+    # ---- the connection -----------------------------------------------------------------
 
     async def _ping_loop(self) -> None:
         while True:
@@ -271,13 +330,13 @@ class LongConnection:
                     maximum=self._backoff_max,
                 )
                 self.connections += 1
-                self._connected.set()
+                self.connected = True
                 log.info("feishu.ws_connected", connections=self.connections)
                 pinger.spawn(self._ping_loop(), name="feishu-ws-ping")
                 try:
                     await self.client.lost.wait()
                 finally:
-                    self._connected.clear()
+                    self.connected = False
                     await pinger.cancel()
                 await self.client.close(within=2.0)
                 log.warning("feishu.ws_lost")

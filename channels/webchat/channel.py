@@ -40,6 +40,7 @@ from gateway.bus import (
     SenderIdentity,
 )
 from gateway.confirm.events import ConfirmationEvent
+from gateway.confirm.grants import grant_offered
 from gateway.confirm.model import Decision
 from gateway.http.identity import identity_of
 from gateway.http.jsonapi import DEFAULT_MAX_JSON_DEPTH, ApiError, check_name
@@ -229,6 +230,13 @@ class WebChatChannel(Channel):
                 if identity is SenderIdentity.SELF_DECLARED:
                     allowed, why = False, texts.WEBCHAT_UNVERIFIED_DECISION
                 can[d.value] = {"allowed": allowed, "why": why}
+            # The grant button: for whoever may approve, where a grant can apply at all
+            # (never critical or four-eyes calls), as on the Feishu and DingTalk cards.
+            can["grant"] = {
+                "allowed": can[Decision.APPROVE.value]["allowed"] and grant_offered(c),
+                "scope": "session",
+                "minutes": texts.GRANT_MINUTES_BUTTON,
+            }
             frame["can_decide"] = can
         return frame
 

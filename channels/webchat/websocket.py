@@ -1,9 +1,10 @@
 """The web chat's WebSocket: one per browser tab, joined to one room.
 
 On connect the tab gets a ``hello`` and the room's history after ``after``; then it
-sends ``message``, ``decide`` and ``ping`` frames. JSON that is nested too deep or holds a
-lone surrogate is answered with an ``error`` frame (the socket stays open); a frame that is
-not JSON, or not this protocol, closes the socket with the reason.
+sends ``message``, ``decide`` (with an optional session ``grant``: the card's grant
+button) and ``ping`` frames. JSON that is nested too deep or holds a lone surrogate is
+answered with an ``error`` frame (the socket stays open); a frame that is not JSON, or not
+this protocol, closes the socket with the reason.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from channels.webchat.rest import int_param
 from channels.webchat.rooms import Room, Socket
 from gateway import texts
 from gateway.bus import SenderIdentity
+from gateway.confirm.grants import decide_with_grant
 from gateway.confirm.model import Decision
 from gateway.confirm.store import StoreUnavailableError
 from gateway.http.jsonapi import ApiError, JsonInputError, parse_json
@@ -172,6 +174,7 @@ class ChatSockets:
         if reason is not None and not isinstance(reason, str):
             raise FrameError("decide.reason must be a string")
         reason = (reason or "").strip()[:MAX_REASON_LENGTH] or None
+        grant_minutes = _grant_minutes(data.get("grant"), decision)
         if sock.identity is SenderIdentity.SELF_DECLARED:
             message = texts.WEBCHAT_UNVERIFIED_DECISION
             frame = {"type": "decision", "id": cid, "outcome": "forbidden", "message": message}
@@ -190,8 +193,15 @@ class ChatSockets:
                 },
             )
             return
-        result = await channel.confirmations.decide(
-            current.id, Decision(decision), actor=sock.user, via="web", reason=reason
+        # The cards' one path: with a grant, a counted approval also gives it, told in chat.
+        result = await decide_with_grant(
+            channel.confirmations,
+            current.id,
+            Decision(decision),
+            actor=sock.user,
+            via="web",
+            grant_minutes=grant_minutes,
+            reason=reason,
         )
         await channel.send_frame(
             sock,
@@ -202,6 +212,20 @@ class ChatSockets:
                 "message": result.message,
             },
         )
+
+
+def _grant_minutes(grant: object, decision: object) -> int | None:
+    """The minutes of a card's grant button (``{"scope": "session", "minutes": 30}``)."""
+    if grant is None:
+        return None
+    if decision != "approve":
+        raise FrameError("decide.grant goes only with approve")
+    if not isinstance(grant, dict) or grant.get("scope") != "session":
+        raise FrameError('decide.grant must be {"scope": "session", "minutes": N}')
+    minutes = grant.get("minutes")
+    if type(minutes) is not int:  # not a bool, a float or a string
+        raise FrameError("decide.grant.minutes must be a whole number")
+    return minutes
 
 
 def _json_but_refused(exc: JsonInputError) -> bool:

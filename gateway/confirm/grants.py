@@ -210,11 +210,12 @@ async def decide_with_grant(
     actor: str,
     via: str,
     grant_minutes: int | None,
+    reason: str | None = None,
 ) -> DecideResult:
     """A card button: decide; the grant button ("skip asking for 30 min") also gives a
     session grant once its approval counted, and the call's chat is told which (or why
-    none). The same for every platform's cards."""
-    result = await service.decide(confirmation_id, decision, actor=actor, via=via)
+    none). The same for every platform's cards and the web chat's."""
+    result = await service.decide(confirmation_id, decision, actor=actor, via=via, reason=reason)
     c = result.confirmation
     if (
         grant_minutes is not None
@@ -342,7 +343,13 @@ async def open_grant_store(settings: Settings, confirmations: object) -> GrantSt
         return await SqliteGrantStore.open(settings.data_dir / "confirmations.db")
     if kind == "redis":
         from gateway.confirm.redis_grants import RedisGrantStore
+        from gateway.confirm.redis_store import RedisConfirmationStore
 
         c = settings.confirmation
+        if isinstance(confirmations, RedisConfirmationStore):
+            # The confirmations' client: one bounded pool per replica. A client of its own
+            # had redis-py's pool, past redis_max_connections: at 500 concurrent chats it
+            # raised MaxConnectionsError and no grant was read (issue 13).
+            return RedisGrantStore(confirmations.client, prefix=c.redis_prefix)
         return await RedisGrantStore.from_url(c.redis_url, prefix=c.redis_prefix)
     return MemoryGrantStore()

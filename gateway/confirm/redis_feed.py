@@ -61,6 +61,11 @@ async def drop_idle_connections(redis: Redis) -> None:
     await redis.connection_pool.disconnect(inuse_connections=False)
 
 
+def _pool_exhausted(exc: BaseException) -> bool:
+    """BlockingConnectionPool's wait timed out: every connection is in use, none is dead."""
+    return isinstance(exc, RedisConnectionError) and isinstance(exc.__cause__, TimeoutError)
+
+
 def fail_closed(cls: C, *, also: tuple[type, ...] = ()) -> C:
     """Every public coroutine method of ``cls`` (and of the mixins ``also``) raises
     StoreUnavailableError when Redis cannot be reached or the pool stays exhausted past
@@ -85,8 +90,11 @@ def _translated(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitabl
         except (RedisError, OSError) as exc:
             if not is_disconnect(exc):
                 raise
-            with contextlib.suppress(RedisError, OSError):
-                await drop_idle_connections(self._redis)
+            if not _pool_exhausted(exc):
+                # Not when the pool is merely busy: its connections are fine, and dropping
+                # them under load made every caller reconnect, a spiral of timeouts.
+                with contextlib.suppress(RedisError, OSError):
+                    await drop_idle_connections(self._redis)
             raise StoreUnavailableError(f"Redis: {type(exc).__name__}: {exc}") from exc
 
     return call

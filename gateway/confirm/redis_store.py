@@ -126,7 +126,7 @@ class RedisConfirmationStore(RedisLedger, ConfirmationStore):
 
     @property
     def client(self) -> Redis:
-        """The store's client and its bounded pool, shared with the Redis inbox."""
+        """The store's client and its bounded pool, shared with the Redis inbox and grants."""
         return self._redis
 
     async def unavailable(self) -> str | None:

@@ -225,10 +225,30 @@ class Replicas:
     # ------------------------------------------------------------------ other replicas
 
     async def _follow(self, entries: AsyncIterator[FeedEntry]) -> None:
-        async for entry in entries:
-            await self._followed(entry)
+        # What only this process's views want is read off the path of the wakes: read in
+        # turn, each entry queued for the pool behind the load, and a wake waited behind
+        # them all (decide -> claim p50 4.9 s at 500 chats on two replicas, issue 13).
+        views: asyncio.Queue[FeedEntry] = asyncio.Queue()
+        announcer = self._loops.spawn(self._announce(views), name="announce-replicas")
+        try:
+            async for entry in entries:
+                self._followed(entry, views)
+        finally:
+            announcer.cancel()
 
-    async def _followed(self, entry: FeedEntry) -> None:
+    async def _announce(self, views: asyncio.Queue[FeedEntry]) -> None:
+        service = self._service
+        while True:
+            entry = await views.get()
+            try:
+                record = await service.store.get(entry.id)
+            except Exception:  # a store blip costs a view update, not the announcer
+                log.warning("confirm.follow_read_failed", confirmation_id=entry.id)
+                continue
+            if record is not None:
+                await service.announce_remote(entry.kind, record)
+
+    def _followed(self, entry: FeedEntry, views: asyncio.Queue[FeedEntry]) -> None:
         """Wake the turn waiting here for a decision made elsewhere, and tell this
         process's listeners (SSE, web chat) what another replica did."""
         service = self._service
@@ -239,17 +259,26 @@ class Replicas:
             service.deadlines.disarm(cid)
         if entry.local and not waiting:
             return  # made here: the service told the listeners then, once
+        if not waiting:
+            views.put_nowait(entry)
+            return
+        # Each wake reads its record on its own: under load a read queues for the pool, and
+        # wakes read in turn waited behind each other (decide -> claim p50 1.6 s at 500
+        # chats on two replicas against 14 ms on one).
+        self._loops.spawn(self._wake(entry), name=f"wake-{cid}")
+
+    async def _wake(self, entry: FeedEntry) -> None:
+        service = self._service
         try:
-            record = await service.store.get(cid)
-        except Exception:  # a store blip must not end the follower (every later wake
-            # would then wait for its deadline); this call's deadline stays armed and
-            # reads the real outcome when it fires.
-            log.warning("confirm.follow_read_failed", confirmation_id=cid)
+            record = await service.store.get(entry.id)
+        except Exception:  # a store blip: this call's deadline stays armed and reads the
+            # real outcome when it fires.
+            log.warning("confirm.follow_read_failed", confirmation_id=entry.id)
             return
         if record is None:
             return
-        if waiting and record.status.is_terminal:
-            service.deadlines.disarm(cid)
+        if record.status.is_terminal:
+            service.deadlines.disarm(entry.id)
             service.wake(record)
             self.finished(record)  # adopted here, decided on another replica
         if not entry.local:

@@ -279,17 +279,21 @@ class ConfirmationService:
             return DecideResult(
                 DecideOutcome.ALREADY_DECIDED, current, texts.already_decided(current)
             )
-        if via != "admin":
+        if via == "admin":
+            # The token vouches for an operator, not for a second person: four-eyes holds.
+            self_approval = current.four_eyes and actor == current.requester
+            allowed, why = (not (self_approval and decision is Decision.APPROVE), texts.FOUR_EYES)
+        else:
             allowed, why = self.may_decide(current, actor, decision)
-            if not allowed:
-                log.info(
-                    "confirm.decision_refused",
-                    confirmation_id=current.id,
-                    session=current.session_key,
-                    actor=actor,
-                    via=via,
-                )
-                return DecideResult(DecideOutcome.FORBIDDEN, current, why)
+        if not allowed:
+            log.info(
+                "confirm.decision_refused",
+                confirmation_id=current.id,
+                session=current.session_key,
+                actor=actor,
+                via=via,
+            )
+            return DecideResult(DecideOutcome.FORBIDDEN, current, why)
         final, changed = await self._finish(
             current.id,
             decision.status,

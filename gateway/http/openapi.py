@@ -37,6 +37,7 @@ from gateway.http.openapi_models import (
     Error,
     GrantList,
     Health,
+    Instances,
     Keywords,
     OneConfirmation,
     OneGrant,
@@ -92,6 +93,17 @@ ROUTES = (
             200: Reply("ready", Readiness),
             503: Reply("not ready; channels and store say why", Readiness),
         },
+    ),
+    Route(
+        "get",
+        "/api/instances",
+        "this instance, every instance (replica) the store knows, alive or dead, and the store",
+        {200: Reply("the instances and the store's readiness", Instances)},
+        description=(
+            "alive: the instance's heartbeat is younger than lease_seconds. A dead one is "
+            "listed until a live one has taken over what it left. When the store is down, "
+            "store.ready is false with the reason and instances is empty."
+        ),
     ),
     Route(
         "get", "/metrics", "Prometheus metrics", {200: Reply("text exposition format", media=TEXT)}

@@ -196,6 +196,33 @@ class Readiness(Answer):
     )
 
 
+class StoreReadiness(Answer):
+    ready: bool
+    reason: str | None = Field(description="why not, when not (Redis down); as /readyz says")
+
+
+class InstanceView(Answer):
+    """A gateway process as its heartbeat in the store shows it."""
+
+    id: str = Field(examples=["web-1-7411-a3f09c"], description="<host>-<pid>-<random>")
+    host: str
+    pid: int
+    started_at: float = Field(description="Unix time, seconds")
+    seen_at: float = Field(description="its last heartbeat, Unix time")
+    alive: bool = Field(description="its last heartbeat is younger than the lease")
+    this: bool = Field(description="the process that answered")
+
+
+class Instances(Answer):
+    instance: str = Field(description="the id of the process that answered")
+    lease_seconds: float = Field(description="silent longer than this is dead")
+    now: float = Field(description="this process's clock, Unix time")
+    store: StoreReadiness
+    instances: list[InstanceView] = Field(
+        description="every instance the store knows, oldest first; empty when it cannot say"
+    )
+
+
 class DeadLetters(Answer):
     channel: str | None = None
     failed: list[dict[str, Any]]
@@ -214,7 +241,11 @@ class ChatMessage(Answer):
     user: str | None = Field(description="who wrote it; null for the gateway")
     message_id: str | None = None
     can_decide: dict[str, Any] | None = Field(
-        default=None, description="only with ?user= and a confirmation: may that user decide"
+        default=None,
+        description=(
+            "only with ?user= and a confirmation: may that user approve / reject, and does "
+            "the card show them the grant button (grant: allowed, scope, minutes)"
+        ),
     )
     card: dict[str, Any] | None = Field(
         default=None, description="a confirmation's words as the page shows them (gateway/texts)"

@@ -20,9 +20,10 @@ from aiohttp import web
 from config.keywords import KeywordStore
 from gateway.confirm.model import Status
 from gateway.confirm.service import ConfirmationService
-from gateway.http import page_html
+from gateway.http import health_html, page_html
 from gateway.http.admin import MAX_ID_LENGTH, search
 from gateway.http.identity import identity_of
+from gateway.http.instances import instances_report
 from gateway.http.jsonapi import (
     ApiError,
     ConfirmationQuery,
@@ -142,7 +143,7 @@ class AdminPage:
             keywords_file=str(self.keywords.path),
             keywords_error=self.keywords.last_error,
             tools=self.registry.names,
-            channels=self.channel_status(),
+            health=await self._health(),
             actor=self.actor(request),
             logout=self._token is not None,
             now=self.clock(),
@@ -159,6 +160,8 @@ class AdminPage:
             return _html(page_html.history_list(found))
         if name == "grants":
             return _html(page_html.grants_list(await self.confirmations.grants.live()))
+        if name == "health":
+            return _html(await self._health())
         if name == "keywords":
             store = self.keywords
             words = store.words.to_dict()
@@ -191,6 +194,10 @@ class AdminPage:
                 "Cache-Control": "no-cache",
             },
         )
+
+    async def _health(self) -> str:
+        report = await instances_report(self.confirmations)
+        return health_html.health_panel(self.channel_status(), report)
 
     async def _pending(self) -> list[Any]:
         found = await self.confirmations.list(status=Status.PENDING, limit=1000)

@@ -11,7 +11,6 @@ import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from html import escape
-from typing import Any
 
 from gateway.confirm.direct import asks_approvers_directly, direct_recipients_told
 from gateway.confirm.grants import Grant, grant_offered
@@ -95,11 +94,12 @@ def admin_page(
     keywords_file: str,
     keywords_error: str | None,
     tools: Sequence[str],
-    channels: Sequence[Mapping[str, Any]],
+    health: str,
     actor: str,
     logout: bool,
     now: float,
 ) -> str:
+    """The whole page; ``health`` is the health panel's HTML (gateway/http/health_html.py)."""
     body = f"""<section class="panel" id="pending">
 <h2>{bi("待确认", "Pending")}</h2>
 <p id="notice" class="notice" role="status" hidden></p>
@@ -124,8 +124,8 @@ def admin_page(
 {policy_form(tools)}
 </section>
 <section class="panel" id="health">
-<h2>{bi("实例与渠道", "Instance and channels")}</h2>
-{health(channels)}
+<h2>{bi("实例与渠道", "Instances and channels")}</h2>
+<div id="health-body">{health}</div>
 </section>"""
     return layout("网关管理 · Gateway admin", body, actor=actor, logout=logout)
 
@@ -334,15 +334,6 @@ def policy_form(tools: Iterable[str]) -> str:
 <button type="submit">{bi("测试", "Test")}</button>
 </form>
 <pre id="policy-result" class="result" hidden></pre>"""
-
-
-def health(channels: Sequence[Mapping[str, Any]]) -> str:
-    rows = "".join(
-        f'<li class="{"ok" if ch.get("ready") else "bad"}"><b>{e(ch.get("name", "?"))}</b> '
-        f"{e('ready' if ch.get('ready') else ch.get('reason') or 'not ready')}</li>"
-        for ch in channels
-    )
-    return f'<ul class="channels">{rows}</ul>'
 
 
 # ---------------------------------------------------------------------- one record

@@ -28,6 +28,7 @@ from gateway.texts.confirm import (
     TIME_LEFT,
     outcome,
 )
+from gateway.texts.grants import GRANT_BUTTON
 
 # (Chinese, English): the page shows 中文 with the English beside it, set apart.
 WEBCHAT_LABELS: dict[str, tuple[str, str]] = {
@@ -53,6 +54,7 @@ WEBCHAT_LABELS: dict[str, tuple[str, str]] = {
     "approve": (APPROVE_BUTTON.split()[0], APPROVE_BUTTON.split()[1]),
     "reject": (REJECT_BUTTON.split()[0], REJECT_BUTTON.split()[1]),
     "reason": ("原因（可选）", "reason"),
+    "grant": (GRANT_BUTTON.split(" / ")[0], GRANT_BUTTON.split(" / ")[1]),
 }
 
 # Lines app.js writes; {fields} are filled there.

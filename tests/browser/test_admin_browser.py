@@ -10,6 +10,7 @@ test-artifacts/.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pytest
 from playwright.async_api import Browser, Page, expect
 
 from gateway.app import Gateway
+from gateway.confirm.model import Instance
 from tests.browser.test_webchat_browser import ARTIFACTS, TIMEOUT_MS, browser, page_errors
 from tests.webchat.support import (
     base_url,
@@ -278,4 +280,32 @@ async def test_edit_arguments_then_approve_runs_the_edited_call(
     width = await page.evaluate(WIDEST)
     assert width[0] <= 360, width
     await page.screenshot(path=str(ARTIFACTS / "admin-360-edited-detail.png"), full_page=True)
+    await page.context.close()
+
+
+async def test_the_health_panel_shows_this_instance_alive_and_redraws_live(
+    gateway: Gateway, browser: Browser, page_errors: list[str]
+) -> None:
+    page = await open_admin(browser, base_url(gateway), page_errors)
+    me = gateway.confirmations.instance
+    health = page.locator("#health-body")
+    row = health.locator(f'.instance[data-id="{me.id}"]')
+    await expect(row).to_have_attribute("data-alive", "true")
+    await expect(row.locator(".state")).to_contain_text("alive")
+    await expect(row.locator(".tag.this")).to_be_visible()
+    await expect(row.locator(".seen")).to_contain_text("last seen")
+    await expect(health.locator(".store")).to_have_attribute("data-ready", "true")
+    await expect(health.locator(".channels")).to_contain_text("webchat")
+
+    # Another replica starts: its heartbeat reaches the open page without a reload.
+    now = time.time()
+    other = Instance(id="other-7-abcdef", pid=7, host="other", started_at=now, seen_at=now)
+    await gateway.store.heartbeat(other, lease=gateway.confirmations.lease)
+    arrived = health.locator(f'.instance[data-id="{other.id}"]')
+    await expect(arrived).to_have_attribute("data-alive", "true")
+    await expect(arrived.locator(".tag.this")).to_have_count(0)
+    await page.locator("#health").scroll_into_view_if_needed()
+    width = await page.evaluate(WIDEST)
+    assert width[0] <= 360, width
+    await page.locator("#health").screenshot(path=str(ARTIFACTS / "admin-360-health.png"))
     await page.context.close()

@@ -168,3 +168,43 @@ async def test_reject_with_a_reason_and_a_late_joiner_sees_the_outcome(
     assert order_exists(daemon.data_dir, 4)
     await alice.context.close()
     await carol.context.close()
+
+
+async def test_the_grant_button_lets_the_same_call_run_unasked(
+    daemon: ServeProcess, browser: Browser, page_errors: list[str]
+) -> None:
+    alice = await open_room(browser, daemon.url, "ops3", "alice", page_errors)
+    bob = await open_room(browser, daemon.url, "ops3", "bob", page_errors)
+    await alice.locator("#text").fill("/sql DELETE FROM orders WHERE id = 5")
+    await alice.locator("#text").press("Enter")
+    card = alice.locator(".card")
+    await expect(card).to_have_attribute("data-status", "pending")
+    grant = card.locator(".approve-grant")
+    await expect(grant).to_be_enabled()
+    await expect(grant).to_contain_text("skip asking for 30 min")
+    # Bob may not approve: no grant button for him.
+    await expect(bob.locator(".card .approve-grant")).to_be_hidden()
+    await card.screenshot(path=str(ARTIFACTS / "webchat-card-grant.png"))
+
+    await grant.click()
+    await expect(card).to_have_attribute("data-status", "approved")
+    await expect(card.locator(".approve-grant")).to_be_hidden()
+    told = alice.locator(".msg.bot .bubble", has_text="🔓 alice")
+    await expect(told).to_contain_text("run without asking until")
+    async with aiohttp.ClientSession(base_url=daemon.url) as http, http.get("/api/grants") as resp:
+        grants = (await resp.json())["grants"]
+    assert [(g["scope"], g["granted_by"], g["granted_via"], g["session_key"]) for g in grants] == [
+        ("session", "alice", "web", "webchat:ops3")
+    ]
+
+    # The same call again: no card; the room reads whose grant let it run, until when.
+    await alice.locator("#text").fill("/sql DELETE FROM orders WHERE id = 5")
+    await alice.locator("#text").press("Enter")
+    for page in (alice, bob):
+        used = page.locator(".msg.bot .bubble", has_text="✅ 已按 alice 的授权")
+        await expect(used).to_contain_text("without asking: alice's grant until")
+        await expect(page.locator(".card")).to_have_count(1)
+    await alice.screenshot(path=str(ARTIFACTS / "webchat-grant-used.png"))
+    assert not order_exists(daemon.data_dir, 5)
+    await alice.context.close()
+    await bob.context.close()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -188,7 +189,16 @@ class ServeProcess:
         return self.proc.returncode
 
     def error_lines(self) -> list[str]:
-        return [line for line in self.lines if '"level": "error"' in line]
+        """Log lines at error level or above (the JSON log: one object a line)."""
+        found = []
+        for line in self.lines:
+            try:
+                level = json.loads(line).get("level")
+            except (ValueError, AttributeError):
+                continue
+            if level in ("error", "critical"):
+                found.append(line)
+        return found
 
 
 def store_for_subprocess() -> str:

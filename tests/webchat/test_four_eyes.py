@@ -43,3 +43,32 @@ async def test_the_web_chat_approver_decides_what_the_requester_may_not(tmp_path
 
 async def _gone(settings: Settings) -> bool:
     return not order_exists(settings.data_dir, 3)
+
+
+async def test_the_admin_token_does_not_make_the_requester_a_second_person(
+    tmp_path: Path,
+) -> None:
+    token = "four-eyes-admin-token-0123456789abcdef"
+    settings = make_settings(
+        tmp_path,
+        admin={"token": token},
+        policy={"rules": [{"name": "deletes", "tool": "sql_modify", "four_eyes": True}]},
+        channels={"webchat": {"approvers": ["carol"]}},
+    )
+    auth = {"Authorization": f"Bearer {token}"}
+    async with (
+        running_gateway(settings) as gw,
+        aiohttp.ClientSession(base_url=base_url(gw)) as http,
+    ):
+        await say(http, "ops", "alice", DELETE_3)
+        cid = (await wait_for_kind(http, "ops", "confirmation"))["confirmation"]["id"]
+        path = f"/api/confirmations/{cid}/decision"
+        body = {"decision": "approve", "actor": "alice"}
+        async with http.post(path, json=body, headers=auth) as resp:
+            assert resp.status == 403
+            assert (await resp.json())["outcome"] == "forbidden"
+        assert order_exists(settings.data_dir, 3)
+        # Withdrawing stays hers; another person's approval through the API runs it.
+        async with http.post(path, json={**body, "actor": "dave"}, headers=auth) as resp:
+            assert resp.status == 200, await resp.text()
+        await eventually(lambda: _gone(settings))

@@ -18,6 +18,7 @@ import pytest
 
 from gateway import texts
 from gateway.app import build
+from gateway.confirm.grants import open_grant_store
 from gateway.confirm.redis_store import RedisConfirmationStore
 from gateway.confirm.store import StoreUnavailableError
 from gateway.inbox import MemoryInbox
@@ -198,3 +199,24 @@ async def test_a_full_pool_queues_callers_then_fails_closed(prefix: str) -> None
 async def _both_held(store: RedisConfirmationStore) -> bool:
     pool = store._redis.connection_pool
     return len(pool._in_use_connections) == 2  # type: ignore[attr-defined]
+
+
+async def test_grants_share_the_bounded_pool(tmp_path: Path, prefix: str) -> None:
+    # The grant store had a client of its own, with redis-py's pool of 100: at 500
+    # concurrent chats its reads failed with MaxConnectionsError (issue 13). Now it queues
+    # for the confirmations' bounded pool like every other store call.
+    settings = make_settings(
+        tmp_path,
+        confirmation={"store": "redis", "redis_url": REDIS_URL, "redis_prefix": prefix},
+    )
+    store = await RedisConfirmationStore.from_url(
+        REDIS_URL, prefix=prefix, max_connections=2, pool_timeout_seconds=30
+    )
+    try:
+        grants = await open_grant_store(settings, store)
+        reads = await asyncio.gather(*(grants.live(0.0) for _ in range(300)))
+        assert reads == [[]] * 300
+        await grants.close()
+        assert await store.unavailable() is None  # the shared client is still open
+    finally:
+        await store.close()

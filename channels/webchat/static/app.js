@@ -88,6 +88,7 @@
       state.cards.set(c.id, entry);
       node.dataset.id = c.id;
       node.querySelector(".approve").addEventListener("click", () => decide(c.id, "approve"));
+      node.querySelector(".approve-grant").addEventListener("click", () => decide(c.id, "approve", true));
       node.querySelector(".reject").addEventListener("click", () => decide(c.id, "reject"));
       const wrap = el("div", "msg bot card-row");
       wrap.appendChild(node);
@@ -152,6 +153,12 @@
     const reject = can.reject || { allowed: false, why: "" };
     const expired = left <= 0;
     node.querySelector(".approve").disabled = expired || !approve.allowed || entry.busy === true;
+    // Approve and skip asking for a while: drawn only for whoever may approve, and only
+    // where a grant can apply (the server says which: never critical or four-eyes calls).
+    const grant = can.grant || { allowed: false };
+    const grantButton = node.querySelector(".approve-grant");
+    grantButton.hidden = !grant.allowed;
+    grantButton.disabled = expired || !grant.allowed || entry.busy === true;
     node.querySelector(".reject").disabled = expired || !reject.allowed || entry.busy === true;
     node.querySelector(".reason").disabled = expired || !reject.allowed;
     const reasons = [];
@@ -188,10 +195,13 @@
 
   // ---------------------------------------------------------------- actions
 
-  function decide(id, decision) {
+  function decide(id, decision, withGrant) {
     const entry = state.cards.get(id);
     if (!entry || !state.ws || state.ws.readyState !== WebSocket.OPEN) return;
     const frame = { type: "decide", id: id, decision: decision };
+    if (withGrant && entry.can && entry.can.grant) {
+      frame.grant = { scope: entry.can.grant.scope, minutes: entry.can.grant.minutes };
+    }
     if (decision === "reject") {
       const reason = entry.el.querySelector(".reason").value.trim();
       if (reason) frame.reason = reason;

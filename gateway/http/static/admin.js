@@ -92,8 +92,17 @@ function refreshRecords() {
       refresh("pending", "#pending-list"),
       refresh("history", "#history-list"),
       refresh("grants", "#grants-list"),
+      refresh("health", "#health-body"),
     ]);
   }, 50);
+}
+
+// Instances die and come back without an event of their own (a heartbeat is not one):
+// the health panel is re-read every few seconds as well. It holds nothing to type in.
+const HEALTH_EVERY_MS = 5000;
+function refreshHealth() {
+  if (document.visibilityState === "hidden") return;
+  refresh("health", "#health-body");
 }
 
 function connect() {
@@ -250,4 +259,5 @@ onSubmit("policy-test", async (data) => {
 });
 
 if (!$(".login")) connect(); // the login form has nothing live to show
+if ($("#health-body")) setInterval(refreshHealth, HEALTH_EVERY_MS);
 setInterval(countdowns, 1000);

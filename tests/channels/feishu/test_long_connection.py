@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from config.settings import Settings
@@ -225,15 +226,16 @@ async def test_timeout_patches_open_card_to_expired(tmp_path, fake: FakeFeishu) 
         assert 6 in order_ids(settings)
 
 
-async def test_stop_ends_the_connection_thread(settings: Settings, fake: FakeFeishu) -> None:
+async def test_stop_ends_the_connection(settings: Settings, fake: FakeFeishu) -> None:
     gw = await build(settings)
     await gw.start()
     await fake.wait_connected()
-    channel = gw.channels.channels["feishu"]
-    sdk_thread = channel._ws.thread  # type: ignore[attr-defined]
-    assert sdk_thread.alive
+    # The connection runs on the gateway's loop (issue 14: no thread of its own).
+    connection = [t for t in asyncio.all_tasks() if t.get_name().startswith("feishu-ws")]
+    names = {t.get_name() for t in connection}
+    assert {"feishu-ws", "feishu-ws-receive", "feishu-ws-ping"} <= names
     await gw.stop()
-    assert not sdk_thread.alive
+    assert all(t.done() for t in connection)
     await wait_until(lambda: fake.live_connections == 0, what="socket closed")
 
 

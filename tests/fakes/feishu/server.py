@@ -3,7 +3,7 @@
 Runs on ``ThreadedServer`` (its own thread and event loop: see there why). Endpoints:
 ``POST /callback/ws/endpoint``, a WebSocket at ``/ws`` carrying pbbp2 frames (the protobuf
 classes bundled with lark-oapi), ``POST /open-apis/auth/v3/tenant_access_token/internal``,
-``/open-apis/im/v1/messages`` create / reply / patch / update, and
+``/open-apis/im/v1/messages`` create / reply / patch / update / reactions, and
 ``GET /open-apis/bot/v3/info``. Every HTTP request is recorded, named by its ``op``; each
 card's current content is kept (as sent, then as patched), and a send by open_id lands in
 that person's direct chat (``p2p_chat``).
@@ -106,6 +106,11 @@ class FakeFeishu(ThreadedServer[RecordedRequest]):
         router.add_post("/open-apis/im/v1/messages/{mid}/reply", self._reply, name="reply")
         router.add_patch("/open-apis/im/v1/messages/{mid}", self._patch, name="patch")
         router.add_put("/open-apis/im/v1/messages/{mid}", self._update, name="update")
+        # Not used by the gateway: nanobot adds a reaction to every message it receives
+        # (bench/ingest_nanobot.py runs nanobot against this fake).
+        router.add_post(
+            "/open-apis/im/v1/messages/{mid}/reactions", self._reaction, name="reaction"
+        )
 
     # ---- control from tests (any thread) -----------------------------------------------
 
@@ -345,3 +350,14 @@ class FakeFeishu(ThreadedServer[RecordedRequest]):
 
     async def _update(self, request: web.Request) -> web.Response:
         return await self._patch(request)
+
+    async def _reaction(self, request: web.Request) -> web.Response:
+        if not self._token_ok(request):
+            return self._invalid_token()
+        body = request[BODY] or {}
+        data = {
+            "reaction_id": f"r_{next(self._ids)}",
+            "message_id": request.match_info["mid"],
+            "reaction_type": body.get("reaction_type"),
+        }
+        return web.json_response({"code": 0, "msg": "success", "data": data})
