@@ -43,7 +43,7 @@ import aiohttp  # noqa: E402
 from config.settings import DEFAULT_KEYWORDS_FILE, Settings  # noqa: E402
 from gateway import texts  # noqa: E402
 from gateway.app import Gateway, build  # noqa: E402
-from gateway.confirm.model import Confirmation, Status, ToolCall  # noqa: E402
+from gateway.confirm.model import Confirmation, Instance, Status, ToolCall  # noqa: E402
 from gateway.confirm.sqlite_store import SqliteConfirmationStore  # noqa: E402
 from gateway.logs import configure_logging  # noqa: E402
 
@@ -52,7 +52,7 @@ DONE = f"DELETE: {texts.rows(0)}"  # in the result line the tool posts
 DAY = 24 * 3600.0
 
 
-def seed_record(now: float) -> Confirmation:
+def seed_record(now: float, owner: str | None = None) -> Confirmation:
     return Confirmation(
         id="SEED",
         session_key="webchat:backlog0",
@@ -65,17 +65,28 @@ def seed_record(now: float) -> Confirmation:
         details={"statement": STATEMENT, "kind": "DELETE", "tables": ["orders"]},
         created_at=now - DAY,
         expires_at=now + DAY,  # nothing expires during the run
+        owner=owner,
     )
 
 
-async def preload(data_dir: Path, pending: int, chats: int) -> None:
+async def preload(data_dir: Path, pending: int, chats: int, *, dead_owner: bool = False) -> None:
     """``pending`` pending records over ``chats`` chats, written before the gateway opens
-    the file: the store makes one, SQL copies it (whatever the schema's columns)."""
+    the file: the store makes one, SQL copies it (whatever the schema's columns).
+
+    Their owner: none (records stored before instances existed); with ``dead_owner``, an
+    instance whose last heartbeat is a day old (what ``kill -9`` of a gateway leaves).
+    """
     path = data_dir / "confirmations.db"
     store = await SqliteConfirmationStore.open(path)
     now = time.time()
+    owner = None
     try:
-        await store.create(seed_record(now))
+        if dead_owner:
+            owner = Instance(
+                id="dead-1-bench0", pid=1, host="dead", started_at=now - DAY, seen_at=now - DAY
+            )
+            await store.heartbeat(owner, lease=15.0)
+        await store.create(seed_record(now, owner.id if owner else None))
     finally:
         await store.close()
     conn = sqlite3.connect(path, isolation_level=None)

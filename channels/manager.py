@@ -94,7 +94,10 @@ class ChannelManager:
     def _deliver(self, msg: OutboundMessage) -> None:
         # No await between taking a message off the queue and queueing for its chat's
         # turn: that is what keeps one chat's messages in order.
-        self._sends.spawn(self._send_in_turn(msg), name=f"send-{msg.channel}-{msg.chat_id}")
+        self.bus.send_started()
+        task = self._sends.spawn(self._send_in_turn(msg), name=f"send-{msg.channel}-{msg.chat_id}")
+        # A callback, not a finally: a task cancelled before its first step runs none.
+        task.add_done_callback(lambda _: self.bus.send_ended())
 
     async def _send_in_turn(self, msg: OutboundMessage) -> None:
         async with self._per_chat.hold(f"{msg.channel}\x00{msg.chat_id}"):

@@ -121,7 +121,9 @@ class Gateway:
         try:
             if self.settings.keywords.watch:
                 await self.keywords.start_watching()
-            await self.confirmations.recover()
+            # A killed gateway may have left 100,000 pending calls: they are adopted in the
+            # background while this one already serves (docs/performance.md).
+            await self.confirmations.recover(background=True)
             await self.bus.start()  # replays the inbox: before channels bring new messages
             await self.channels.start()
             await self.loop.start()

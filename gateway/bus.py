@@ -124,6 +124,11 @@ class PublishResult(StrEnum):
     DUPLICATE = "duplicate"  # same channel + message id seen recently: dropped
 
 
+# Work that can wait (prompts shown again after a restart: a dead process may leave
+# 100,000) waits until fewer outbound messages than this are queued or being sent, so it
+# never floods a platform or holds up the answers to new messages behind it.
+OUTBOUND_ROOM = 32
+
 Interceptor = Callable[[InboundMessage], Awaitable[bool]]
 InboundListener = Callable[[InboundMessage, PublishResult], None]
 
@@ -149,6 +154,9 @@ class MessageBus:
         self._housekeeping = BackgroundTasks("bus-inbox")
         self.inbound: asyncio.Queue[InboundMessage] = asyncio.Queue()
         self.outbound: asyncio.Queue[OutboundMessage] = asyncio.Queue()
+        self._sending = 0  # taken off the queue by the channel manager, send not ended
+        self._outbound_room = asyncio.Event()
+        self._outbound_room.set()
         # Feishu redelivers for up to ~7 h; DingTalk redelivers late acks. Bounded both ways.
         # (channel, message id) -> when it expires. One TTL for all, so insertion order is
         # expiry order. Not cachetools.TTLCache: ~20 µs more per message id, in
@@ -233,9 +241,10 @@ class MessageBus:
     async def adopt_inbox(self, alive: Collection[str]) -> int:
         """Publish here what processes not in ``alive`` stored and never took; how many.
 
-        At start, before the channels start; with a shared inbox at every scan for dead
-        replicas. Each such message is delivered once, by the one process that adopted
-        it; a platform's redelivery of it is a duplicate (its id is stored).
+        With a shared inbox, at every adoption scan (the start's runs in the background,
+        while the channels already bring messages). Each such message is delivered once, by
+        the one process that adopted it; a platform's redelivery of it is a duplicate (its
+        id is stored), whichever comes first.
         """
         if self.inbox is None:
             return 0
@@ -288,9 +297,42 @@ class MessageBus:
 
     async def publish_outbound(self, msg: OutboundMessage) -> None:
         self.outbound.put_nowait(msg)
+        self._check_room()
 
     async def consume_outbound(self) -> OutboundMessage:
-        return await self.outbound.get()
+        msg = await self.outbound.get()
+        self._check_room()
+        return msg
+
+    @property
+    def outbound_busy(self) -> int:
+        """Outbound messages queued or being sent."""
+        return self.outbound.qsize() + self._sending
+
+    async def outbound_room(self) -> None:
+        """Wait until fewer than ``OUTBOUND_ROOM`` messages are queued or being sent.
+
+        For work that can wait. Before the channels start nothing is sent, so it waits
+        for them: never await it in a step the start waits for.
+        """
+        while not self._outbound_room.is_set():
+            await self._outbound_room.wait()
+
+    def send_started(self) -> None:
+        """The channel manager took a message off the queue to send it."""
+        self._sending += 1
+        self._check_room()
+
+    def send_ended(self) -> None:
+        """That message's send ended (sent, given up or cancelled)."""
+        self._sending -= 1
+        self._check_room()
+
+    def _check_room(self) -> None:
+        if self.outbound_busy < OUTBOUND_ROOM:
+            self._outbound_room.set()
+        else:
+            self._outbound_room.clear()
 
 
 def _storable(msg: InboundMessage) -> bool:

@@ -4,11 +4,8 @@ A turn waits on a future in the process that asked; the store holds the truth. S
 call is stranded when that process dies or another one takes a decision:
 
 - Every process heartbeats (``lease/3`` seconds). One whose heartbeat is older than the
-  lease is dead, and a live process adopts what it answered for: pending calls (their
-  deadline is armed here and their prompt posted again), approved calls nobody claimed
-  (claimed and run here, through the orphan handler, which also lets a model turn go on),
-  and calls that were running (reported ``interrupted``, never re-run, unless the tool is
-  idempotent: then claimed once more). This runs at start and every few seconds.
+  lease is dead, and a live process adopts what it answered for (adoption.py). This runs
+  at start, in the background while the gateway already serves, and every few seconds.
 - Messages a dead replica acknowledged to the platform and never took up (its inbox
   messages, in the shared store) are adopted at the same scan and processed here.
 - With a shared store (Redis) a decision may land on another replica. The store's lifecycle
@@ -22,26 +19,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import AsyncIterator, Callable, Coroutine
+import time
+from collections.abc import AsyncIterator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 
 from gateway import texts
-from gateway.bus import OutboundKind, OutboundMessage
-from gateway.confirm.ledger import audit, interrupt
-from gateway.confirm.model import Confirmation, ExecState, Status
-from gateway.confirm.store import FeedEntry, may_claim
+from gateway.confirm.adoption import Adoption
+from gateway.confirm.adoption import OrphanHandler as OrphanHandler
+from gateway.confirm.ledger import interrupt
+from gateway.confirm.model import Confirmation, Status
+from gateway.confirm.store import FeedEntry
 from gateway.runtime import BackgroundTasks
 
 if TYPE_CHECKING:
     from gateway.confirm.service import ConfirmationService
 
 log = structlog.get_logger(__name__)
-
-# Runs an approved call whose waiting turn is gone (claim first: see gateway/tools/executor).
-OrphanHandler = Callable[[Confirmation], Coroutine[Any, Any, None]]
 
 # A Redis client stuck in a read must not hold up shutdown.
 _FOLLOWER_STOP_SECONDS = 2.0
@@ -52,14 +48,13 @@ class Replicas:
 
     def __init__(self, service: ConfirmationService, *, tasks: BackgroundTasks) -> None:
         self._service = service
-        self._tasks = tasks  # the service's: runs of adopted calls, drained at shutdown
+        self.adoption = Adoption(service, tasks=tasks)
         self._loops = BackgroundTasks("replicas")  # heartbeat, scan, follower
         self._scanning: asyncio.Task[None] | None = None
         self._follower: asyncio.Task[None] | None = None
         self._feed = contextlib.AsyncExitStack()
-        self.orphan_handler: OrphanHandler | None = None
-        # Pending calls adopted here: no turn waits for them anywhere.
-        self.adopted: set[str] = set()
+        # Set when the first adoption scan (the one at start) has ended, however it ended.
+        self.recovered = asyncio.Event()
         # When the store stalls (CLIENT PAUSE, a slow failover), every replica's heartbeat
         # is held up alike: nobody is judged dead while this one's own beat is stuck, nor
         # until the others have had the time to land a fresh beat after it.
@@ -72,24 +67,38 @@ class Replicas:
 
     # ------------------------------------------------------------------ start
 
-    async def recover(self) -> None:
-        """At start: heartbeat, adopt what dead processes left, then keep doing both."""
+    async def recover(self, *, background: bool = False) -> None:
+        """At start: heartbeat, adopt what dead processes left, then keep doing both.
+
+        ``background``: return once the heartbeat is stored and adopt in a task (a dead
+        process may have left 100,000 calls: the gateway serves meanwhile). Otherwise the
+        first scan is done when this returns; its reposted prompts must have room on the
+        outbound queue then (bus.outbound_room), so something must be sending.
+        """
         service = self._service
         await self.beat()
-        await self.adopt_dead()
-        # Pending records whose owner left no heartbeat at all (stored before instances
-        # existed): no turn waits for them anywhere. Once, at start: a full listing.
-        known = {i.id for i in await service.store.list_instances()}
-        for c in await service.store.list_all_pending():
-            if c.owner not in known and c.id not in service.deadlines:
-                await self._take(c)
+        if not background:
+            await self._first_scan()
         if not self._loops:
             self._loops.spawn(self._beat_loop(), name="heartbeat")
-            self._scanning = self._loops.spawn(self._scan_loop(), name="adopt-dead")
+            scan = self._scan_loop(first=background)
+            self._scanning = self._loops.spawn(scan, name="adopt-dead")
         if service.store.shared and self._follower is None:
             # Subscribed before recover() returns: nothing finished from here on is missed.
             entries = await self._feed.enter_async_context(service.store.lifecycle_feed())
             self._follower = self._loops.spawn(self._follow(entries), name="follow-replicas")
+
+    async def _first_scan(self) -> None:
+        started = time.perf_counter()
+        try:
+            await self.adopt_dead(startup=True)
+        finally:
+            self.recovered.set()
+        log.info(
+            "confirm.startup_scan_done",
+            adopted=len(self.adoption.adopted),
+            seconds=round(time.perf_counter() - started, 3),
+        )
 
     async def beat(self) -> None:
         service = self._service
@@ -123,7 +132,12 @@ class Replicas:
             except Exception:  # the store is down: keep beating, the next one may land
                 log.exception("confirm.heartbeat_failed")
 
-    async def _scan_loop(self) -> None:
+    async def _scan_loop(self, *, first: bool) -> None:
+        if first:
+            try:
+                await self._first_scan()
+            except Exception:  # the store is down: the next scan adopts what this missed
+                log.exception("confirm.adopt_failed")
         while True:
             await asyncio.sleep(self._service.lease / 3)
             try:
@@ -133,94 +147,39 @@ class Replicas:
 
     # ------------------------------------------------------------------ adoption
 
-    async def adopt_dead(self) -> None:
-        """Take over what dead instances answered for; forget those that left nothing."""
+    async def adopt_dead(self, *, startup: bool = False) -> None:
+        """Take over what dead instances answered for; forget those that left nothing.
+
+        ``startup``: also pending records whose owner left no heartbeat at all (stored
+        before instances existed, or by a process that is gone): no turn waits for them
+        anywhere. Once, at start: it walks every pending record.
+        """
         service = self._service
         now = service.clock()
         instances = await service.store.list_instances()
-        if not self._may_judge():
+        judge = self._may_judge()
+        if not judge and not startup:
             return
         known = {i.id for i in instances}
-        dead = {i.id for i in instances if i.id != self.me and not i.alive(now, service.lease)}
-        for instance_id in sorted(dead):
-            settled = True
-            for c in await service.store.list_unsettled(instance=instance_id):
-                settled &= await self._take(c, dead=instance_id)
-            if settled:
-                log.info("confirm.instance_dead", instance=instance_id)
-                await service.store.forget_instance(instance_id)
-        for c in await service.store.list_approved_waiting():
-            # Approved, unclaimed, and nobody alive answers for it (its turn died with it).
-            if c.owner != self.me and (c.owner in dead or c.owner not in known):
-                await self._take(c)
-        if service.store.shared:
+        dead = {
+            i.id for i in instances if judge and i.id != self.me and not i.alive(now, service.lease)
+        }
+        await self.adoption.scan(dead, known, startup=startup)
+        if service.store.shared and judge:
             # Their inbox messages too (a Redis stream): those they acknowledged to the
             # platform and never took up. An owner with no heartbeat at all is dead; one
             # that started since the listing above is safe: the inbox claims only what was
             # idle for a lease.
             await service.bus.adopt_inbox(alive=(known - dead) | {self.me})
 
-    async def _take(self, c: Confirmation, *, dead: str | None = None) -> bool:
-        """Adopt, run or interrupt one record of a dead process; False to try again later."""
-        service = self._service
-        ex = c.execution
-        if ex.state.in_flight and ex.claimed_by != self.me:
-            if may_claim(c, service.clock()):
-                self._run(c)  # idempotent, its one claimer died: claimed once more
-                return True
-            if c.idempotent and ex.attempts == 1:
-                return False  # its lease runs a little longer than the heartbeat: wait
-            await interrupt(service, c.id, claimer=ex.claimed_by or "")
-            return True
-        if c.status is Status.PENDING or (
-            c.status is Status.APPROVED and ex.state is ExecState.WAITING
-        ):
-            if c.owner == self.me:
-                return True
-            adopted = await service.store.adopt(c.id, from_owner=c.owner, to_owner=self.me)
-            if adopted is None:
-                return True  # another process adopted it first
-            log.info("confirm.adopted", confirmation_id=c.id, from_owner=c.owner)
-            await audit(service, c.id, "adopted", actor=self.me, from_owner=c.owner or dead)
-            if adopted.status is Status.APPROVED:
-                self._run(adopted)
-            else:
-                await self._adopt_pending(adopted)
-        return True
-
-    async def _adopt_pending(self, c: Confirmation) -> None:
-        service = self._service
-        if c.expires_at <= service.clock():
-            await service.expire(c.id, reason=texts.RESTART_REASON)
-            return
-        self.adopted.add(c.id)
-        service.deadlines.arm(c.id, c.expires_at)
-        # The person may not know the call still waits: show its prompt again, once.
-        await service.bus.publish_outbound(
-            OutboundMessage(
-                channel=c.channel,
-                chat_id=c.chat_id,
-                session_key=c.session_key,
-                kind=OutboundKind.CONFIRMATION,
-                text=texts.prompt_reposted(c, service.clock()),
-                confirmation=c,
-            )
-        )
-        await audit(service, c.id, "prompt_reposted", actor=self.me)
-
-    def _run(self, c: Confirmation) -> None:
-        if self.orphan_handler is None:
-            log.warning("confirm.no_orphan_handler", confirmation_id=c.id)
-            return
-        self._tasks.spawn(self.orphan_handler(c), name=f"orphan-{c.id}")
+    @property
+    def adopted(self) -> set[str]:
+        """Pending calls adopted here: no turn waits for them anywhere."""
+        return self.adoption.adopted
 
     def finished(self, final: Confirmation) -> None:
         """``final`` just ended here: an adopted call that was approved runs now."""
-        if final.id not in self.adopted:
-            return
-        self.adopted.discard(final.id)
-        if final.status is Status.APPROVED:
-            self._run(final)
+        self.adoption.finished(final)
 
     # ------------------------------------------------------------------ other replicas
 

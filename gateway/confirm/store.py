@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import ClassVar, Literal
@@ -61,8 +61,11 @@ class ConfirmationStore(ABC):
     shared: ClassVar[bool] = False
 
     @abstractmethod
-    async def create(self, confirmation: Confirmation) -> None:
-        """Store a new pending confirmation. Raises ConfirmationExistsError on a taken id."""
+    async def create(
+        self, confirmation: Confirmation, *, events: Sequence[AuditEvent] = ()
+    ) -> None:
+        """Store a new pending confirmation, and ``events`` (the first lines of its audit
+        trail) in the same step. Raises ConfirmationExistsError on a taken id."""
 
     @abstractmethod
     async def get(self, confirmation_id: str) -> Confirmation | None: ...
@@ -83,6 +86,7 @@ class ConfirmationStore(ABC):
         now: float,
         feedback: bool = False,
         edit: CallEdit | None = None,
+        events: Sequence[AuditEvent] = (),
     ) -> tuple[Confirmation | None, bool]:
         """Compare-and-set ``pending`` -> ``status``; first call wins.
 
@@ -90,7 +94,8 @@ class ConfirmationStore(ABC):
         after the deadline never approves, even if the timer has not fired yet. Returns the
         record as it is after the call and whether this call changed it. ``edit`` (only
         with ``approved``) replaces the call in the same step (``Confirmation.edited``):
-        a refused finish leaves the call as it was.
+        a refused finish leaves the call as it was. ``events`` join the audit trail in the
+        same step, only when this call changed the record.
         """
 
     @abstractmethod
@@ -145,10 +150,12 @@ class ConfirmationStore(ABC):
         state: ExecState,
         result: str | None,
         now: float,
+        events: Sequence[AuditEvent] = (),
     ) -> Confirmation | None:
         """``claimed`` or ``running`` by ``instance`` -> ``state`` (succeeded, failed or
-        interrupted) with ``finished_at`` and ``result``. None when the record is not in
-        flight under that instance (someone else settled or re-claimed it).
+        interrupted) with ``finished_at`` and ``result``, and ``events`` to the audit trail,
+        in one step. None when the record is not in flight under that instance (someone
+        else settled or re-claimed it); then no event is written.
         """
 
     @abstractmethod
@@ -156,6 +163,20 @@ class ConfirmationStore(ABC):
         self, confirmation_id: str, *, from_owner: str | None, to_owner: str
     ) -> Confirmation | None:
         """Compare-and-set ``owner`` ``from_owner`` -> ``to_owner``; None when it moved."""
+
+    async def adopt_many(self, records: Sequence[Confirmation], *, to_owner: str) -> Confirmations:
+        """``adopt`` of each record from the owner it was read with; the records that moved,
+        as they are now, in the given order.
+
+        A dead process may leave 100,000 pending calls: a backend with transactions moves
+        a batch in one (SQLite: one commit, not one per record).
+        """
+        moved: Confirmations = []
+        for c in records:
+            adopted = await self.adopt(c.id, from_owner=c.owner, to_owner=to_owner)
+            if adopted is not None:
+                moved.append(adopted)
+        return moved
 
     @abstractmethod
     async def list_unsettled(self, *, instance: str) -> Confirmations:
@@ -188,6 +209,12 @@ class ConfirmationStore(ABC):
 
     @abstractmethod
     async def add_event(self, event: AuditEvent) -> None: ...
+
+    async def add_events(self, events: Sequence[AuditEvent]) -> None:
+        """``add_event`` of each, in order; in one transaction where the backend has them
+        (the lines of a batch of adopted calls)."""
+        for event in events:
+            await self.add_event(event)
 
     @abstractmethod
     async def events(self, confirmation_id: str) -> list[AuditEvent]:
@@ -297,16 +324,20 @@ def may_claim(current: Confirmation, now: float) -> bool:
     )
 
 
-async def create_with_free_id(store: ConfirmationStore, conf: Confirmation) -> Confirmation:
-    """Store ``conf``, drawing another id while its id is taken; the record as stored."""
+async def create_with_free_id(
+    store: ConfirmationStore, conf: Confirmation, *, events: Sequence[AuditEvent] = ()
+) -> Confirmation:
+    """Store ``conf`` with ``events``, drawing another id while its id is taken; the record
+    as stored."""
     length = len(conf.id)
     for attempt in range(30):
         if attempt:
             if attempt % 10 == 0:
                 length += 1  # crowded id space: longer ids
             conf = replace(conf, id=new_confirmation_id(length))
+            events = [replace(e, confirmation_id=conf.id) for e in events]
         try:
-            await store.create(conf)
+            await store.create(conf, events=events)
         except ConfirmationExistsError:
             continue
         return conf

@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from gateway.confirm.model import AuditEvent, ExecState, Instance, Status
-from gateway.confirm.store import ConfirmationStore
+from gateway.confirm.store import ConfirmationExistsError, ConfirmationStore
 from tests.confirm.conftest import LEDGER_BACKENDS, Backend
 from tests.confirm.records import T0, make
 
@@ -178,6 +178,49 @@ class TestLedgerContract:
         assert [c.id for c in await store.list_unsettled(instance="dead")] == ["W002", "R003"]
         assert [c.id for c in await store.list_unsettled(instance="me")] == ["P001"]
 
+    async def test_adopt_many_moves_only_what_still_has_the_owner_it_was_read_with(
+        self, store: ConfirmationStore
+    ) -> None:
+        await store.create(make("P001", owner="dead", created_at=T0))
+        await store.create(make("P002", owner=None, created_at=T0 + 1))
+        await approved(store, "W003", owner="dead", created_at=T0 + 2)
+        await store.create(make("P004", owner="dead", created_at=T0 + 3))
+        read = await store.list_unsettled(instance="dead")
+        read.insert(1, await store.get("P002"))  # type: ignore[arg-type]
+        # Since the listing: P004 went to another process; W003's record changed no owner.
+        assert await store.adopt("P004", from_owner="dead", to_owner="other")
+        moved = await store.adopt_many(read, to_owner="me")
+        assert [(c.id, c.owner, c.status) for c in moved] == [
+            ("P001", "me", Status.PENDING),
+            ("P002", "me", Status.PENDING),
+            ("W003", "me", Status.APPROVED),
+        ]
+        assert (await store.get("P004")).owner == "other"  # type: ignore[union-attr]
+        assert await store.adopt_many(read, to_owner="again") == []
+        assert await store.adopt_many([], to_owner="me") == []
+
+    async def test_add_events_appends_each_in_order(self, store: ConfirmationStore) -> None:
+        await store.create(make("A1B2"))
+        await store.create(make("C3D4"))
+        await store.add_event(AuditEvent(confirmation_id="A1B2", at=T0, kind="requested"))
+        await store.add_events(
+            [
+                AuditEvent(confirmation_id="A1B2", at=T0 + 1, kind="adopted", detail={"a": 1}),
+                AuditEvent(confirmation_id="GONE", at=T0 + 1, kind="adopted"),  # purged: dropped
+                AuditEvent(confirmation_id="C3D4", at=T0 + 1, kind="adopted", actor="me"),
+                AuditEvent(confirmation_id="A1B2", at=T0 + 2, kind="prompt_reposted"),
+            ]
+        )
+        await store.add_events([])
+        a = await store.events("A1B2")
+        assert [(e.kind, e.detail) for e in a] == [
+            ("requested", {}),
+            ("adopted", {"a": 1}),
+            ("prompt_reposted", {}),
+        ]
+        assert [(e.kind, e.actor) for e in await store.events("C3D4")] == [("adopted", "me")]
+        assert await store.events("GONE") == []
+
     async def test_audit_events_in_order(self, store: ConfirmationStore) -> None:
         await store.create(make("A1B2"))
         for n, kind in enumerate(["requested", "prompt_sent", "reply_read", "decided"]):
@@ -195,6 +238,64 @@ class TestLedgerContract:
         assert events[2].detail == {"how": "确认"}
         assert events[3].actor == "bob"
         assert await store.events("NONE") == []
+
+    async def test_events_go_in_with_the_change_they_describe_and_only_with_it(
+        self, store: ConfirmationStore
+    ) -> None:
+        def line(kind: str, at: float, **detail: object) -> AuditEvent:
+            return AuditEvent(confirmation_id="A1B2", at=at, kind=kind, detail=detail)
+
+        await store.create(make("A1B2"), events=[line("requested", T0, tool="sql_modify")])
+        await store.add_event(line("prompt_sent", T0 + 1))
+        decided = [line("reply_read", T0 + 2, how="decision"), line("decided", T0 + 2)]
+        _, changed = await store.finish(
+            "A1B2", Status.APPROVED, by="bob", via="text", reason=None, now=T0 + 2, events=decided
+        )
+        assert changed
+        # A refused finish and a finish_execution of a call not in flight write nothing.
+        _, changed = await store.finish(
+            "A1B2",
+            Status.REJECTED,
+            by="bob",
+            via="text",
+            reason=None,
+            now=T0 + 3,
+            events=[line("decided", T0 + 3)],
+        )
+        assert not changed
+        lost = await store.finish_execution(
+            "A1B2",
+            instance="i",
+            state=ExecState.FAILED,
+            result="x",
+            now=T0 + 3,
+            events=[line("finished", T0 + 3)],
+        )
+        assert lost is None
+        await store.claim("A1B2", instance="i", now=T0 + 4, lease=LEASE)
+        done = await store.finish_execution(
+            "A1B2",
+            instance="i",
+            state=ExecState.SUCCEEDED,
+            result="ok",
+            now=T0 + 5,
+            events=[line("finished", T0 + 5, state="succeeded")],
+        )
+        assert done is not None
+        events = await store.events("A1B2")
+        assert [(e.kind, e.at) for e in events] == [
+            ("requested", T0),
+            ("prompt_sent", T0 + 1),
+            ("reply_read", T0 + 2),
+            ("decided", T0 + 2),
+            ("finished", T0 + 5),
+        ]
+        assert events[0].detail == {"tool": "sql_modify"}
+        assert events[-1].detail == {"state": "succeeded"}
+        # A taken id writes neither the record nor its events.
+        with pytest.raises(ConfirmationExistsError):
+            await store.create(make("A1B2"), events=[line("requested", T0 + 9)])
+        assert len(await store.events("A1B2")) == 5
 
     async def test_purge_drops_old_settled_records_and_their_events(
         self, store: ConfirmationStore

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 from channels.base import Channel, ChannelSendError
 from channels.manager import ChannelManager
-from gateway.bus import MessageBus, OutboundMessage
+from gateway.bus import OUTBOUND_ROOM, MessageBus, OutboundMessage
 
 
 class FlakyChannel(Channel):
@@ -145,3 +145,46 @@ async def test_a_slow_chat_does_not_hold_up_another_chat() -> None:
     assert await manager.drain(timeout=5)
     await manager.stop()
     assert channel.started.index("a1") < channel.started.index("a2")
+
+
+class HeldChannel(Channel):
+    """Every send waits for ``go``; ``all_sending`` is set once OUTBOUND_ROOM sends began."""
+
+    name: ClassVar[str] = "held"
+
+    def __init__(self) -> None:
+        self.go = asyncio.Event()
+        self.all_sending = asyncio.Event()
+        self.sending = 0
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    async def send(self, msg: OutboundMessage) -> None:
+        self.sending += 1
+        if self.sending == OUTBOUND_ROOM:
+            self.all_sending.set()
+        await self.go.wait()
+
+
+async def test_work_that_can_wait_waits_until_sends_end() -> None:
+    # The prompts a restart shows again (100,000 after a crash) wait like this: behind
+    # what is being sent, never holding up the answers to new messages.
+    bus = MessageBus()
+    manager = ChannelManager(bus=bus)
+    channel = HeldChannel()
+    manager.add(channel)
+    for i in range(OUTBOUND_ROOM):  # each in its own chat: all sent at once
+        await bus.publish_outbound(OutboundMessage(channel="held", chat_id=f"c{i}", text="x"))
+    waiting = asyncio.create_task(bus.outbound_room())  # nothing sends before the start
+    await manager.start()
+    await channel.all_sending.wait()  # all taken off the queue, none sent yet
+    assert bus.outbound.empty() and bus.outbound_busy == OUTBOUND_ROOM
+    assert not waiting.done()
+    channel.go.set()
+    await waiting
+    await manager.stop(drain_timeout=5)
+    assert bus.outbound_busy == 0

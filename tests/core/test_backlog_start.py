@@ -1,0 +1,155 @@
+"""A gateway restarted after a crash serves before it has adopted its dead predecessor's
+backlog (docs/performance.md, "Start-up with a backlog"), and the backlog is still finished
+right: a call decided before its adoption runs once, by the adoption.
+
+What kill -9 leaves is written with the real SQLite store: a heartbeat an hour old and the
+records it owned. The gateway is real (build + start, HTTP, web chat, tools, executor); its
+store is the real SQLite store whose first batch adoption waits for the test (``go``), so
+the test knows the scan is under way, not finished, while it checks /readyz and a new
+message, and decides one of the records the scan has read but not yet adopted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from gateway.app import build
+from gateway.confirm.model import Confirmation, ExecState, Instance, Status, ToolCall
+from gateway.confirm.sqlite_store import SqliteConfirmationStore
+from gateway.confirm.sqlite_thread import SqliteThread
+from tests.confirm.records import make
+from tests.webchat.support import make_settings, order_exists
+
+LEASE = 15.0
+
+
+class HeldStore(SqliteConfirmationStore):
+    """The SQLite store; the first ``adopt_many`` waits until ``go`` is set."""
+
+    def __init__(self, db: SqliteThread, pending_sessions: Any = ()) -> None:
+        super().__init__(db, pending_sessions)
+        self.reached = asyncio.Event()
+        self.go = asyncio.Event()
+
+    async def adopt_many(
+        self, records: Sequence[Confirmation], *, to_owner: str
+    ) -> list[Confirmation]:
+        self.reached.set()
+        await self.go.wait()
+        return await super().adopt_many(records, to_owner=to_owner)
+
+
+def _left(dead: Instance, cid: str, order: int) -> Confirmation:
+    """A pending call of the dead gateway, in web chat room ``cid.lower()``."""
+    statement = f"DELETE FROM orders WHERE id = {order}"
+    return make(
+        cid,
+        session=f"webchat:{cid.lower()}",
+        created_at=dead.seen_at - 10,
+        timeout=7200,
+        owner=dead.id,
+        channel="webchat",
+        is_group=True,
+        tool_call=ToolCall("sql_modify", {"sql": statement}, f"call_{cid}"),
+    )
+
+
+async def _messages(http: aiohttp.ClientSession, room: str, after: int) -> dict[str, Any]:
+    """The room's entries after ``after``, waiting (server side) until there is one."""
+    params = {"after": str(after), "wait": "10"}
+    async with http.get(f"/api/chat/{room}/messages", params=params) as resp:
+        assert resp.status == 200, await resp.text()
+        body: dict[str, Any] = await resp.json()
+        return body
+
+
+async def _said_by_gateway(http: aiohttp.ClientSession, room: str, needle: str) -> list[str]:
+    """Wait until the gateway said something containing ``needle`` in ``room``; all it said."""
+    after, said = 0, []
+    while True:
+        body = await _messages(http, room, after)
+        said += [m["text"] for m in body["messages"] if m["user"] is None]
+        if any(needle in text for text in said):
+            return said
+        assert body["messages"], f"nothing with {needle!r} in {room}: {said}"
+        after = body["last_seq"]
+
+
+async def test_a_backlog_is_adopted_while_the_gateway_already_serves(tmp_path: Path) -> None:
+    settings = make_settings(
+        tmp_path,
+        confirmation={"store": "sqlite", "lease_seconds": LEASE},
+        channels={"webchat": {"enabled": True, "messages_per_minute": 0}},
+    )
+    settings.data_dir.mkdir(parents=True)
+    path = settings.data_dir / "confirmations.db"
+    now = time.time()
+    dead = Instance(
+        id="dead-1-aaaaaa", pid=1, host="dead", started_at=now - 7200, seen_at=now - 3600
+    )
+    seed = await SqliteConfirmationStore.open(path)
+    for cid, order in (("P1", 3), ("P2", 4), ("P3", 5)):
+        await seed.create(_left(dead, cid, order))
+    await seed.create(_left(dead, "A1", 6))
+    await seed.finish("A1", Status.APPROVED, by="alice", via="text", reason=None, now=now - 3599)
+    await seed.heartbeat(dead, lease=LEASE)
+    await seed.close()
+
+    store = await HeldStore.open(path)
+    gateway = await build(settings, store=store)
+    async with gateway, aiohttp.ClientSession(base_url=gateway.http.url) as http:  # type: ignore[union-attr]
+        await store.reached.wait()  # the scan has read the backlog and waits to adopt it
+        async with http.get("/readyz") as resp:
+            assert resp.status == 200, await resp.text()
+        async with http.post(
+            "/api/chat/newcomer/messages", json={"user": "bob", "text": "/help"}
+        ) as resp:
+            assert resp.status == 202
+        assert await _said_by_gateway(http, "newcomer", "/sql")
+        # Not adopted yet: still the dead gateway's.
+        p2 = await store.get("P2")
+        assert (
+            p2 is not None and p2.owner == dead.id and "P2" not in gateway.confirmations.deadlines
+        )
+
+        # Alice approves P1, which the scan has read as pending and not adopted yet.
+        async with http.post(
+            "/api/chat/p1/messages", json={"user": "alice", "text": "确认"}
+        ) as resp:
+            assert resp.status == 202
+        await _said_by_gateway(http, "p1", "✅")
+        decided = await store.get("P1")
+        assert decided is not None and decided.status is Status.APPROVED
+        assert decided.execution.state is ExecState.WAITING  # nobody runs it yet
+
+        store.go.set()
+        await gateway.confirmations.recovered()
+        me = gateway.confirmations.instance.id
+
+        # P1 ran once, by the adoption; A1 (approved before the crash) too.
+        for cid, order in (("P1", 3), ("A1", 6)):
+            said = await _said_by_gateway(http, cid.lower(), "DELETE:")
+            assert sum("DELETE:" in text for text in said) == 1
+            ran = await store.get(cid)
+            assert ran is not None and ran.owner == me
+            assert ran.execution.state is ExecState.SUCCEEDED and ran.execution.attempts == 1
+            assert not order_exists(settings.data_dir, order)
+            kinds = [e.kind for e in await store.events(cid)]
+            assert kinds.count("claimed") == 1 and kinds.count("adopted") == 1
+
+        # P2 and P3 wait here now: deadline armed, prompt shown again in their rooms.
+        for cid, order in (("P2", 4), ("P3", 5)):
+            said = await _said_by_gateway(http, cid.lower(), "🔁")
+            assert len(said) == 1
+            record = await store.get(cid)
+            assert record is not None and record.owner == me and record.status is Status.PENDING
+            assert cid in gateway.confirmations.deadlines
+            assert [e.kind for e in await store.events(cid)] == ["adopted", "prompt_reposted"]
+            assert order_exists(settings.data_dir, order)
+        assert dead.id not in {i.id for i in await store.list_instances()}
