@@ -30,6 +30,7 @@ from channels.feishu.inbound import (
 )
 from channels.platform import UsedOnce, same_secret
 from gateway.http.jsonapi import JsonInputError, parse_json
+from gateway.runtime import ServiceUnavailable
 
 log = structlog.get_logger(__name__)
 
@@ -152,6 +153,8 @@ class WebhookReceiver:
             # response. Not stored: no 200, so Feishu redelivers it.
             try:
                 await self._on_message(msg)
+            except ServiceUnavailable:  # Redis down: one line, by the receiving task
+                return web.json_response({"msg": "not stored, retry"}, status=503)
             except Exception:  # storing failed (logged): the redelivery is the retry
                 log.exception("feishu.webhook_not_stored", message_id=msg.message_id)
                 return web.json_response({"msg": "not stored, retry"}, status=503)

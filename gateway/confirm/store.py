@@ -22,6 +22,7 @@ from gateway.confirm.model import (
     Status,
     new_confirmation_id,
 )
+from gateway.runtime import ServiceUnavailable
 
 # An alias: inside the store classes `list` is also a method name.
 Confirmations = list[Confirmation]
@@ -46,7 +47,7 @@ class ConfirmationExistsError(Exception):
     """The id is taken; the service draws another."""
 
 
-class StoreUnavailableError(Exception):
+class StoreUnavailableError(ServiceUnavailable):
     """The store's server cannot be reached, or every connection stayed busy past the pool
     timeout. The operation did not happen (each write is one atomic step): callers fail
     closed and say so."""
