@@ -28,7 +28,7 @@ import structlog
 
 from gateway import texts
 from gateway.bus import OutboundKind, OutboundMessage
-from gateway.confirm.ledger import audit_many, interrupt
+from gateway.confirm.ledger import audit_many, event, interrupt
 from gateway.confirm.model import AuditEvent, Confirmation, ExecState, Status
 from gateway.confirm.store import may_claim
 from gateway.runtime import BackgroundTasks
@@ -172,10 +172,7 @@ class Adoption:
         return True
 
     def _event(self, confirmation_id: str, kind: str, **detail: Any) -> AuditEvent:
-        at = self._service.clock()
-        return AuditEvent(
-            confirmation_id=confirmation_id, at=at, kind=kind, actor=self.me, detail=detail
-        )
+        return event(self._service, confirmation_id, kind, actor=self.me, **detail)
 
     def _run(self, c: Confirmation) -> None:
         if self.orphan_handler is None:

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 from gateway import texts
 from gateway.bus import InboundMessage, OutboundMessage, SenderIdentity
+from gateway.confirm import ledger
 from gateway.confirm.grants import grant_sentence
-from gateway.confirm.ledger import audit
-from gateway.confirm.model import Confirmation, DecideOutcome, Decision
+from gateway.confirm.model import AuditEvent, Confirmation, DecideOutcome, Decision
 from gateway.confirm.replies import ParsedReply, ReplyIntent
 from gateway.confirm.store import StoreUnavailableError
 
@@ -156,10 +156,9 @@ class ReplyIntercept:
         """A confirm or cancel reply about ``target``: audited, decided, and any grant given."""
         decision = Decision.APPROVE if parsed.intent is ReplyIntent.CONFIRM else Decision.REJECT
         allowed, _ = self._service.may_decide(target, msg.sender_id, decision)
-        how = "decision" if allowed else "not_allowed"
-        await self._audit_read(target, msg, parsed, how)
+        read = self._read_line(target, msg, parsed, "decision" if allowed else "not_allowed")
         result = await self._service.decide_record(
-            target, decision, actor=msg.sender_id, via="text", reason=parsed.reason
+            target, decision, actor=msg.sender_id, via="text", reason=parsed.reason, trail=(read,)
         )
         if result.outcome is not DecideOutcome.DECIDED:
             # A decision is announced by the update message; anything else is told here.
@@ -175,11 +174,11 @@ class ReplyIntercept:
             )
             await self._reply_to(msg, said)
 
-    async def _audit_read(
+    def _read_line(
         self, target: Confirmation, msg: InboundMessage, parsed: ParsedReply, how: str
-    ) -> None:
+    ) -> AuditEvent:
         """The audit line of a reply read against ``target``: its intent and how it was taken."""
-        await audit(
+        return ledger.event(
             self._service,
             target.id,
             "reply_read",
@@ -188,6 +187,11 @@ class ReplyIntercept:
             how=how,
             message_id=msg.message_id,
         )
+
+    async def _audit_read(
+        self, target: Confirmation, msg: InboundMessage, parsed: ParsedReply, how: str
+    ) -> None:
+        await ledger.audit_many(self._service, (self._read_line(target, msg, parsed, how),))
 
     async def _on_unclear(
         self,

@@ -12,14 +12,21 @@ from __future__ import annotations
 import os
 import secrets
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from gateway import texts
 from gateway.bus import OutboundMessage
-from gateway.confirm.model import AuditEvent, Confirmation, ExecState, Instance
+from gateway.confirm.model import (
+    AuditEvent,
+    CallEdit,
+    Confirmation,
+    ExecState,
+    Instance,
+    Status,
+)
 
 if TYPE_CHECKING:
     from gateway.confirm.service import ConfirmationService
@@ -51,6 +58,55 @@ def summarize(output: str) -> str:
     return output[:RESULT_CHARS] + f"… (+{len(output) - RESULT_CHARS})"
 
 
+def event(
+    service: ConfirmationService,
+    confirmation_id: str,
+    kind: str,
+    *,
+    actor: str | None = None,
+    at: float | None = None,
+    **detail: Any,
+) -> AuditEvent:
+    """One line of a confirmation's audit trail, at ``at`` (now by default)."""
+    when = service.clock() if at is None else at
+    return AuditEvent(
+        confirmation_id=confirmation_id, at=when, kind=kind, actor=actor, detail=detail
+    )
+
+
+def decision_lines(
+    service: ConfirmationService,
+    confirmation_id: str,
+    status: Status,
+    *,
+    by: str | None,
+    via: str,
+    at: float,
+    edit: CallEdit | None,
+) -> tuple[AuditEvent, ...]:
+    """What a decision adds to the trail: ``edited`` (an approval with new arguments: the
+    call before and after), then ``decided``."""
+    decided = event(
+        service, confirmation_id, "decided", actor=by, at=at, via=via, status=status.value
+    )
+    if edit is None:
+        return (decided,)
+    note = edit.details.get("edited")
+    note = note if isinstance(note, Mapping) else {}
+    edited = event(
+        service,
+        confirmation_id,
+        "edited",
+        actor=by,
+        at=at,
+        before=dict(note.get("args_before") or {}),
+        after=dict(edit.tool_call.args),
+        risk_before=note.get("risk_before"),
+        risk_after=edit.risk.value,
+    )
+    return (edited, decided)
+
+
 async def audit(
     service: ConfirmationService,
     confirmation_id: str,
@@ -59,39 +115,19 @@ async def audit(
     actor: str | None = None,
     **detail: Any,
 ) -> None:
-    """Append one line to a confirmation's audit trail."""
-    event = AuditEvent(
-        confirmation_id=confirmation_id, at=service.clock(), kind=kind, actor=actor, detail=detail
-    )
-    try:
-        await service.store.add_event(event)
-    except Exception:  # the trail is a record of what happened; it must not stop it happening
-        log.exception("confirm.audit_failed", confirmation_id=confirmation_id, kind=kind)
+    """Append one line to a confirmation's audit trail, on its own."""
+    await audit_many(service, (event(service, confirmation_id, kind, actor=actor, **detail),))
 
 
 async def audit_many(service: ConfirmationService, events: Sequence[AuditEvent]) -> None:
-    """Append several lines at once (one transaction where the store has them)."""
+    """Append lines on their own, not with a change of the record (one transaction where
+    the store has them)."""
     if not events:
         return
     try:
         await service.store.add_events(events)
-    except Exception:  # as in audit(): the trail must not stop what it records
+    except Exception:  # the trail is a record of what happened; it must not stop it happening
         log.exception("confirm.audit_failed", count=len(events), kind=events[0].kind)
-
-
-async def audit_edit(service: ConfirmationService, c: Confirmation, *, by: str | None) -> None:
-    """The ``edited`` line of an approval with new arguments: the call before and after."""
-    note = c.edit_note or {}
-    await audit(
-        service,
-        c.id,
-        "edited",
-        actor=by,
-        before=dict(note.get("args_before") or {}),
-        after=dict(c.tool_call.args),
-        risk_before=note.get("risk_before"),
-        risk_after=c.risk.value,
-    )
 
 
 async def say_to_chat(service: ConfirmationService, c: Confirmation, text: str) -> None:
@@ -109,17 +145,21 @@ async def interrupt(
     None when the record was not in flight under ``claimer`` (settled or re-claimed
     meanwhile): then nothing is told, whoever settled it tells.
     """
+    now = service.clock()
+    line = event(
+        service, confirmation_id, "interrupted", actor=service.instance.id, at=now, claimer=claimer
+    )
     final = await service.store.finish_execution(
         confirmation_id,
         instance=claimer,
         state=ExecState.INTERRUPTED,
         result=texts.INTERRUPTED_RESULT,
-        now=service.clock(),
+        now=now,
+        events=(line,),
     )
     if final is None:
         return None
     log.warning("confirm.interrupted", confirmation_id=confirmation_id, claimer=claimer)
-    await audit(service, confirmation_id, "interrupted", actor=service.instance.id, claimer=claimer)
     await say_to_chat(service, final, texts.interrupted(final))
     await service.announce_execution(final)
     return final

@@ -6,7 +6,7 @@ Operations never await between read and write, so each is atomic on the event lo
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 
@@ -44,10 +44,13 @@ class MemoryConfirmationStore(ConfirmationStore):
         self._instances: dict[str, Instance] = {}
         self._events: dict[str, list[AuditEvent]] = {}
 
-    async def create(self, confirmation: Confirmation) -> None:
+    async def create(
+        self, confirmation: Confirmation, *, events: Sequence[AuditEvent] = ()
+    ) -> None:
         if confirmation.id in self._items:
             raise ConfirmationExistsError(confirmation.id)
         self._items[confirmation.id] = confirmation
+        self._add_events(events)
         self._seq += 1
         self._order[confirmation.id] = self._seq
         if confirmation.status is Status.PENDING:
@@ -79,6 +82,7 @@ class MemoryConfirmationStore(ConfirmationStore):
         now: float,
         feedback: bool = False,
         edit: CallEdit | None = None,
+        events: Sequence[AuditEvent] = (),
     ) -> tuple[Confirmation | None, bool]:
         check_edit(status, edit)
         current = self._items.get(confirmation_id)
@@ -97,6 +101,7 @@ class MemoryConfirmationStore(ConfirmationStore):
             if not session:
                 del self._pending_by_session[current.session_key]
         self._finished_order.append(confirmation_id)
+        self._add_events(events)
         if len(self._finished_order) > self._keep_finished:
             self._forget(self._finished_order.popleft())
         self._feed.announce(confirmation_id, "resolved")
@@ -157,6 +162,7 @@ class MemoryConfirmationStore(ConfirmationStore):
         state: ExecState,
         result: str | None,
         now: float,
+        events: Sequence[AuditEvent] = (),
     ) -> Confirmation | None:
         current = self._items.get(confirmation_id)
         if current is None:
@@ -169,6 +175,7 @@ class MemoryConfirmationStore(ConfirmationStore):
             execution=replace(ex, state=state, finished_at=now, result=result),
         )
         self._items[confirmation_id] = done
+        self._add_events(events)
         self._feed.announce(confirmation_id, "executed")
         return done
 
@@ -219,6 +226,10 @@ class MemoryConfirmationStore(ConfirmationStore):
 
     async def add_event(self, event: AuditEvent) -> None:
         if event.confirmation_id in self._items:
+            self._add_events((event,))
+
+    def _add_events(self, events: Sequence[AuditEvent]) -> None:
+        for event in events:
             self._events.setdefault(event.confirmation_id, []).append(event)
 
     async def events(self, confirmation_id: str) -> list[AuditEvent]:

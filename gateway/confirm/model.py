@@ -6,7 +6,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final
 
 
 class Status(StrEnum):
@@ -70,17 +70,19 @@ _FINAL_STATES = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+# Not frozen: frozen's __init__ sets each field through object.__setattr__, about an eighth
+# of a round trip in bench/confirm_roundtrip.py. Final fields keep it immutable for mypy.
+@dataclass(slots=True, kw_only=True)
 class Execution:
     """The ledger of one approved call: who took it, when it ran, how it ended."""
 
-    state: ExecState = ExecState.WAITING
-    claimed_by: str | None = None
-    lease_until: float | None = None
-    attempts: int = 0
-    started_at: float | None = None
-    finished_at: float | None = None
-    result: str | None = None  # a summary of the output, or the error text
+    state: Final[ExecState] = ExecState.WAITING
+    claimed_by: Final[str | None] = None
+    lease_until: Final[float | None] = None
+    attempts: Final[int] = 0
+    started_at: Final[float | None] = None
+    finished_at: Final[float | None] = None
+    result: Final[str | None] = None  # a summary of the output, or the error text
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -141,15 +143,16 @@ class Instance:
         )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+# Not frozen, as Confirmation (below).
+@dataclass(slots=True, kw_only=True)
 class AuditEvent:
     """One line of a confirmation's audit trail: what happened, when, by whom, how."""
 
-    confirmation_id: str
-    at: float
-    kind: str  # requested, prompt_sent, reply_read, decided, claimed, started, finished, ...
-    actor: str | None = None
-    detail: Mapping[str, Any] = field(default_factory=dict)
+    confirmation_id: Final[str]
+    at: Final[float]
+    kind: Final[str]  # requested, prompt_sent, reply_read, decided, claimed, started, finished, ...
+    actor: Final[str | None] = None
+    detail: Final[Mapping[str, Any]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -251,41 +254,43 @@ def canonical_id(text: str) -> str:
     return text.strip().upper().translate(_CROCKFORD_ALIASES)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+# Not frozen: frozen's __init__ sets each field through object.__setattr__, about an eighth
+# of a round trip in bench/confirm_roundtrip.py. Final fields keep it immutable for mypy.
+@dataclass(slots=True, kw_only=True)
 class Confirmation:
     """A held tool call and what became of it.
 
     Immutable: stores replace whole records (``dataclasses.replace`` gives a changed copy).
     """
 
-    id: str
-    session_key: str
-    channel: str
-    chat_id: str
-    requester: str
-    is_group: bool
-    tool_call: ToolCall
-    summary: str
-    created_at: float
-    expires_at: float
-    details: Mapping[str, Any] = field(default_factory=dict)
-    risk: Risk = Risk.MEDIUM
-    approvers: tuple[str, ...] = ()
-    four_eyes: bool = False
-    status: Status = Status.PENDING
-    decided_by: str | None = None
-    decided_at: float | None = None
-    decided_via: str | None = None
-    reason: str | None = None
-    feedback: bool = False
-    prompt_refs: Mapping[str, str] = field(default_factory=dict)
+    id: Final[str]
+    session_key: Final[str]
+    channel: Final[str]
+    chat_id: Final[str]
+    requester: Final[str]
+    is_group: Final[bool]
+    tool_call: Final[ToolCall]
+    summary: Final[str]
+    created_at: Final[float]
+    expires_at: Final[float]
+    details: Final[Mapping[str, Any]] = field(default_factory=dict)
+    risk: Final[Risk] = Risk.MEDIUM
+    approvers: Final[tuple[str, ...]] = ()
+    four_eyes: Final[bool] = False
+    status: Final[Status] = Status.PENDING
+    decided_by: Final[str | None] = None
+    decided_at: Final[float | None] = None
+    decided_via: Final[str | None] = None
+    reason: Final[str | None] = None
+    feedback: Final[bool] = False
+    prompt_refs: Final[Mapping[str, str]] = field(default_factory=dict)
     # The execution ledger and who answers for the record.
-    execution: Execution = field(default_factory=Execution)
-    owner: str | None = None  # instance id of the process that holds the deadline / turn
-    idempotent: bool = False  # the tool may be re-claimed once after its claimer died
+    execution: Final[Execution] = field(default_factory=Execution)
+    owner: Final[str | None] = None  # instance id of the process that holds the deadline / turn
+    idempotent: Final[bool] = False  # the tool may be re-claimed once after its claimer died
     # What the turn needs to go on after the decision when the process that asked is gone:
     # for a model turn, the conversation up to the tool call (see gateway/agent/).
-    continuation: Mapping[str, Any] | None = None
+    continuation: Final[Mapping[str, Any] | None] = None
 
     def seconds_left(self, now: float) -> float:
         return max(0.0, self.expires_at - now)

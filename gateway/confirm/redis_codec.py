@@ -10,7 +10,7 @@ from typing import Any
 import structlog
 from redis.asyncio import Redis
 
-from gateway.confirm.model import Confirmation, ExecState, Execution, Status
+from gateway.confirm.model import AuditEvent, Confirmation, ExecState, Execution, Status
 
 log = structlog.get_logger(__name__)
 
@@ -77,6 +77,11 @@ def text(value: str | bytes) -> str:
 def dumps(value: Any) -> str:
     # default=str: tool details may hold a Decimal or a date; keep the record rather than fail.
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def event_lines(events: Sequence[AuditEvent]) -> str:
+    """Audit events for a script, one JSON a line (JSON escapes every newline inside)."""
+    return "\n".join(dumps(e.to_dict()) for e in events)
 
 
 def pairs(flat: Sequence[Any] | Mapping[Any, Any] | None) -> dict[str, str]:

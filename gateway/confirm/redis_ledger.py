@@ -10,13 +10,23 @@ from __future__ import annotations
 import builtins
 import json
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio import Redis
 
 from gateway.confirm import redis_scripts as lua
 from gateway.confirm.model import AuditEvent, Confirmation, ExecState, Instance, Status
-from gateway.confirm.redis_codec import RedisKeys, decode, dumps, load, number, pairs, text
+from gateway.confirm.redis_codec import (
+    RedisKeys,
+    decode,
+    dumps,
+    event_lines,
+    load,
+    number,
+    pairs,
+    text,
+)
 from gateway.confirm.redis_feed import STREAM_MAXLEN
 
 # How many settled records one purge script drops before yielding the server to others.
@@ -64,6 +74,7 @@ class RedisLedger:
         state: ExecState,
         result: str | None,
         now: float,
+        events: Sequence[AuditEvent] = (),
     ) -> Confirmation | None:
         if not state.is_final or state is ExecState.SKIPPED:
             raise ValueError("finish_execution ends a call: succeeded, failed or interrupted")
@@ -80,6 +91,7 @@ class RedisLedger:
                 self._keys.finished_stream,
                 STREAM_MAXLEN,
                 self._writer,
+                event_lines(events),
             ],
         )
         return decode(pairs(flat))

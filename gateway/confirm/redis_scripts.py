@@ -34,6 +34,14 @@ local function announce(stream, maxlen, id, kind, writer)
   redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'id', id, 'kind', kind,
              'from', writer)
 end
+-- Audit events (JSON, one a line) onto the trail of id, which lives as long as its record.
+local function add_events(p, id, rec, lines)
+  if lines == '' then return end
+  local ev = p .. ':ev:' .. id
+  for line in string.gmatch(lines, '[^\\n]+') do redis.call('RPUSH', ev, line) end
+  local ttl = redis.call('PTTL', rec)
+  if ttl > 0 then redis.call('PEXPIRE', ev, ttl) end
+end
 local function unsettled(status, state)
   if status == 'pending' then return true end
   return status == 'approved' and (state == 'waiting' or state == 'claimed'
@@ -47,24 +55,26 @@ end
 """
 
 # KEYS: record, then every index the new record joins. ARGV: id, created_at, ttl seconds,
-# feed stream ('' for none: only a pending record is announced), its MAXLEN, writer, then
-# field/value pairs of the hash.
+# feed stream ('' for none: only a pending record is announced), its MAXLEN, writer,
+# prefix, audit events (one a line), then field/value pairs of the hash.
 CREATE = (
     _LIB
     + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local fields = {}
-for i = 7, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 9, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(fields))
 for i = 2, #KEYS do redis.call('ZADD', KEYS[i], ARGV[2], ARGV[1]) end
 redis.call('EXPIRE', KEYS[1], ARGV[3])
+add_events(ARGV[7], ARGV[1], KEYS[1], ARGV[8])
 announce(ARGV[4], ARGV[5], ARGV[1], 'requested', ARGV[6])
 return 1
 """
 )
 
 # KEYS: record. ARGV: prefix, id, new status, needs deadline ('1'/'0'), now, decision JSON,
-# finished ttl seconds, feed stream, its MAXLEN, edited call JSON ('' = as asked), writer.
+# finished ttl seconds, feed stream, its MAXLEN, edited call JSON ('' = as asked), writer,
+# audit events (one a line) written when it changes.
 # Returns {code, HGETALL}: 0 missing, 1 changed, 2 already terminal, 3 past the deadline.
 FINISH = (
     _LIB
@@ -91,6 +101,7 @@ else
   settle(p, rec, id)
 end
 redis.call('EXPIRE', rec, ARGV[7])
+add_events(p, id, rec, ARGV[12])
 redis.call('EXPIRE', p .. ':ev:' .. id, ARGV[7])
 announce(ARGV[8], ARGV[9], id, 'resolved', ARGV[11])
 return {1, redis.call('HGETALL', rec)}
@@ -138,7 +149,7 @@ return redis.call('HGETALL', KEYS[1])
 """
 
 # KEYS: record. ARGV: prefix, id, instance, state, now, has result ('1'/'0'), result,
-# feed stream, its MAXLEN, writer.
+# feed stream, its MAXLEN, writer, audit events (one a line).
 FINISH_EXECUTION = (
     _LIB
     + """
@@ -155,6 +166,7 @@ end
 redis.call('ZREM', p .. ':claims:' .. me, id)
 if f[3] then redis.call('ZREM', p .. ':owned:' .. f[3], id) end
 settle(p, rec, id)
+add_events(p, id, rec, ARGV[11])
 announce(ARGV[8], ARGV[9], id, 'executed', ARGV[10])
 return redis.call('HGETALL', rec)
 """
@@ -191,15 +203,15 @@ end
 return #ids
 """
 
-# KEYS: record. ARGV: prefix, id, event JSON. The trail lives as long as its record.
-ADD_EVENT = """
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl == -2 then return 0 end
-local ev = ARGV[1] .. ':ev:' .. ARGV[2]
-redis.call('RPUSH', ev, ARGV[3])
-if ttl > 0 then redis.call('PEXPIRE', ev, ttl) end
+# KEYS: record. ARGV: prefix, id, event JSON. Only for a record that exists.
+ADD_EVENT = (
+    _LIB
+    + """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+add_events(ARGV[1], ARGV[2], KEYS[1], ARGV[3])
 return 1
 """
+)
 
 # ARGV: prefix, before, batch size. Drops settled records decided before ``before`` with
 # their events and index entries; returns {records dropped, members handled}.

@@ -15,7 +15,7 @@ import asyncio
 import builtins
 import math
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar, cast
 
@@ -25,11 +25,12 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
 from gateway.confirm import redis_scripts as lua
-from gateway.confirm.model import CallEdit, Confirmation, ExecState, Status
+from gateway.confirm.model import AuditEvent, CallEdit, Confirmation, ExecState, Status
 from gateway.confirm.redis_codec import (
     RedisKeys,
     decode,
     dumps,
+    event_lines,
     hash_fields,
     load,
     number,
@@ -170,7 +171,9 @@ class RedisConfirmationStore(RedisLedger, ConfirmationStore):
 
     # -- the contract ----------------------------------------------------------------------
 
-    async def create(self, confirmation: Confirmation) -> None:
+    async def create(
+        self, confirmation: Confirmation, *, events: Sequence[AuditEvent] = ()
+    ) -> None:
         c, keys = confirmation, self._keys
         if c.status is Status.PENDING:
             # A pending record outlives its deadline by the finished TTL, so one that no
@@ -195,7 +198,17 @@ class RedisConfirmationStore(RedisLedger, ConfirmationStore):
         feed = keys.finished_stream if c.status is Status.PENDING else ""
         created = await self._create(
             keys=[keys.record(c.id), *indexes],
-            args=[c.id, number(c.created_at), ttl, feed, STREAM_MAXLEN, self._writer, *flat],
+            args=[
+                c.id,
+                number(c.created_at),
+                ttl,
+                feed,
+                STREAM_MAXLEN,
+                self._writer,
+                keys.prefix,
+                event_lines(events),
+                *flat,
+            ],
         )
         if not int(created):
             raise ConfirmationExistsError(c.id)
@@ -225,6 +238,7 @@ class RedisConfirmationStore(RedisLedger, ConfirmationStore):
         now: float,
         feedback: bool = False,
         edit: CallEdit | None = None,
+        events: Sequence[AuditEvent] = (),
     ) -> tuple[Confirmation | None, bool]:
         if not status.is_terminal:
             raise ValueError("finish() moves a confirmation to a terminal status")
@@ -250,6 +264,7 @@ class RedisConfirmationStore(RedisLedger, ConfirmationStore):
                 STREAM_MAXLEN,
                 "" if edit is None else dumps(edit.to_dict()),
                 self._writer,
+                event_lines(events),
             ],
         )
         return decode(pairs(flat)), int(code) == 1

@@ -22,14 +22,16 @@ from config.keywords import KeywordSet, KeywordStore
 from config.settings import ConfirmationSettings
 from gateway import texts
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage
+from gateway.confirm import ledger
 from gateway.confirm.deadlines import Deadlines
 from gateway.confirm.events import ConfirmationEvent as ConfirmationEvent
 from gateway.confirm.events import Listener as Listener
 from gateway.confirm.events import Listeners
 from gateway.confirm.grants import GrantBook, MemoryGrantStore
 from gateway.confirm.intercept import ReplyIntercept
-from gateway.confirm.ledger import audit, audit_edit, new_instance
+from gateway.confirm.ledger import new_instance
 from gateway.confirm.model import (
+    AuditEvent,
     CallEdit,
     Confirmation,
     Decision,
@@ -162,10 +164,11 @@ class ConfirmationService:
         """
         now = self.clock()
         timeout = self.settings.timeout_seconds if timeout is None else timeout
+        cid = new_confirmation_id()
         conf = await create_with_free_id(
             self.store,
             Confirmation(
-                id=new_confirmation_id(),
+                id=cid,
                 session_key=session_key,
                 channel=channel,
                 chat_id=chat_id,
@@ -183,8 +186,10 @@ class ConfirmationService:
                 idempotent=idempotent,
                 continuation=continuation,
             ),
+            events=(
+                ledger.event(self, cid, "requested", actor=requester, at=now, tool=tool_call.name),
+            ),
         )
-        await audit(self, conf.id, "requested", actor=requester, tool=tool_call.name)
         fut: asyncio.Future[Confirmation] = asyncio.get_running_loop().create_future()
         self._waiters[conf.id] = fut
         self.deadlines.arm(conf.id, conf.expires_at)
@@ -210,7 +215,7 @@ class ConfirmationService:
                         metadata=metadata or {},
                     )
                 )
-                await audit(self, conf.id, "prompt_sent", channel=channel, chat_id=chat_id)
+                await ledger.audit(self, conf.id, "prompt_sent", channel=channel, chat_id=chat_id)
                 await self._listeners.emit(ConfirmationEvent("requested", conf))
             # Not shielded: a cancelled turn cancels this future, and the handler below
             # then records the confirmation as cancelled.
@@ -270,12 +275,16 @@ class ConfirmationService:
         reason: str | None = None,
         feedback: bool = False,
         edit: CallEdit | None = None,
+        trail: Sequence[AuditEvent] = (),
     ) -> DecideResult:
         """``decide`` for a record just read from the store; the compare-and-set settles races.
 
         ``edit`` approves new arguments instead (checked first by gateway/tools/edits.py).
+        ``trail``: audit lines that led here (the reply read), written with the decision,
+        or on their own when this call decides nothing.
         """
         if current.status.is_terminal:
+            await ledger.audit_many(self, trail)
             return DecideResult(
                 DecideOutcome.ALREADY_DECIDED, current, texts.already_decided(current)
             )
@@ -293,6 +302,7 @@ class ConfirmationService:
                 actor=actor,
                 via=via,
             )
+            await ledger.audit_many(self, trail)
             return DecideResult(DecideOutcome.FORBIDDEN, current, why)
         final, changed = await self._finish(
             current.id,
@@ -302,6 +312,7 @@ class ConfirmationService:
             reason=reason,
             feedback=feedback,
             edit=edit,
+            trail=trail,
         )
         assert final is not None
         if changed:
@@ -343,18 +354,25 @@ class ConfirmationService:
         reason: str | None,
         feedback: bool = False,
         edit: CallEdit | None = None,
+        trail: Sequence[AuditEvent] = (),
     ) -> tuple[Confirmation | None, bool]:
+        now = self.clock()
+        lines = ledger.decision_lines(
+            self, confirmation_id, status, by=by, via=via, at=now, edit=edit
+        )
         final, changed = await self.store.finish(
             confirmation_id,
             status,
             by=by,
             via=via,
             reason=reason,
-            now=self.clock(),
+            now=now,
             feedback=feedback,
             edit=edit,
+            events=(*trail, *lines),
         )
         if final is None or not changed:
+            await ledger.audit_many(self, trail)
             if final is not None and final.status.is_terminal:
                 # Another path (or another replica sharing the store) finished it first:
                 # the waiting turn here must learn the real outcome, not hang; a call
@@ -372,9 +390,6 @@ class ConfirmationService:
         )
         self.wake(final)
         self._replies.forget(confirmation_id)
-        if edit is not None:
-            await audit_edit(self, final, by=by)
-        await audit(self, confirmation_id, "decided", actor=by, via=via, status=status.value)
         await self.bus.publish_outbound(
             OutboundMessage(
                 channel=final.channel,

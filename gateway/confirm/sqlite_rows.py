@@ -1,12 +1,15 @@
-"""Records to SQLite rows and back, for the SQLite store."""
+"""Records and audit events to SQLite rows and back, and the queries that return them, for
+the SQLite store."""
 
 from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 from gateway.confirm.model import AuditEvent, Confirmation, Instance
+from gateway.confirm.sqlite_thread import transaction
 
 COLUMNS = (
     "id",
@@ -163,3 +166,44 @@ def event_values(event: AuditEvent) -> tuple[Any, ...]:
     """The parameters of ``ADD_EVENT`` for ``event``."""
     cid = event.confirmation_id
     return (cid, event.at, event.kind, event.actor, to_json(dict(event.detail)), cid)
+
+
+def insert_events(conn: sqlite3.Connection, events: Sequence[AuditEvent]) -> None:
+    """Append ``events`` to their records' trails (inside the caller's transaction)."""
+    conn.executemany(ADD_EVENT, [event_values(e) for e in events])
+
+
+def select_events(conn: sqlite3.Connection, confirmation_id: str) -> list[AuditEvent]:
+    found = conn.execute(
+        "SELECT id, at, kind, actor, detail FROM confirmation_events WHERE id = ? ORDER BY seq",
+        (confirmation_id,),
+    ).fetchall()
+    return [event(r) for r in found]
+
+
+# ------------------------------------------------------------ queries
+
+
+def one(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> Confirmation | None:
+    # fetchall, not fetchone: an UPDATE ... RETURNING left unfinished would keep its
+    # autocommit transaction (and the write lock) open.
+    found = conn.execute(sql, params).fetchall()
+    return confirmation(found[0]) if found else None
+
+
+def changed(
+    conn: sqlite3.Connection, sql: str, params: tuple[Any, ...], events: Sequence[AuditEvent]
+) -> Confirmation | None:
+    """``one`` of a compare-and-set, with ``events`` in the same transaction if it won."""
+
+    def change(conn: sqlite3.Connection) -> Confirmation | None:
+        done = one(conn, sql, params)
+        if done is not None:
+            insert_events(conn, events)
+        return done
+
+    return transaction(conn, change) if events else change(conn)
+
+
+def many(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> list[Confirmation]:
+    return [confirmation(r) for r in conn.execute(sql, params).fetchall()]

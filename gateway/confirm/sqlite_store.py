@@ -52,17 +52,6 @@ _MAY_CLAIM = (
 _FINAL = frozenset({ExecState.SUCCEEDED, ExecState.FAILED, ExecState.INTERRUPTED})
 
 
-def _one(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> Confirmation | None:
-    # fetchall, not fetchone: an UPDATE ... RETURNING left unfinished would keep its
-    # autocommit transaction (and the write lock) open.
-    found = conn.execute(sql, params).fetchall()
-    return rows.confirmation(found[0]) if found else None
-
-
-def _many(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> Confirmations:
-    return [rows.confirmation(r) for r in conn.execute(sql, params).fetchall()]
-
-
 def _pending_sessions(conn: sqlite3.Connection) -> builtins.list[str]:
     sql = "SELECT DISTINCT session_key FROM confirmations WHERE status = 'pending'"
     return [str(r[0]) for r in conn.execute(sql).fetchall()]
@@ -72,8 +61,8 @@ class SqliteConfirmationStore(ConfirmationStore):
     """Confirmations, their audit trail and the gateway instances in one SQLite file.
 
     ``open(path)`` makes the connection (on its own thread) and brings the schema up to
-    date. The audit trail holds what the service writes with ``add_event``, nothing else:
-    one trail, in the order things happened.
+    date. The audit trail holds what the service writes, with ``add_event`` or with the
+    change an event describes, nothing else: one trail, in the order things happened.
     """
 
     def __init__(self, db: SqliteThread, pending_sessions: Iterable[str] = ()) -> None:
@@ -107,7 +96,9 @@ class SqliteConfirmationStore(ConfirmationStore):
 
     # ------------------------------------------------------------ records and decisions
 
-    async def create(self, confirmation: Confirmation) -> None:
+    async def create(
+        self, confirmation: Confirmation, *, events: Sequence[AuditEvent] = ()
+    ) -> None:
         row = rows.values(confirmation)
         key = confirmation.session_key
         # Counted before the insert is queued: a list_pending already on its way must not
@@ -119,14 +110,15 @@ class SqliteConfirmationStore(ConfirmationStore):
                 conn.execute(rows.INSERT, row)
             except sqlite3.IntegrityError as exc:
                 raise ConfirmationExistsError(confirmation.id) from exc
+            rows.insert_events(conn, events)
 
-        await self._db.run(create)
+        await self._db.run(lambda conn: transaction(conn, create))
         if confirmation.status is Status.PENDING:
             self._feed.announce(confirmation.id, "requested")
 
     async def get(self, confirmation_id: str) -> Confirmation | None:
         return await self._db.run(
-            lambda conn: _one(conn, f"{rows.SELECT} WHERE id = ?", (confirmation_id,))
+            lambda conn: rows.one(conn, f"{rows.SELECT} WHERE id = ?", (confirmation_id,))
         )
 
     async def list_pending(self, session_key: str) -> Confirmations:
@@ -135,7 +127,7 @@ class SqliteConfirmationStore(ConfirmationStore):
             return []  # nothing was ever pending there (see __init__)
         # Matches the partial index confirmations_pending_by_session word for word.
         sql = f"{rows.SELECT} WHERE session_key = ? AND status = 'pending' ORDER BY created_at, seq"
-        found = await self._db.run(lambda conn: _many(conn, sql, (session_key,)))
+        found = await self._db.run(lambda conn: rows.many(conn, sql, (session_key,)))
         if not found and self._pending_sessions.get(session_key) == created:
             # None left, and none created since this query was queued: forget the session.
             del self._pending_sessions[session_key]
@@ -143,7 +135,7 @@ class SqliteConfirmationStore(ConfirmationStore):
 
     async def list_all_pending(self) -> Confirmations:
         sql = f"{rows.SELECT} WHERE status = 'pending' ORDER BY seq"
-        return await self._db.run(lambda conn: _many(conn, sql, ()))
+        return await self._db.run(lambda conn: rows.many(conn, sql, ()))
 
     async def finish(
         self,
@@ -156,6 +148,7 @@ class SqliteConfirmationStore(ConfirmationStore):
         now: float,
         feedback: bool = False,
         edit: CallEdit | None = None,
+        events: Sequence[AuditEvent] = (),
     ) -> tuple[Confirmation | None, bool]:
         if not status.is_terminal:
             raise ValueError("finish() moves a confirmation to a terminal status")
@@ -201,10 +194,10 @@ class SqliteConfirmationStore(ConfirmationStore):
         )
 
         def finish(conn: sqlite3.Connection) -> tuple[Confirmation | None, bool]:
-            done = _one(conn, sql, params)
+            done = rows.changed(conn, sql, params, events)
             if done is not None:
                 return done, True
-            return _one(conn, f"{rows.SELECT} WHERE id = ?", (confirmation_id,)), False
+            return rows.one(conn, f"{rows.SELECT} WHERE id = ?", (confirmation_id,)), False
 
         current, changed = await self._db.run(finish)
         if changed:
@@ -240,7 +233,7 @@ class SqliteConfirmationStore(ConfirmationStore):
             + rows.RETURNING
         )
         params = (instance, now + lease, confirmation_id, now)
-        return await self._db.run(lambda conn: _one(conn, sql, params))
+        return await self._db.run(lambda conn: rows.one(conn, sql, params))
 
     async def start_execution(
         self, confirmation_id: str, *, instance: str, now: float
@@ -250,7 +243,7 @@ class SqliteConfirmationStore(ConfirmationStore):
             " WHERE id = ? AND exec_state = 'claimed' AND claimed_by = ? " + rows.RETURNING
         )
         params = (now, confirmation_id, instance)
-        return await self._db.run(lambda conn: _one(conn, sql, params))
+        return await self._db.run(lambda conn: rows.one(conn, sql, params))
 
     async def finish_execution(
         self,
@@ -260,6 +253,7 @@ class SqliteConfirmationStore(ConfirmationStore):
         state: ExecState,
         result: str | None,
         now: float,
+        events: Sequence[AuditEvent] = (),
     ) -> Confirmation | None:
         if state not in _FINAL:
             raise ValueError("finish_execution() ends in succeeded, failed or interrupted")
@@ -268,7 +262,7 @@ class SqliteConfirmationStore(ConfirmationStore):
             f" WHERE id = ? AND {IN_FLIGHT} AND claimed_by = ? " + rows.RETURNING
         )
         params = (state.value, now, result, confirmation_id, instance)
-        done = await self._db.run(lambda conn: _one(conn, sql, params))
+        done = await self._db.run(lambda conn: rows.changed(conn, sql, params, events))
         if done is not None:
             self._feed.announce(confirmation_id, "executed")
         return done
@@ -278,14 +272,14 @@ class SqliteConfirmationStore(ConfirmationStore):
     ) -> Confirmation | None:
         sql = "UPDATE confirmations SET owner = ? WHERE id = ? AND owner IS ? " + rows.RETURNING
         params = (to_owner, confirmation_id, from_owner)
-        return await self._db.run(lambda conn: _one(conn, sql, params))
+        return await self._db.run(lambda conn: rows.one(conn, sql, params))
 
     async def adopt_many(self, records: Sequence[Confirmation], *, to_owner: str) -> Confirmations:
         sql = "UPDATE confirmations SET owner = ? WHERE id = ? AND owner IS ? " + rows.RETURNING
         moves = [(to_owner, c.id, c.owner) for c in records]
 
         def adopt(conn: sqlite3.Connection) -> Confirmations:
-            return [c for m in moves if (c := _one(conn, sql, m)) is not None]
+            return [c for m in moves if (c := rows.one(conn, sql, m)) is not None]
 
         return await self._db.run(lambda conn: transaction(conn, adopt))
 
@@ -296,11 +290,11 @@ class SqliteConfirmationStore(ConfirmationStore):
             f"{rows.SELECT} WHERE owner = ? AND {OPEN}"
             f" UNION {rows.SELECT} WHERE claimed_by = ? AND {IN_FLIGHT} ORDER BY seq"
         )
-        return await self._db.run(lambda conn: _many(conn, sql, (instance, instance)))
+        return await self._db.run(lambda conn: rows.many(conn, sql, (instance, instance)))
 
     async def list_approved_waiting(self) -> Confirmations:
         sql = f"{rows.SELECT} WHERE status = 'approved' AND exec_state = 'waiting' ORDER BY seq"
-        return await self._db.run(lambda conn: _many(conn, sql, ()))
+        return await self._db.run(lambda conn: rows.many(conn, sql, ()))
 
     # ------------------------------------------------------------ instances
 
@@ -341,21 +335,10 @@ class SqliteConfirmationStore(ConfirmationStore):
         await self._db.run(lambda conn: conn.execute(rows.ADD_EVENT, params))
 
     async def add_events(self, events: Sequence[AuditEvent]) -> None:
-        params = [rows.event_values(e) for e in events]
-        await self._db.run(
-            lambda conn: transaction(conn, lambda c: c.executemany(rows.ADD_EVENT, params))
-        )
+        await self._db.run(lambda conn: transaction(conn, lambda c: rows.insert_events(c, events)))
 
     async def events(self, confirmation_id: str) -> builtins.list[AuditEvent]:
-        def select(conn: sqlite3.Connection) -> builtins.list[AuditEvent]:
-            found = conn.execute(
-                "SELECT id, at, kind, actor, detail FROM confirmation_events"
-                " WHERE id = ? ORDER BY seq",
-                (confirmation_id,),
-            ).fetchall()
-            return [rows.event(r) for r in found]
-
-        return await self._db.run(select)
+        return await self._db.run(lambda conn: rows.select_events(conn, confirmation_id))
 
     async def purge(self, *, before: float) -> int:
         # decided_at >= created_at, so `created_at < before` (indexed) bounds the scan.

@@ -22,6 +22,7 @@ from gateway.confirm.model import (
     Status,
     new_confirmation_id,
 )
+from gateway.runtime import ServiceUnavailable
 
 # An alias: inside the store classes `list` is also a method name.
 Confirmations = list[Confirmation]
@@ -46,7 +47,7 @@ class ConfirmationExistsError(Exception):
     """The id is taken; the service draws another."""
 
 
-class StoreUnavailableError(Exception):
+class StoreUnavailableError(ServiceUnavailable):
     """The store's server cannot be reached, or every connection stayed busy past the pool
     timeout. The operation did not happen (each write is one atomic step): callers fail
     closed and say so."""
@@ -60,8 +61,11 @@ class ConfirmationStore(ABC):
     shared: ClassVar[bool] = False
 
     @abstractmethod
-    async def create(self, confirmation: Confirmation) -> None:
-        """Store a new pending confirmation. Raises ConfirmationExistsError on a taken id."""
+    async def create(
+        self, confirmation: Confirmation, *, events: Sequence[AuditEvent] = ()
+    ) -> None:
+        """Store a new pending confirmation, and ``events`` (the first lines of its audit
+        trail) in the same step. Raises ConfirmationExistsError on a taken id."""
 
     @abstractmethod
     async def get(self, confirmation_id: str) -> Confirmation | None: ...
@@ -82,6 +86,7 @@ class ConfirmationStore(ABC):
         now: float,
         feedback: bool = False,
         edit: CallEdit | None = None,
+        events: Sequence[AuditEvent] = (),
     ) -> tuple[Confirmation | None, bool]:
         """Compare-and-set ``pending`` -> ``status``; first call wins.
 
@@ -89,7 +94,8 @@ class ConfirmationStore(ABC):
         after the deadline never approves, even if the timer has not fired yet. Returns the
         record as it is after the call and whether this call changed it. ``edit`` (only
         with ``approved``) replaces the call in the same step (``Confirmation.edited``):
-        a refused finish leaves the call as it was.
+        a refused finish leaves the call as it was. ``events`` join the audit trail in the
+        same step, only when this call changed the record.
         """
 
     @abstractmethod
@@ -145,10 +151,12 @@ class ConfirmationStore(ABC):
         state: ExecState,
         result: str | None,
         now: float,
+        events: Sequence[AuditEvent] = (),
     ) -> Confirmation | None:
         """``claimed`` or ``running`` by ``instance`` -> ``state`` (succeeded, failed or
-        interrupted) with ``finished_at`` and ``result``. None when the record is not in
-        flight under that instance (someone else settled or re-claimed it).
+        interrupted) with ``finished_at`` and ``result``, and ``events`` to the audit trail,
+        in one step. None when the record is not in flight under that instance (someone
+        else settled or re-claimed it); then no event is written.
         """
 
     @abstractmethod
@@ -317,16 +325,20 @@ def may_claim(current: Confirmation, now: float) -> bool:
     )
 
 
-async def create_with_free_id(store: ConfirmationStore, conf: Confirmation) -> Confirmation:
-    """Store ``conf``, drawing another id while its id is taken; the record as stored."""
+async def create_with_free_id(
+    store: ConfirmationStore, conf: Confirmation, *, events: Sequence[AuditEvent] = ()
+) -> Confirmation:
+    """Store ``conf`` with ``events``, drawing another id while its id is taken; the record
+    as stored."""
     length = len(conf.id)
     for attempt in range(30):
         if attempt:
             if attempt % 10 == 0:
                 length += 1  # crowded id space: longer ids
             conf = replace(conf, id=new_confirmation_id(length))
+            events = [replace(e, confirmation_id=conf.id) for e in events]
         try:
-            await store.create(conf)
+            await store.create(conf, events=events)
         except ConfirmationExistsError:
             continue
         return conf

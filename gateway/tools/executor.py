@@ -18,7 +18,7 @@ import structlog
 from pydantic import BaseModel
 
 from gateway import texts
-from gateway.confirm.ledger import audit, interrupt, summarize
+from gateway.confirm.ledger import audit, event, interrupt, summarize
 from gateway.confirm.model import Confirmation, ExecState
 from gateway.confirm.service import ConfirmationService
 from gateway.tools.base import ToolArgumentsError, ToolRegistry
@@ -134,19 +134,22 @@ class Executor:
         self, record: Confirmation, state: ExecState, output: str, *, say: Say, report: bool
     ) -> Ran:
         service = self.confirmations
+        now, result = service.clock(), summarize(output)
         final = await service.store.finish_execution(
             record.id,
             instance=service.instance.id,
             state=state,
-            result=summarize(output),
-            now=service.clock(),
+            result=result,
+            now=now,
+            events=(
+                event(service, record.id, "finished", at=now, state=state.value, result=result),
+            ),
         )
         if final is None:
             # Someone marked it interrupted while it ran (our heartbeat lapsed): it did run.
             log.warning("tool.ledger_lost", confirmation_id=record.id, state=state.value)
             final = await service.store.get(record.id) or record
         else:
-            await audit(service, record.id, "finished", state=state.value, result=summarize(output))
             await service.announce_execution(final)
         name = record.tool_call.name
         if report:

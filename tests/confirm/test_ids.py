@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.model import (
     ID_ALPHABET,
+    AuditEvent,
     Confirmation,
     Status,
     ToolCall,
@@ -43,11 +45,13 @@ class _CrowdedStore(MemoryConfirmationStore):
         self.taken = taken
         self.tried: list[str] = []
 
-    async def create(self, confirmation: Confirmation) -> None:
+    async def create(
+        self, confirmation: Confirmation, *, events: Sequence[AuditEvent] = ()
+    ) -> None:
         self.tried.append(confirmation.id)
         if len(self.tried) <= self.taken:
             raise ConfirmationExistsError(confirmation.id)
-        await super().create(confirmation)
+        await super().create(confirmation, events=events)
 
 
 async def test_a_taken_id_is_drawn_again_and_longer_when_crowded() -> None:
@@ -57,6 +61,10 @@ async def test_a_taken_id_is_drawn_again_and_longer_when_crowded() -> None:
     assert len(store.tried) == 11
     assert all(len(cid) == 4 for cid in store.tried[:10])
     assert len(conf.id) == 5 and conf.id == store.tried[-1]
+    # The first line of its trail went in with it, under the id it got.
+    assert [(e.kind, e.confirmation_id) for e in await store.events(conf.id)][:1] == [
+        ("requested", conf.id)
+    ]
     await h.reply(f"确认 {conf.id}")
     assert (await task).status is Status.APPROVED
 

@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from gateway.confirm.model import AuditEvent, ExecState, Instance, Status
-from gateway.confirm.store import ConfirmationStore
+from gateway.confirm.store import ConfirmationExistsError, ConfirmationStore
 from tests.confirm.conftest import LEDGER_BACKENDS, Backend
 from tests.confirm.records import T0, make
 
@@ -238,6 +238,64 @@ class TestLedgerContract:
         assert events[2].detail == {"how": "确认"}
         assert events[3].actor == "bob"
         assert await store.events("NONE") == []
+
+    async def test_events_go_in_with_the_change_they_describe_and_only_with_it(
+        self, store: ConfirmationStore
+    ) -> None:
+        def line(kind: str, at: float, **detail: object) -> AuditEvent:
+            return AuditEvent(confirmation_id="A1B2", at=at, kind=kind, detail=detail)
+
+        await store.create(make("A1B2"), events=[line("requested", T0, tool="sql_modify")])
+        await store.add_event(line("prompt_sent", T0 + 1))
+        decided = [line("reply_read", T0 + 2, how="decision"), line("decided", T0 + 2)]
+        _, changed = await store.finish(
+            "A1B2", Status.APPROVED, by="bob", via="text", reason=None, now=T0 + 2, events=decided
+        )
+        assert changed
+        # A refused finish and a finish_execution of a call not in flight write nothing.
+        _, changed = await store.finish(
+            "A1B2",
+            Status.REJECTED,
+            by="bob",
+            via="text",
+            reason=None,
+            now=T0 + 3,
+            events=[line("decided", T0 + 3)],
+        )
+        assert not changed
+        lost = await store.finish_execution(
+            "A1B2",
+            instance="i",
+            state=ExecState.FAILED,
+            result="x",
+            now=T0 + 3,
+            events=[line("finished", T0 + 3)],
+        )
+        assert lost is None
+        await store.claim("A1B2", instance="i", now=T0 + 4, lease=LEASE)
+        done = await store.finish_execution(
+            "A1B2",
+            instance="i",
+            state=ExecState.SUCCEEDED,
+            result="ok",
+            now=T0 + 5,
+            events=[line("finished", T0 + 5, state="succeeded")],
+        )
+        assert done is not None
+        events = await store.events("A1B2")
+        assert [(e.kind, e.at) for e in events] == [
+            ("requested", T0),
+            ("prompt_sent", T0 + 1),
+            ("reply_read", T0 + 2),
+            ("decided", T0 + 2),
+            ("finished", T0 + 5),
+        ]
+        assert events[0].detail == {"tool": "sql_modify"}
+        assert events[-1].detail == {"state": "succeeded"}
+        # A taken id writes neither the record nor its events.
+        with pytest.raises(ConfirmationExistsError):
+            await store.create(make("A1B2"), events=[line("requested", T0 + 9)])
+        assert len(await store.events("A1B2")) == 5
 
     async def test_purge_drops_old_settled_records_and_their_events(
         self, store: ConfirmationStore

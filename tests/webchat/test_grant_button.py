@@ -134,3 +134,11 @@ async def test_a_bad_grant_closes_the_socket_and_decides_nothing(
         assert reason in closed.extra
     assert [c.id for c in await gateway.confirmations.list_pending("webchat:bad-grant")] == [cid]
     assert await live_grants(http) == []
+
+
+async def test_no_grant_button_on_a_critical_call(http: aiohttp.ClientSession) -> None:
+    async with tab(http, "crit", "alice") as alice:
+        await alice.send_json({"type": "message", "text": "/sql DELETE FROM orders"})
+        card = await next_frame(alice, is_kind("confirmation", "pending"))
+        assert card["confirmation"]["risk"] == "critical"
+        assert card["can_decide"]["grant"]["allowed"] is False
