@@ -27,6 +27,12 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 
 
+class ServiceUnavailable(Exception):
+    """A service the gateway relies on (Redis) is down for now: expected, and whoever
+    handed the work in tries again (a platform redelivers what was not acknowledged).
+    A task that ends with it is logged as one line, not a traceback per message."""
+
+
 class BackgroundTasks:
     """Tasks that run on their own: kept until done, crashes logged, drained on stop.
 
@@ -49,10 +55,13 @@ class BackgroundTasks:
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error(
-                "task.crashed", owner=self._owner, task=task.get_name(), exc_info=task.exception()
-            )
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if isinstance(exc, ServiceUnavailable):
+            log.warning("task.failed", owner=self._owner, task=task.get_name(), error=str(exc))
+        elif exc is not None:
+            log.error("task.crashed", owner=self._owner, task=task.get_name(), exc_info=exc)
 
     async def drain(self, timeout: float | None = None) -> bool:
         """Wait for the running tasks (and those they spawn); True when all ended in time."""

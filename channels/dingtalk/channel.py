@@ -26,7 +26,7 @@ from gateway.bus import InboundMessage, OutboundMessage, PublishResult
 from gateway.confirm.grants import decide_with_grant
 from gateway.confirm.service import DecideOutcome
 from gateway.http.jsonapi import JsonInputError, parse_json
-from gateway.runtime import BackgroundTasks
+from gateway.runtime import BackgroundTasks, ServiceUnavailable
 
 log = structlog.get_logger(__name__)
 
@@ -226,6 +226,8 @@ class DingTalkChannel(Channel):
         # Acknowledge once stored (invariant 9); the agent works after the response.
         try:
             await self._accept(data)
+        except ServiceUnavailable:  # Redis down: one line, by the receiving task
+            return web.json_response({"error": "not stored, retry"}, status=503)
         except Exception:  # not stored (logged): no 200, so DingTalk redelivers
             log.exception("dingtalk.webhook_not_stored", msg_id=data.get("msgId"))
             return web.json_response({"error": "not stored, retry"}, status=503)

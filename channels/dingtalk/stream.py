@@ -36,7 +36,7 @@ from tenacity import AsyncRetrying, RetryCallState
 from tenacity.wait import wait_base
 
 from channels.platform import SdkThread, until_it_works
-from gateway.runtime import backoff
+from gateway.runtime import ServiceUnavailable, backoff
 
 log = structlog.get_logger(__name__)
 
@@ -193,6 +193,8 @@ class StreamRunner:
             return False
         try:
             await asyncio.wrap_future(future)
+        except ServiceUnavailable:  # Redis down: one line, by the receiving task
+            return False
         except Exception:  # not stored (logged here): the failure ack makes DingTalk resend
             log.exception("dingtalk.message_not_stored", msg_id=data.get("msgId"))
             return False

@@ -38,8 +38,6 @@ log = structlog.get_logger(__name__)
 
 # Feishu shows an error to the clicker when a card callback is not answered within 3 s.
 CARD_BUDGET_SECONDS = 2.5
-# Feishu redelivers an event not acked within ~3 s: storing it must take less.
-ACK_BUDGET_SECONDS = 2.5
 
 
 class _NotYet(Exception):
@@ -179,7 +177,7 @@ class FeishuChannel(Channel):
                 app_id=self._app_id,
                 app_secret=self._app_secret,
                 domain=self._settings.domain,
-                on_message=self._accept_in_time,
+                on_message=self._accept,
                 on_card=self.handle_card_action,
                 backoff_initial=self._settings.reconnect_base_seconds,
                 backoff_max=self._settings.reconnect_max_seconds,
@@ -244,17 +242,13 @@ class FeishuChannel(Channel):
 
     # ------------------------------------------------------------------ receiving
 
-    async def _accept_in_time(self, msg: FeishuMessage) -> None:
-        """From the long connection: returns once ``msg`` is stored, which it then acks.
-
-        Raises when it was not stored, or not within the ack budget (storing goes on):
-        the frame is then answered with code 500 and Feishu redelivers.
-        """
-        await asyncio.wait_for(self._accept(msg), ACK_BUDGET_SECONDS)
-
     async def _accept(self, msg: FeishuMessage) -> None:
-        """Receive ``msg``; returns once it is stored (or dropped by the rules)."""
-        # Its own task: a webhook request or SDK wait given up does not cancel a store
+        """Receive ``msg``; returns once it is stored (or dropped by the rules).
+
+        Both transports acknowledge Feishu when this returns, and answer an error when it
+        raises (not stored: Feishu redelivers, also when no answer came within ~3 s).
+        """
+        # Its own task: a webhook request or a connection given up does not cancel a store
         # half-way through, and stop() still ends it.
         await asyncio.shield(
             self._tasks.spawn(self._receive(msg), name=f"feishu-in-{msg.message_id}")

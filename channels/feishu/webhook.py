@@ -3,8 +3,8 @@
 Verification is done here rather than by ``EventDispatcherHandler.do``: the SDK answers
 every failure with HTTP 500 (Feishu then retries), reads headers from a case-sensitive
 dict (lower-cased names, as proxies send them, crash it with a TypeError), checks neither
-timestamp age nor nonce reuse, and is synchronous. The SDK's ``AESCipher`` decrypts and
-its event models parse the verified body.
+timestamp age nor nonce reuse, and is synchronous. The SDK's ``AESCipher`` decrypts;
+``channels.feishu.inbound`` reads the verified body.
 
 Order of checks: parse → decrypt → url_verification (token only, as Feishu does not sign
 it) → signature → replay window → nonce → verification token → dispatch. Bad input is 400,
@@ -14,27 +14,23 @@ failed authentication 401; nothing unverified reaches the bus.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import structlog
 from aiohttp import web
-from lark_oapi.api.im.v1.model.p2_im_message_receive_v1 import P2ImMessageReceiveV1
-from lark_oapi.core.exception import UnmarshalException
-from lark_oapi.core.json import JSON
 from lark_oapi.core.utils import AESCipher
-from lark_oapi.event.callback.model.p2_card_action_trigger import P2CardActionTrigger
 
 from channels.feishu.inbound import (
     CardAction,
     FeishuMessage,
-    card_action_from_sdk,
-    message_from_sdk,
+    card_action_from_event,
+    message_from_event,
 )
 from channels.platform import UsedOnce, same_secret
 from gateway.http.jsonapi import JsonInputError, parse_json
+from gateway.runtime import ServiceUnavailable
 
 log = structlog.get_logger(__name__)
 
@@ -148,24 +144,25 @@ class WebhookReceiver:
             raise _Reject(400, "only event schema 2.0 is supported")
         self._check_token(header.get("token"))
         event_type = header.get("event_type")
-        plain = json.dumps(payload)
         if event_type == "im.message.receive_v1":
             try:
-                msg = message_from_sdk(JSON.unmarshal(plain, P2ImMessageReceiveV1))
-            except (AttributeError, TypeError, ValueError, UnmarshalException) as exc:
+                msg = message_from_event(payload)
+            except ValueError as exc:
                 raise _Reject(400, "malformed message event") from exc
             # Acknowledge once stored (invariant 9); the agent's work happens after this
             # response. Not stored: no 200, so Feishu redelivers it.
             try:
                 await self._on_message(msg)
+            except ServiceUnavailable:  # Redis down: one line, by the receiving task
+                return web.json_response({"msg": "not stored, retry"}, status=503)
             except Exception:  # storing failed (logged): the redelivery is the retry
                 log.exception("feishu.webhook_not_stored", message_id=msg.message_id)
                 return web.json_response({"msg": "not stored, retry"}, status=503)
             return web.json_response({"msg": "success"})
         if event_type == "card.action.trigger":
             try:
-                action = card_action_from_sdk(JSON.unmarshal(plain, P2CardActionTrigger))
-            except (AttributeError, TypeError, ValueError, UnmarshalException) as exc:
+                action = card_action_from_event(payload)
+            except ValueError as exc:
                 raise _Reject(400, "malformed card callback") from exc
             return web.json_response(await self._on_card(action))
         log.debug("feishu.webhook_ignored", event_type=event_type)

@@ -1,8 +1,8 @@
 """The Feishu long connection: lark-oapi's ws client, run on the gateway's own loop.
 
 What lark-oapi 1.7.5's ``lark.ws.Client`` does that a daemon cannot live with, and what
-this module does instead (the frame protocol, chunk reassembly, ping frames and event
-parsing stay the SDK's):
+this module does instead (the frame protocol, chunk reassembly and ping frames stay the
+SDK's):
 
 * ``start()`` runs on a loop captured at import (``lark_oapi.ws.client.loop``), blocks
   forever and has no ``stop()`` (PR #128); several clients race on that loop (#119).
@@ -19,11 +19,13 @@ parsing stay the SDK's):
 * On a lost connection the SDK reconnects on its own schedule (``ReconnectInterval``
   defaults to 120 s). Here the SDK's reconnect is off and a supervisor reconnects on the
   gateway's one backoff policy, starting afresh after each good connection.
-* ``_handle_data_frame`` acknowledges a frame as soon as the (synchronous) handler
-  returns. Here a handler may leave work that must end before the ack
-  (``before_ack``): a message is acknowledged only once it is stored (invariant 9), and a
-  card click's answer is awaited. ``type=card`` frames are dispatched too; 1.7.5 drops
-  them without dispatch or ack (#126; Feishu then shows error 200340 to the clicker).
+* ``_handle_data_frame`` hands the event to the SDK's synchronous dispatcher and acks
+  when it returns; an event type nobody registered is answered with code 500, so Feishu
+  sends it again. Here the frame's JSON goes to ``LongConnection._event``, which reads
+  it (``channels.feishu.inbound``) and is awaited before the ack: a message is
+  acknowledged only once it is stored (invariant 9), a card click with its answer, other
+  event types at once. ``type=card`` frames are dispatched too; 1.7.5 drops them without
+  dispatch or ack (#126; Feishu then shows error 200340 to the clicker).
 * The SDK's ``_ping_loop`` logs through the deprecated ``Logger.warn`` and never ends;
   our ping loop stops with the connection.
 
@@ -36,9 +38,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import inspect
+import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -46,11 +48,8 @@ from urllib.parse import parse_qs, urlparse
 import aiohttp
 import structlog
 import websockets
-from lark_oapi.core.const import UTF_8
 from lark_oapi.core.enum import LogLevel
 from lark_oapi.core.json import JSON
-from lark_oapi.event.callback.model.p2_card_action_trigger import P2CardActionTriggerResponse
-from lark_oapi.event.dispatcher_handler import EventDispatcherHandler
 from lark_oapi.ws import client as ws_client
 from lark_oapi.ws.const import (
     GEN_ENDPOINT_URI,
@@ -65,15 +64,15 @@ from lark_oapi.ws.const import (
 )
 from lark_oapi.ws.enum import MessageType
 from lark_oapi.ws.exception import ClientException, ServerException
-from lark_oapi.ws.model import EndpointResp, Response
+from lark_oapi.ws.model import EndpointResp
 from websockets.exceptions import ConnectionClosedOK, InvalidHandshake
 
 from channels.feishu.api import resolve_domain
 from channels.feishu.inbound import (
     CardAction,
     FeishuMessage,
-    card_action_from_sdk,
-    message_from_sdk,
+    card_action_from_event,
+    message_from_event,
 )
 from channels.platform import until_it_works
 from gateway.runtime import BackgroundTasks
@@ -81,6 +80,8 @@ from gateway.runtime import BackgroundTasks
 log = structlog.get_logger(__name__)
 
 MessageSink = Callable[[FeishuMessage], Awaitable[None]]
+# An event's JSON -> what to answer Feishu with (None: a bare acknowledgement).
+EventHandler = Callable[[Mapping[str, Any]], Awaitable[Any]]
 CardHandler = Callable[[CardAction], Awaitable[dict[str, Any]]]
 # Frames a handler is dispatched for; others (ping, pong) are not data.
 _DISPATCHED = frozenset({MessageType.EVENT.value, MessageType.CARD.value})
@@ -95,14 +96,13 @@ class FeishuWsClient(ws_client.Client):  # type: ignore[misc]
         app_id: str,
         app_secret: str,
         domain: str,
-        event_handler: Any,
+        on_event: EventHandler,
         connect_timeout: float,
     ) -> None:
         super().__init__(
             app_id,
             app_secret,
             log_level=LogLevel.WARNING,
-            event_handler=event_handler,
             domain=resolve_domain(domain),
             auto_reconnect=False,
         )
@@ -111,15 +111,7 @@ class FeishuWsClient(ws_client.Client):  # type: ignore[misc]
         # This connection's receive loop and the frames it handles.
         self._tasks = BackgroundTasks("feishu.ws")
         self.lost = asyncio.Event()
-        self._before_ack: Awaitable[Any] | None = None
-
-    def before_ack(self, work: Awaitable[Any]) -> None:
-        """From an event handler: the frame is acknowledged once ``work`` has ended.
-
-        The SDK's dispatcher calls handlers synchronously and drops an event handler's
-        return value; this is how one hands back what the ack must wait for.
-        """
-        self._before_ack = work
+        self._on_event = on_event
 
     async def _discover(self) -> str:
         """``POST /callback/ws/endpoint``: the socket URL and the server's timing config."""
@@ -183,8 +175,8 @@ class FeishuWsClient(ws_client.Client):  # type: ignore[misc]
             self.lost.set()
 
     async def _handle_data_frame(self, frame: Any) -> None:
-        # lark-oapi 1.7.5's own, but awaiting the handler's work before the ack, and
-        # dispatching type=card frames (see the module docstring).
+        # lark-oapi 1.7.5's own, but the event is awaited before the ack, and type=card
+        # frames are dispatched too (see the module docstring).
         headers = {h.key: h.value for h in frame.headers}
         payload = frame.payload
         parts = int(headers.get(HEADER_SUM) or 1)
@@ -196,24 +188,20 @@ class FeishuWsClient(ws_client.Client):  # type: ignore[misc]
         if headers.get(HEADER_TYPE) not in _DISPATCHED:
             return
         started = time.monotonic()
-        answer = Response(code=HTTPStatus.OK)
+        # What lark-oapi's ws.model.Response marshals to (its encoder deep-copies the
+        # object first: as much CPU as the rest of the answer).
+        answer: dict[str, Any] = {"code": HTTPStatus.OK.value}
         try:
-            try:
-                result = self._event_handler._do_without_validation(payload)
-            finally:
-                work, self._before_ack = self._before_ack, None
-            if work is not None:
-                await work
-            if inspect.isawaitable(result):
-                result = await result
+            result = await self._on_event(json.loads(payload))
             if result is not None:
-                answer.data = base64.b64encode(JSON.marshal(result).encode(UTF_8))
+                body = json.dumps(result, ensure_ascii=False).encode()
+                answer["data"] = base64.b64encode(body).decode()
         except Exception as exc:  # not handled: code 500, and Feishu delivers it again
             log.warning("feishu.ws_event_failed", error=f"{type(exc).__name__}: {exc}")
-            answer = Response(code=HTTPStatus.INTERNAL_SERVER_ERROR)
+            answer = {"code": HTTPStatus.INTERNAL_SERVER_ERROR.value}
         took = frame.headers.add()
         took.key, took.value = HEADER_BIZ_RT, str(int((time.monotonic() - started) * 1000))
-        frame.payload = JSON.marshal(answer).encode(UTF_8)
+        frame.payload = json.dumps(answer).encode()
         await self._write_message(frame.SerializeToString())
 
     async def ping(self) -> None:
@@ -255,40 +243,35 @@ class LongConnection:
         self._backoff_initial = backoff_initial
         self._backoff_max = backoff_max
         self._stop_timeout = stop_timeout
-        handler = (
-            EventDispatcherHandler.builder("", "")
-            .register_p2_im_message_receive_v1(self._message)
-            .register_p2_card_action_trigger(self._card)
-            .build()
-        )
         self.client = FeishuWsClient(
             app_id=app_id,
             app_secret=app_secret,
             domain=domain,
-            event_handler=handler,
+            on_event=self._event,
             connect_timeout=connect_timeout,
         )
         self._supervisor = BackgroundTasks("feishu.ws.supervisor")
         self.connected = False
         self.connections = 0
 
-    # ---- SDK handlers: called by the SDK's dispatcher, synchronously -------------------
-
-    def _message(self, data: Any) -> None:
-        try:
-            msg = message_from_sdk(data)
-        except Exception:  # a malformed event must not make Feishu redeliver it
-            log.exception("feishu.bad_message_event")
-            return
-        # Acknowledged once the message is stored (code 500 when that fails, and Feishu
-        # redelivers; also after ~3 s without an ack).
-        self.client.before_ack(self._on_message(msg))
-
-    def _card(self, data: Any) -> Awaitable[P2CardActionTriggerResponse]:
-        return self._card_answer(card_action_from_sdk(data))
-
-    async def _card_answer(self, action: CardAction) -> P2CardActionTriggerResponse:
-        return P2CardActionTriggerResponse(await self._on_card(action))
+    async def _event(self, payload: Mapping[str, Any]) -> Any:
+        """One event or callback from Feishu: what to answer it with, once handled."""
+        header = payload.get("header")
+        kind = header.get("event_type") if isinstance(header, Mapping) else None
+        if kind == "im.message.receive_v1":
+            try:
+                msg = message_from_event(payload)
+            except ValueError as exc:  # a malformed event must not make Feishu redeliver it
+                log.warning("feishu.bad_message_event", error=str(exc))
+                return None
+            # Acknowledged once the message is stored (code 500 when that fails, and
+            # Feishu redelivers; also after ~3 s without an ack).
+            await self._on_message(msg)
+            return None
+        if kind == "card.action.trigger":
+            return await self._on_card(card_action_from_event(payload))
+        log.debug("feishu.ws_event_ignored", event_type=kind)
+        return None
 
     # ---- lifecycle ----------------------------------------------------------------------
 

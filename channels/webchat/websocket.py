@@ -21,6 +21,7 @@ from gateway import texts
 from gateway.bus import SenderIdentity
 from gateway.confirm.grants import decide_with_grant
 from gateway.confirm.model import Decision
+from gateway.confirm.store import StoreUnavailableError
 from gateway.http.jsonapi import ApiError, JsonInputError, parse_json
 
 if TYPE_CHECKING:
@@ -144,6 +145,11 @@ class ChatSockets:
                 return
             try:
                 await channel.accept(room, sock.user, checked, sock.identity)
+            except StoreUnavailableError as exc:
+                # Not stored, so not taken (invariant 9): this tab is told to send it again.
+                log.warning("webchat.not_stored", room=room.name, error=str(exc))
+                error = texts.STORE_UNAVAILABLE_MESSAGE
+                await channel.send_frame(sock, {"type": "error", "error": error})
             except SlowDown as exc:
                 # Said to this tab only: the room does not need to read it.
                 log.info("webchat.rate_limited", user=sock.user, retry_after=exc.retry_after)

@@ -54,6 +54,9 @@ def spawn_chat(tmp_path: Path, **env: str) -> pexpect.spawn:
 
 
 def finish(child: pexpect.spawn) -> None:
+    # The prompt drawn after the last answer: it reads in raw mode again. A Ctrl-D sent
+    # before that (while the terminal was still cooked) would go unread.
+    child.expect("›")
     child.sendeof()
     child.expect(pexpect.EOF)
     child.close()

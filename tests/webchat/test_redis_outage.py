@@ -25,7 +25,14 @@ from gateway.inbox import MemoryInbox
 from tests.confirm.records import make
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.services import REDIS_URL, redis_prefix
-from tests.webchat.support import base_url, eventually, make_settings, order_exists, running_gateway
+from tests.webchat.support import (
+    base_url,
+    eventually,
+    make_settings,
+    next_frame,
+    order_exists,
+    running_gateway,
+)
 from tests.webchat.test_rest import poll, say, wait_for_kind
 
 pytestmark = pytest.mark.services
@@ -99,6 +106,28 @@ async def test_redis_down_fails_closed_and_everything_resumes_when_it_returns(
         await say(http, "room2", "alice", f"确认 {card['confirmation']['id']}")
         await wait_for_kind(http, "room2", "confirmation_update", "approved")
         await eventually(lambda: _gone(settings.data_dir, 3))
+
+
+async def test_a_tab_is_told_when_its_message_cannot_be_stored_and_stays_open(
+    tmp_path: Path, prefix: str, proxy: TcpProxy
+) -> None:
+    settings = make_settings(
+        tmp_path,
+        confirmation={"store": "redis", "redis_url": _through(proxy), "redis_prefix": prefix},
+    )
+    async with (
+        running_gateway(settings) as gw,
+        aiohttp.ClientSession(base_url=base_url(gw)) as http,
+        http.ws_connect("/ws?session=tab&user=alice") as ws,
+    ):
+        await next_frame(ws, lambda f: f["type"] == "hello")
+        await proxy.stop()
+        await ws.send_json({"type": "message", "text": "/sql SELECT 1"})
+        error = await next_frame(ws, lambda f: f["type"] == "error")
+        assert error["error"] == texts.STORE_UNAVAILABLE_MESSAGE
+        await proxy.start()
+        await ws.send_json({"type": "message", "text": "/sql SELECT 1"})  # sent again
+        await next_frame(ws, lambda f: f["type"] == "message" and f["user"] is None)
 
 
 async def test_redis_gone_after_a_message_was_stored_tells_the_chat(

@@ -1,5 +1,5 @@
-"""Events parsed by the SDK's own models, read into what the shared receive rules judge
-(no gateway needed; the rules themselves are tested in tests/channels/test_receive.py)."""
+"""Events as Feishu sends them, read into what the shared receive rules judge (no gateway
+needed; the rules themselves are tested in tests/channels/test_receive.py)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,11 @@ import time
 from typing import Any
 
 import pytest
-from lark_oapi.api.im.v1 import P2ImMessageReceiveV1
-from lark_oapi.core.json import JSON
 
 from channels.feishu.inbound import (
     FeishuMessage,
     arrival,
-    message_from_sdk,
+    message_from_event,
     message_text,
     to_inbound,
 )
@@ -35,7 +33,7 @@ def rules(
 
 
 def parse(event: dict[str, Any]) -> FeishuMessage:
-    return message_from_sdk(JSON.unmarshal(json.dumps(event), P2ImMessageReceiveV1))
+    return message_from_event(json.loads(json.dumps(event)))
 
 
 def judge(msg: FeishuMessage, with_rules: ReceiveRules | None = None) -> tuple[Verdict, str | None]:

@@ -285,6 +285,28 @@ async def test_chunked_frame_and_unsupported_type(gateway: Gateway, fake: FakeFe
     )
 
 
+async def test_other_event_types_and_broken_events_are_acked_not_redelivered(
+    gateway: Gateway, fake: FakeFeishu
+) -> None:
+    # lark-oapi's dispatcher answered an event type without a handler with code 500
+    # ("processor not found"), so Feishu sent it again; the events are read here now.
+    added = {
+        "schema": "2.0",
+        "header": {"event_id": "e-added", "event_type": "im.chat.member.bot.added_v1"},
+        "event": {"chat_id": "oc_new_group"},
+    }
+    assert (await fake.wait_ack(fake.send_frame(added))).code == 200
+    broken = {
+        "schema": "2.0",
+        "header": {"event_id": "e-broken", "event_type": "im.message.receive_v1"},
+        "event": {"message": "not an object"},
+    }
+    assert (await fake.wait_ack(fake.send_frame(broken))).code == 200
+    # The connection goes on: a real message after them is answered.
+    fake.send_frame(message_event(chat_id=P2P, sender=ALICE, text="/help"))
+    await wait_until(lambda: bool(sent_texts(fake)), what="an answer")
+
+
 async def test_senders_outside_allow_from_are_refused(tmp_path, fake: FakeFeishu) -> None:  # type: ignore[no-untyped-def]
     from tests.channels.feishu.conftest import make_settings
 
