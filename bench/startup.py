@@ -13,13 +13,13 @@ that died (``kill -9``: its heartbeat a day old; ``--owner none``: records with 
 all), seeded once by bench/webchat_backlog.py's ``preload`` and copied for each start.
 
 Time runs from ``Popen`` to the first 200 from /readyz (polled every 10 ms); RSS is the
-process's VmRSS read at that moment. Then a ``/help`` is posted to a new web chat room:
-"answered" is the time from ``Popen`` to its reply. "adopted" is when the gateway logged
-the end of its first adoption scan (``confirm.startup_scan_done``), if it does (a build
-that adopts before it is ready logs none: the wait ends after 5 s without a log line). A process
-with a backlog is ended with SIGKILL (a clean stop would cancel every adopted call).
-``--repo`` runs another checkout's code with this interpreter (e.g. ``git worktree add
-/tmp/before <commit>``) for a same-run comparison.
+process's VmRSS read at that moment, peak its VmHWM at the end. Then a ``/help`` is posted
+to a new web chat room: "answered" is the time from ``Popen`` to its reply. "adopted" is
+when the gateway logged the end of its first adoption scan (``confirm.startup_scan_done``),
+if it does (a build that adopts before it is ready logs none: the wait ends after 5 s
+without a log line). A process with a backlog is ended with SIGKILL (a clean stop would
+cancel every adopted call). ``--repo`` runs another checkout's code with this interpreter
+(e.g. ``git worktree add /tmp/before <commit>``) for a same-run comparison.
 
 Run: .venv/bin/python bench/startup.py [--runs 5] [--repo PATH] [--pending 100000]
 """
@@ -57,13 +57,16 @@ TIMEOUT = 3600.0
 class Start:
     """One start: seconds from ``Popen`` to each milestone, and RSS when ready."""
 
-    def __init__(self, ready: float, answered: float, adopted: float | None, rss: float) -> None:
-        self.ready, self.answered, self.adopted, self.rss = ready, answered, adopted, rss
+    def __init__(
+        self, ready: float, answered: float, adopted: float | None, rss: float, peak: float
+    ) -> None:
+        self.ready, self.answered, self.adopted = ready, answered, adopted
+        self.rss, self.peak = rss, peak  # MB when ready; VmHWM (peak) when adopted
 
 
-def rss_mb(pid: int) -> float:
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(f"{field}:"):
             return int(line.split()[1]) / 1024
     return float("nan")
 
@@ -151,7 +154,8 @@ def start_once(repo: Path, env_extra: dict[str, str], seed: Path | None = None) 
             # one when the process has been quiet for 5 s.
             while seed is not None and not adopted and time.perf_counter() - last_line[0] < 5:
                 time.sleep(0.05)
-            return Start(ready, answered, adopted[0] if adopted else None, rss)
+            peak = rss_mb(proc.pid, "VmHWM")
+            return Start(ready, answered, adopted[0] if adopted else None, rss, peak)
         finally:
             proc.send_signal(signal.SIGTERM if seed is None else signal.SIGKILL)
             try:
@@ -204,7 +208,8 @@ def main() -> int:
             secs = [x for x in (getattr(r, label) for r in runs) if x is not None]
             if secs:
                 line += f" {label} {statistics.median(secs):6.2f} ({min(secs):.2f}-{max(secs):.2f})"
-        print(f"{line}   RSS {statistics.median(r.rss for r in runs):6.1f} MB")
+        rss, peak = statistics.median(r.rss for r in runs), statistics.median(r.peak for r in runs)
+        print(f"{line}   RSS {rss:6.1f} MB (peak {peak:.1f} MB)")
     return 0
 
 

@@ -423,15 +423,11 @@ class ConfirmationService:
     # ------------------------------------------------------------------ start and stop
 
     async def recover(self, *, background: bool = False) -> None:
-        """At start: heartbeat, and take over what dead processes left (replicas.py).
-
-        ``background``: the first adoption scan runs after this returns (the gateway's
-        start does not wait for a dead process's backlog); ``recovered`` says when it ended.
-        """
+        """At start: heartbeat, and take over what dead processes left (replicas.py);
+        ``background``: that runs on after this returns, until ``recovered()``."""
         await self._replicas.recover(background=background)
 
     async def recovered(self) -> None:
-        """Wait until the first adoption scan, the one at start, has ended."""
         await self._replicas.recovered.wait()
 
     async def adopt_dead(self) -> None:
