@@ -7,6 +7,7 @@ through ``ProcessorFormatter`` and written to the same output.
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import sys
@@ -16,17 +17,22 @@ from typing import Any, TextIO
 import orjson
 import structlog
 
-# Matched against lower-cased keys: with re.IGNORECASE a round trip's two lines cost about
-# 7 % more CPU (bench/confirm_roundtrip.py).
-_SECRET_KEY = re.compile("secret|token|password|api_key|authorization|encrypt_key")
+_SECRET_KEY = re.compile("secret|token|password|api_key|authorization|encrypt_key", re.I)
 # Chatty libraries: their INFO lines are noise for an operator.
 _QUIET = ("aiohttp.access", "sqlglot", "httpx", "Lark", "dingtalk_stream")
+
+
+# Keys are names in our code and the libraries': a few hundred at most. Remembered: the
+# search per key was about 3 % of a round trip's instructions in bench/confirm_roundtrip.py.
+@functools.lru_cache(maxsize=1024)
+def _secret(key: str) -> bool:
+    return key != "event" and _SECRET_KEY.search(key) is not None
 
 
 def _redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """Belt and braces: a value logged under a secret-looking key is never printed."""
     for key, value in event.items():
-        if value and key != "event" and _SECRET_KEY.search(key.lower()):
+        if value and _secret(key):
             event[key] = "***"
     return event
 

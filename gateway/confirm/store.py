@@ -273,6 +273,8 @@ class LocalFeed:
         self._subscribers: set[asyncio.Queue[FeedEntry]] = set()
 
     def announce(self, confirmation_id: str, kind: FeedKind) -> None:
+        if not self._subscribers:  # the usual case: only a shared store's feed is followed
+            return
         entry = FeedEntry(confirmation_id, kind, local=True)
         for queue in self._subscribers:
             queue.put_nowait(entry)
