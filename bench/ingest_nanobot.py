@@ -30,12 +30,14 @@ nanobot is never a dependency of this project. Install it into a venv of its own
 
 Run: .venv/bin/python bench/ingest_nanobot.py [--events 2000] [--rounds 3] [--store sqlite]
      [--nanobot-python /tmp/nanobot-venv/bin/python]
+     [--repo PATH]   (measure another checkout's gateway, e.g. a worktree of an older commit)
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import statistics
 import subprocess
@@ -65,6 +67,9 @@ SIDES = ("gateway", "nanobot", "nanobot, no reaction")
 
 def _serve_count(bus_get: Any, warmup: int, events: int) -> Any:
     async def count() -> None:
+        # Both sides alike: what start-up left is collected now, so the full collection
+        # it would soon cause does not fall into one side's measurement and not the other's.
+        gc.collect()
         print("ready", flush=True)
         for n in range(1, warmup + events + 1):
             await bus_get()
@@ -86,7 +91,7 @@ async def _wait(cond: Any, what: str, within: float = 30.0) -> None:
 
 
 async def side_gateway(fake_url: str, app_id: str, secret: str, args: argparse.Namespace) -> None:
-    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, args.repo)
     from config.settings import Settings
     from gateway.app import build
     from gateway.logs import configure_logging
@@ -231,7 +236,7 @@ def measure(side: str, args: argparse.Namespace) -> float:
         python = sys.executable if side == "gateway" else args.nanobot_python
         argv = [python, __file__, "--side", side, "--fake", fake.url, "--app-id", app_id]
         argv += ["--warmup", str(args.warmup), "--events", str(args.events)]
-        argv += ["--store", args.store]
+        argv += ["--store", args.store, "--repo", args.repo]
         with tempfile.TemporaryDirectory(prefix="nanobot-home-") as home:
             # nanobot keeps its config in ~/.nanobot: a home of its own per run.
             env = {**os.environ, "HOME": home, "NO_PROXY": "127.0.0.1", "no_proxy": "127.0.0.1"}
@@ -272,6 +277,7 @@ def main() -> int:
     ap.add_argument("--window", type=int, default=10)
     ap.add_argument("--store", default="sqlite", choices=["sqlite", "memory"])
     ap.add_argument("--nanobot-python", default=os.environ.get("NANOBOT_PYTHON", NANOBOT_PYTHON))
+    ap.add_argument("--repo", default=str(ROOT), help="the gateway checkout to measure")
     ap.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)
     ap.add_argument("--fake", help=argparse.SUPPRESS)
     ap.add_argument("--app-id", help=argparse.SUPPRESS)
@@ -299,7 +305,8 @@ def main() -> int:
     ).stdout.strip()
     print(
         f"{args.events} Feishu events (after {args.warmup} warm-up) x {args.rounds} rounds,"
-        f" window {args.window}, medians; gateway store {args.store}, nanobot-ai {version}"
+        f" window {args.window}, medians; gateway from {args.repo}, store {args.store},"
+        f" nanobot-ai {version}"
     )
     for side, runs in rates.items():
         rate = statistics.median(runs)

@@ -12,28 +12,42 @@ returns, and the WAL is fsynced only at checkpoints. The fsync on every commit
 paid on every message against the case where the whole machine goes down within seconds
 after the platform was told we have the message. docs/deploy.md ("What a crash can lose")
 says so to operators.
+
+``put`` and ``taken``, one of each per inbound message on the way to its answer, run on
+the gateway's loop through a connection of their own: without an fsync a one-row commit
+takes tens of µs, where handing it to a thread and back cost several times that (waking
+the thread was a third of the loop's CPU per Feishu event; with it the two writes were
+about 360 of 760 µs per web chat message in bench/ingest.py). The thread keeps what can
+take long: opening and migrating, the scans (untaken, adopt), the purge (in chunks, so a
+put never waits long for the write lock) and the checkpoints, which are the only fsyncs.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import sqlite3
 import time
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any
 
 import structlog
 
 from gateway.bus import InboundMessage
-from gateway.confirm.sqlite_thread import SqliteThread, transaction
+from gateway.confirm.sqlite_thread import SqliteThread
 from gateway.inbox import Inbox, dump_message, load_message, message_key
 from gateway.runtime import BackgroundTasks
 
 log = structlog.get_logger(__name__)
 
 SCHEMA_VERSION = 2
+# Writes on the loop between two checkpoints on the thread (a WAL of a few MB).
+CHECKPOINT_EVERY = 500
+# Should the WAL still grow past this many pages (checkpoints that never catch up with a
+# loop that never pauses), the loop's connection checkpoints once itself: a few ms.
+BACKSTOP_PAGES = 20_000
+# At most this long does a put wait for the write lock (held by the thread's purge, one
+# chunk at a time) before it fails: not stored, so not acknowledged.
+WRITER_BUSY_MS = 1_000
+PURGE_CHUNK = 1_000
 
 _SCHEMA = (
     # seq: the order messages were put, for untaken() "oldest first".
@@ -55,23 +69,34 @@ _SCHEMA = (
 class SqliteInbox(Inbox):
     """Inbound messages in one SQLite file; ``open(path)`` makes it.
 
-    Runs on its own ``SqliteThread`` in autocommit mode: every method is one statement,
-    atomic without a transaction around it. ``put`` and ``taken`` that arrive while
-    earlier ones are on the thread are written together next, in one transaction and
-    one thread hop (group commit): the hop, not the statement, was most of what a put
-    cost (bench/ingest_nanobot.py).
+    Every method is one statement (the purge a few), in autocommit mode: atomic without
+    a transaction around it. ``put`` and ``taken`` run on the loop (see the module
+    docstring), the rest on the file's ``SqliteThread``.
     """
 
-    def __init__(self, db: SqliteThread, *, owner: str | None = None) -> None:
+    def __init__(
+        self,
+        db: SqliteThread,
+        writer: sqlite3.Connection,
+        *,
+        owner: str | None = None,
+        checkpoint_every: int = CHECKPOINT_EVERY,
+    ) -> None:
         super().__init__(owner=owner)
         self._db = db
-        self._queued: list[_Write] = []
-        self._writing = False
-        self._writer = BackgroundTasks("inbox")
+        self._writer = writer
+        self._checkpoint_every = checkpoint_every
+        self._writes = 0
+        self._checkpoints = BackgroundTasks("inbox")
 
     @classmethod
     async def open(
-        cls, path: str | Path, *, owner: str | None = None, busy_timeout_ms: int = 5_000
+        cls,
+        path: str | Path,
+        *,
+        owner: str | None = None,
+        busy_timeout_ms: int = 5_000,
+        checkpoint_every: int = CHECKPOINT_EVERY,
     ) -> SqliteInbox:
         """Open (and create if needed) the file, in WAL mode, with the schema."""
         db = await SqliteThread.connect(
@@ -79,65 +104,41 @@ class SqliteInbox(Inbox):
         )
         try:
             version = await db.run(_migrate)
+            if version > SCHEMA_VERSION:
+                raise RuntimeError(
+                    f"inbox database {path} has schema {version}, this gateway knows "
+                    f"{SCHEMA_VERSION}: upgrade the gateway or use another data_dir"
+                )
+            writer = _loop_writer(path, busy_timeout_ms=min(busy_timeout_ms, WRITER_BUSY_MS))
         except BaseException:
             await db.close()
             raise
-        if version > SCHEMA_VERSION:
-            await db.close()
-            raise RuntimeError(
-                f"inbox database {path} has schema {version}, this gateway knows "
-                f"{SCHEMA_VERSION}: upgrade the gateway or use another data_dir"
-            )
         log.info("inbox.sqlite_opened", path=str(path))
-        return cls(db, owner=owner)
+        return cls(db, writer, owner=owner, checkpoint_every=checkpoint_every)
 
     async def close(self) -> None:
-        await self._writer.stop(5.0)  # the writes already queued, then the file
+        await self._checkpoints.stop(5.0)
+        self._writer.close()
         await self._db.close()
 
     async def put(self, msg: InboundMessage) -> bool:
         channel, message_id = message_key(msg)
         row = (channel, message_id, dump_message(msg), time.time(), self.owner)
-        return await self._write(_PUT, row) == 1
+        stored = self._writer.execute(_PUT, row).rowcount == 1
+        self._wrote()
+        return stored
 
     async def taken(self, channel: str, message_id: str, *, at: float | None = None) -> None:
-        await self._write(_TAKEN, (time.time() if at is None else at, channel, message_id))
+        self._writer.execute(_TAKEN, (time.time() if at is None else at, channel, message_id))
+        self._wrote()
 
-    async def _write(self, sql: str, params: tuple[Any, ...]) -> int:
-        """``sql`` run on the thread with the writes queued beside it; its row count."""
-        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._queued.append((sql, params, done))
-        if not self._writing:
-            self._writing = True
-            self._writer.spawn(self._write_queued(), name="inbox-write")
-        return await done
-
-    async def _write_queued(self) -> None:
-        try:
-            while self._queued:
-                batch, self._queued = self._queued, []
-                statements = [(sql, params) for sql, params, _ in batch]
-                try:
-                    counts = await self._db.run(
-                        functools.partial(_write_all, statements=statements)
-                    )
-                except Exception as exc:  # each caller gets it: not stored, not acked
-                    for *_, done in batch:
-                        if not done.done():
-                            done.set_exception(exc)
-                    continue
-                except BaseException:  # cancelled (close): nothing is waited for in vain
-                    for *_, done in batch + self._queued:
-                        done.cancel()
-                    self._queued = []
-                    raise
-                for (*_, done), count in zip(batch, counts, strict=True):
-                    if not done.done():  # its caller may have given up
-                        done.set_result(count)
-        finally:
-            # No await between the empty queue and here: a write queued after this
-            # starts a writer of its own.
-            self._writing = False
+    def _wrote(self) -> None:
+        # The thread copies the WAL into the file (and fsyncs) every so many writes, so
+        # the loop's connection never has to (its own checkpoint is only a backstop).
+        self._writes += 1
+        if self._writes >= self._checkpoint_every and not self._checkpoints:
+            self._writes = 0
+            self._checkpoints.spawn(self._db.run(_checkpoint), name="inbox-checkpoint")
 
     async def adopt(self, alive: Collection[str]) -> list[InboundMessage]:
         keep = (self.owner, *alive)
@@ -156,24 +157,17 @@ class SqliteInbox(Inbox):
         return [load_message(row[0]) for row in rows]
 
     async def purge(self, before: float) -> int:
-        sql = "DELETE FROM inbox WHERE taken_at < ?"
-        return await self._db.run(lambda conn: conn.execute(sql, (before,)).rowcount)
-
-
-# A statement, its parameters, and the future its caller awaits (the row count).
-_Write = tuple[str, tuple[Any, ...], "asyncio.Future[int]"]
-
-
-def _write_all(
-    conn: sqlite3.Connection, statements: list[tuple[str, tuple[Any, ...]]]
-) -> list[int]:
-    """Each statement's row count; several in one transaction, which commits once."""
-    if len(statements) == 1:
-        sql, params = statements[0]
-        return [conn.execute(sql, params).rowcount]
-    return transaction(
-        conn, lambda c: [c.execute(sql, params).rowcount for sql, params in statements]
-    )
+        # In chunks: the loop's put waits for the write lock at most one chunk long.
+        sql = (
+            "DELETE FROM inbox WHERE seq IN"
+            f" (SELECT seq FROM inbox WHERE taken_at < ? LIMIT {PURGE_CHUNK})"
+        )
+        purged = 0
+        while True:
+            count = await self._db.run(lambda conn: conn.execute(sql, (before,)).rowcount)
+            purged += count
+            if count < PURGE_CHUNK:
+                return purged
 
 
 _PUT = (
@@ -193,3 +187,21 @@ def _migrate(conn: sqlite3.Connection) -> int:
     if version <= SCHEMA_VERSION:
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     return version
+
+
+def _loop_writer(path: str | Path, *, busy_timeout_ms: int) -> sqlite3.Connection:
+    """The connection ``put`` and ``taken`` use, on the loop (the file is in WAL mode)."""
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    try:
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        conn.execute(f"PRAGMA wal_autocheckpoint = {BACKSTOP_PAGES}")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _checkpoint(conn: sqlite3.Connection) -> None:
+    # PASSIVE: never waits for (or holds up) the loop's writes.
+    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()

@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 
 from gateway.app import build
+from gateway.bus import OUTBOUND_ROOM
 from gateway.confirm.model import Confirmation, ExecState, Instance, Status, ToolCall
 from gateway.confirm.sqlite_store import SqliteConfirmationStore
 from gateway.confirm.sqlite_thread import SqliteThread
@@ -153,3 +154,38 @@ async def test_a_backlog_is_adopted_while_the_gateway_already_serves(tmp_path: P
             assert [e.kind for e in await store.events(cid)] == ["adopted", "prompt_reposted"]
             assert order_exists(settings.data_dir, order)
         assert dead.id not in {i.id for i in await store.list_instances()}
+
+
+async def test_prompts_shown_again_wait_for_room_and_all_go_out(tmp_path: Path) -> None:
+    # More than the outbound room: the scan starts before the channels, so the first
+    # prompts fill the room and the rest must wait for sends, not for a start that waits.
+    settings = make_settings(
+        tmp_path,
+        confirmation={"store": "sqlite", "lease_seconds": LEASE},
+        channels={"webchat": {"enabled": True}},
+    )
+    settings.data_dir.mkdir(parents=True)
+    now = time.time()
+    dead = Instance(
+        id="dead-1-bbbbbb", pid=1, host="dead", started_at=now - 7200, seen_at=now - 3600
+    )
+    seed = await SqliteConfirmationStore.open(settings.data_dir / "confirmations.db")
+    ids = [f"Q{n:03d}" for n in range(3 * OUTBOUND_ROOM)]
+    for n, cid in enumerate(ids):
+        await seed.create(_left(dead, cid, 1000 + n))
+    await seed.heartbeat(dead, lease=LEASE)
+    await seed.close()
+
+    gateway = await build(settings)
+    busy: list[int] = []
+    gateway.channels.on_sent(lambda *_: busy.append(gateway.bus.outbound_busy))
+    async with gateway:
+        await gateway.confirmations.recovered()
+        assert all(cid in gateway.confirmations.deadlines for cid in ids)
+        await gateway.channels.drain()
+        rooms = gateway.channels.channels["webchat"].rooms  # type: ignore[attr-defined]
+        for cid in ids:
+            [entry] = rooms.get(cid.lower()).entries
+            assert entry.kind == "confirmation" and entry.text.startswith("🔁")
+        # One send each, never more than the room queued or sending at once.
+        assert len(busy) == len(ids) and max(busy) == OUTBOUND_ROOM

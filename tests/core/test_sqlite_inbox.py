@@ -1,18 +1,17 @@
-"""SQLite inbox specifics: writes that arrive together are committed together (group commit).
-
-What every inbox does is in the contract suite (tests/core/test_inbox_contract.py).
+"""SQLite inbox specifics: puts and takens on the loop, the rest (checkpoints included) on
+its thread. What every inbox does is in the contract suite (tests/core/test_inbox_contract.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from gateway import sqlite_inbox
 from gateway.bus import InboundMessage
 from gateway.sqlite_inbox import SqliteInbox
 
@@ -21,13 +20,6 @@ def msg(message_id: str) -> InboundMessage:
     return InboundMessage(
         channel="feishu", chat_id="oc_1", sender_id="ou_a", text="hi", message_id=message_id
     )
-
-
-@pytest.fixture
-async def inbox(tmp_path: Path) -> AsyncIterator[SqliteInbox]:
-    handle = await SqliteInbox.open(tmp_path / "inbox.db", owner="me")
-    yield handle
-    await handle.close()
 
 
 def count_hops(loop: asyncio.AbstractEventLoop) -> list[int]:
@@ -43,48 +35,62 @@ def count_hops(loop: asyncio.AbstractEventLoop) -> list[int]:
     return hops
 
 
-async def test_puts_and_takens_that_arrive_together_share_one_hop(inbox: SqliteInbox) -> None:
-    # Issue 14: a thread hop per put was most of what storing an inbound message cost.
-    await inbox.put(msg("m0"))
+async def test_puts_and_takens_stay_on_the_loop_and_checkpoints_go_to_the_thread(
+    tmp_path: Path,
+) -> None:
+    # Issue 14: a thread hop per put and per taken was most of what storing an inbound
+    # message cost. The thread gets one checkpoint every checkpoint_every writes.
+    inbox = await SqliteInbox.open(tmp_path / "inbox.db", owner="me", checkpoint_every=3)
     loop = asyncio.get_running_loop()
     hops = count_hops(loop)
     try:
-        results = await asyncio.gather(
-            inbox.put(msg("m1")),
-            inbox.put(msg("m2")),
-            inbox.put(msg("m1")),  # the same message twice in one batch: stored once
-            inbox.taken("feishu", "m0"),
-            inbox.put(msg("m3")),
-        )
+        assert await inbox.put(msg("m1")) is True
+        assert await inbox.put(msg("m1")) is False  # a redelivery: stored once
+        assert hops[0] == 0
+        await inbox.taken("feishu", "m1")  # the third write
+        await inbox.close()  # waits for the checkpoint it handed over
+        assert hops[0] == 2  # the checkpoint, and closing the file
     finally:
         del loop.call_soon_threadsafe
-    assert results == [True, True, False, None, True]
-    # All five were queued before the writer ran: one transaction, one hop.
-    assert hops[0] == 1
-    assert [m.message_id for m in await inbox.untaken()] == ["m1", "m2", "m3"]
+    again = await SqliteInbox.open(tmp_path / "inbox.db", owner="me")
+    try:
+        assert await again.untaken() == []
+        assert await again.put(msg("m1")) is False
+    finally:
+        await again.close()
 
 
-async def test_a_failed_batch_fails_every_write_in_it(tmp_path: Path) -> None:
+async def test_a_put_that_cannot_get_the_write_lock_fails(tmp_path: Path) -> None:
     inbox = await SqliteInbox.open(tmp_path / "inbox.db", owner="me", busy_timeout_ms=50)
     try:
-        await inbox.put(msg("m0"))
-        # Another connection holds the write lock past the busy timeout: the batch fails
-        # as a whole, and every caller hears it (none of them may acknowledge).
+        assert await inbox.put(msg("m0")) is True
+        # Another connection holds the write lock past the busy timeout: the put raises,
+        # so the message is not acknowledged (the platform sends it again).
         blocker = sqlite3.connect(tmp_path / "inbox.db", isolation_level=None)
         try:
             blocker.execute("BEGIN IMMEDIATE")
-            results = await asyncio.gather(
-                inbox.put(msg("m1")),
-                inbox.put(msg("m2")),
-                inbox.put(msg("m3")),
-                return_exceptions=True,
-            )
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                await inbox.put(msg("m1"))
             blocker.execute("ROLLBACK")
         finally:
             blocker.close()
-        assert all(isinstance(r, sqlite3.OperationalError) for r in results), results
-        # Nothing of the batch was stored; the next puts work.
-        assert await inbox.put(msg("m2")) is True
-        assert [m.message_id for m in await inbox.untaken()] == ["m0", "m2"]
+        assert await inbox.put(msg("m1")) is True
+        assert [m.message_id for m in await inbox.untaken()] == ["m0", "m1"]
+    finally:
+        await inbox.close()
+
+
+async def test_purge_goes_in_chunks_and_keeps_the_untaken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_inbox, "PURGE_CHUNK", 2)
+    inbox = await SqliteInbox.open(tmp_path / "inbox.db", owner="me")
+    try:
+        for n in range(7):
+            await inbox.put(msg(f"m{n}"))
+        for n in range(5):
+            await inbox.taken("feishu", f"m{n}", at=100.0 + n)
+        assert await inbox.purge(before=200.0) == 5
+        assert [m.message_id for m in await inbox.untaken()] == ["m5", "m6"]
     finally:
         await inbox.close()
