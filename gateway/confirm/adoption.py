@@ -138,14 +138,14 @@ class Adoption:
         was = {c.id: c.owner for c in records}
         log.info("confirm.adopted", count=len(moved), first=moved[0].id)
         await audit_many(
-            service,
+            service.store,
             [self._event(c.id, "adopted", from_owner=was.get(c.id)) for c in moved],
         )
         for c in moved:
             if c.status is Status.APPROVED and c.execution.state is ExecState.WAITING:
                 self._run(c)  # approved before it was adopted
         reposted = [c.id for c in pending if await self._adopt_pending(c)]
-        await audit_many(service, [self._event(cid, "prompt_reposted") for cid in reposted])
+        await audit_many(service.store, [self._event(cid, "prompt_reposted") for cid in reposted])
 
     async def _adopt_pending(self, c: Confirmation) -> bool:
         """Arm its deadline and post its prompt again; False when it ended meanwhile."""

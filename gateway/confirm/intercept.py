@@ -191,7 +191,7 @@ class ReplyIntercept:
     async def _audit_read(
         self, target: Confirmation, msg: InboundMessage, parsed: ParsedReply, how: str
     ) -> None:
-        await ledger.audit_many(self._service, (self._read_line(target, msg, parsed, how),))
+        await ledger.audit_many(self._service.store, (self._read_line(target, msg, parsed, how),))
 
     async def _on_unclear(
         self,

@@ -30,6 +30,7 @@ from gateway.confirm.model import (
 
 if TYPE_CHECKING:
     from gateway.confirm.service import ConfirmationService
+    from gateway.confirm.store import ConfirmationStore
 
 log = structlog.get_logger(__name__)
 
@@ -116,16 +117,16 @@ async def audit(
     **detail: Any,
 ) -> None:
     """Append one line to a confirmation's audit trail, on its own."""
-    await audit_many(service, (event(service, confirmation_id, kind, actor=actor, **detail),))
+    await audit_many(service.store, (event(service, confirmation_id, kind, actor=actor, **detail),))
 
 
-async def audit_many(service: ConfirmationService, events: Sequence[AuditEvent]) -> None:
+async def audit_many(store: ConfirmationStore, events: Sequence[AuditEvent]) -> None:
     """Append lines on their own, not with a change of the record (one transaction where
     the store has them)."""
     if not events:
         return
     try:
-        await service.store.add_events(events)
+        await store.add_events(events)
     except Exception:  # the trail is a record of what happened; it must not stop it happening
         log.exception("confirm.audit_failed", count=len(events), kind=events[0].kind)
 

@@ -24,6 +24,7 @@ from gateway import texts
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage
 from gateway.confirm import ledger
 from gateway.confirm.deadlines import Deadlines
+from gateway.confirm.deciding import Deciding
 from gateway.confirm.events import ConfirmationEvent as ConfirmationEvent
 from gateway.confirm.events import Listener as Listener
 from gateway.confirm.events import Listeners
@@ -34,7 +35,6 @@ from gateway.confirm.model import (
     AuditEvent,
     CallEdit,
     Confirmation,
-    Decision,
     Instance,
     Risk,
     Status,
@@ -58,8 +58,12 @@ from gateway.runtime import BackgroundTasks
 log = structlog.get_logger(__name__)
 
 
-class ConfirmationService:
-    """Holds tool calls until an authorised person decides, or the timeout cancels them."""
+class ConfirmationService(Deciding):
+    """Holds tool calls until an authorised person decides, or the timeout cancels them.
+
+    How a person's decision is taken (who may decide, ``decide``, ``decide_record``) is
+    in deciding.py; every end, decided or not, goes through ``_finish`` here.
+    """
 
     def __init__(
         self,
@@ -234,98 +238,6 @@ class ConfirmationService:
             self.deadlines.disarm(conf.id)
             del self._waiters[conf.id]
 
-    # ------------------------------------------------------------------ deciding
-
-    def may_decide(self, c: Confirmation, actor: str, decision: Decision) -> tuple[bool, str]:
-        """Requester and approvers may decide; with four-eyes the requester may only reject."""
-        if actor == c.requester:
-            if c.four_eyes and decision is Decision.APPROVE:
-                return False, texts.FOUR_EYES
-            return True, ""
-        if actor in c.approvers or actor in self.settings.approvers:
-            return True, ""
-        return False, texts.ONLY_APPROVERS
-
-    async def decide(
-        self,
-        confirmation_id: str,
-        decision: Decision,
-        *,
-        actor: str,
-        via: str,
-        reason: str | None = None,
-        feedback: bool = False,
-    ) -> DecideResult:
-        """The one way a person decides. ``via="admin"`` is authorised by the admin token."""
-        cid = canonical_id(confirmation_id)
-        current = await self.store.get(cid)
-        if current is None:
-            return DecideResult(DecideOutcome.NOT_FOUND, None, texts.unknown_id(cid))
-        return await self.decide_record(
-            current, decision, actor=actor, via=via, reason=reason, feedback=feedback
-        )
-
-    async def decide_record(
-        self,
-        current: Confirmation,
-        decision: Decision,
-        *,
-        actor: str,
-        via: str,
-        reason: str | None = None,
-        feedback: bool = False,
-        edit: CallEdit | None = None,
-        trail: Sequence[AuditEvent] = (),
-    ) -> DecideResult:
-        """``decide`` for a record just read from the store; the compare-and-set settles races.
-
-        ``edit`` approves new arguments instead (checked first by gateway/tools/edits.py).
-        ``trail``: audit lines that led here (the reply read), written with the decision,
-        or on their own when this call decides nothing.
-        """
-        if current.status.is_terminal:
-            await ledger.audit_many(self, trail)
-            return DecideResult(
-                DecideOutcome.ALREADY_DECIDED, current, texts.already_decided(current)
-            )
-        if via == "admin":
-            # The token vouches for an operator, not for a second person: four-eyes holds.
-            self_approval = current.four_eyes and actor == current.requester
-            allowed, why = (not (self_approval and decision is Decision.APPROVE), texts.FOUR_EYES)
-        else:
-            allowed, why = self.may_decide(current, actor, decision)
-        if not allowed:
-            log.info(
-                "confirm.decision_refused",
-                confirmation_id=current.id,
-                session=current.session_key,
-                actor=actor,
-                via=via,
-            )
-            await ledger.audit_many(self, trail)
-            return DecideResult(DecideOutcome.FORBIDDEN, current, why)
-        final, said = await self._finish(
-            current.id,
-            decision.status,
-            by=actor,
-            via=via,
-            reason=reason,
-            feedback=feedback,
-            edit=edit,
-            trail=trail,
-        )
-        assert final is not None
-        if said is not None:
-            return DecideResult(DecideOutcome.DECIDED, final, said)
-        if final.status is Status.PENDING:
-            # Past its deadline but the timer has not fired yet: expire it now.
-            expired = await self.expire(current.id)
-            assert expired is not None
-            final = expired
-        if final.status is Status.EXPIRED:
-            return DecideResult(DecideOutcome.EXPIRED, final, texts.already_decided(final))
-        return DecideResult(DecideOutcome.ALREADY_DECIDED, final, texts.already_decided(final))
-
     async def expire(
         self, confirmation_id: str, *, reason: str = texts.TIMEOUT_REASON
     ) -> Confirmation | None:
@@ -374,7 +286,7 @@ class ConfirmationService:
             events=(*trail, *lines),
         )
         if final is None or not changed:
-            await ledger.audit_many(self, trail)
+            await ledger.audit_many(self.store, trail)
             if final is not None and final.status.is_terminal:
                 # Another path (or another replica sharing the store) finished it first:
                 # the waiting turn here must learn the real outcome, not hang; a call
