@@ -414,11 +414,12 @@ async def pending_memory_baseline(n: int) -> MemoryResult:
 
 
 def configure_null_logging() -> TextIO:
-    """Production logging (JSON lines, level info) into os.devnull: rendered, then dropped."""
+    """Production logging (JSON lines, level info, loggers cached as ``gateway serve`` has
+    them) into os.devnull: rendered, then dropped."""
     from gateway.logs import configure_logging
 
     sink = open(os.devnull, "w", encoding="utf-8")  # noqa: SIM115 - lives for the whole run
-    configure_logging("info", "json", sink)
+    configure_logging("info", "json", sink, cache=True)
     return sink
 
 

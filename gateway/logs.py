@@ -11,6 +11,7 @@ import functools
 import logging
 import re
 import sys
+import time
 from collections.abc import MutableMapping
 from typing import Any, TextIO
 
@@ -34,6 +35,21 @@ def _redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[
     for key, value in event.items():
         if value and _secret(key):
             event[key] = "***"
+    return event
+
+
+# One strftime per second, not datetime's isoformat per line: that was ~3 % of a round
+# trip's instructions in bench/confirm_roundtrip.py (two lines each).
+@functools.lru_cache(maxsize=1)
+def _utc_second(second: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
+
+
+def _timestamp(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """``timestamp`` in ISO 8601, UTC, with microseconds: ``2026-11-23T14:37:44.123456Z``."""
+    now = time.time()
+    second = int(now)
+    event["timestamp"] = f"{_utc_second(second)}.{int((now - second) * 1e6):06d}Z"
     return event
 
 
@@ -71,8 +87,16 @@ class _Output(logging.Handler):
             self.handleError(record)
 
 
-def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | None = None) -> None:
-    """Configure our lines and third-party stdlib lines; may be called again at any time."""
+def configure_logging(
+    level: str = "info", fmt: str = "auto", stream: TextIO | None = None, *, cache: bool = False
+) -> None:
+    """Configure our lines and third-party stdlib lines; may be called again at any time.
+
+    ``cache``: each logger keeps the configuration it first logs with, for a process that
+    configures once (``gateway serve``, ``chat``); a bound logger per line was ~3 % of a
+    round trip in bench/confirm_roundtrip.py. Left off, loggers already in use follow a
+    later call (and tests' ``structlog.testing.capture_logs``).
+    """
     numeric = logging.getLevelName(level.upper())
     if not isinstance(numeric, int):
         raise ValueError(f"unknown log level {level!r}")
@@ -89,7 +113,7 @@ def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | N
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        _timestamp,
         _redact,
     ]
     output = _Output(stream)
@@ -97,9 +121,7 @@ def configure_logging(level: str = "info", fmt: str = "auto", stream: TextIO | N
         processors=[*shared, structlog.processors.StackInfoRenderer(), *exc_info, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=lambda *_: output,
-        # Not cached: loggers already in use follow a later configure_logging (and tests'
-        # structlog.testing.capture_logs).
-        cache_logger_on_first_use=False,
+        cache_logger_on_first_use=cache,
     )
     output.setFormatter(
         structlog.stdlib.ProcessorFormatter(

@@ -57,7 +57,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             update={k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
         )
         settings = settings.model_copy(update={"server": server})
-    configure_logging(settings.log.level, settings.log.format)
+    configure_logging(settings.log.level, settings.log.format, cache=True)
     _warn_unknown_environment()
 
     def started(gw: Gateway) -> None:
@@ -93,7 +93,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
     settings = settings.model_copy(update=update)
     # The terminal is the chat: only warnings go to stderr.
     configure_logging(
-        "warning" if settings.log.level == "info" else settings.log.level, settings.log.format
+        "warning" if settings.log.level == "info" else settings.log.level,
+        settings.log.format,
+        cache=True,
     )
 
     async def chat() -> None:

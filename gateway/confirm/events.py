@@ -19,11 +19,14 @@ from gateway.confirm.model import Confirmation
 log = structlog.get_logger(__name__)
 
 
+# requested, resolved (a status end), executed (an execution end: succeeded, failed,
+# interrupted; the record's ``execution`` says which)
+EventKind = Literal["requested", "resolved", "executed"]
+
+
 @dataclass(frozen=True, slots=True)
 class ConfirmationEvent:
-    # requested, resolved (a status end), executed (an execution end: succeeded, failed,
-    # interrupted; the record's ``execution`` says which)
-    kind: Literal["requested", "resolved", "executed"]
+    kind: EventKind
     confirmation: Confirmation
     # Made by another replica (the record as this process read it after the change).
     remote: bool = False
@@ -48,7 +51,10 @@ class Listeners:
 
         return unsubscribe
 
-    async def emit(self, event: ConfirmationEvent) -> None:
+    async def emit(self, kind: EventKind, record: Confirmation, *, remote: bool = False) -> None:
+        if not self._listeners:  # none in bench/confirm_roundtrip.py: no event to build
+            return
+        event = ConfirmationEvent(kind, record, remote)
         for listener in tuple(self._listeners):
             try:
                 result = listener(event)

@@ -110,6 +110,10 @@ class Execution:
         )
 
 
+# Every new record's ledger: one object shared by all, as nothing changes a record in place.
+WAITING = Execution()
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Instance:
     """A running ``gateway serve`` process, as its heartbeat in the store shows it."""
@@ -227,6 +231,8 @@ class CallEdit:
 ID_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _ID_DIGITS = frozenset("0123456789")
 _ID_LETTERS = frozenset("ABCDEFGHJKMNPQRSTVWXYZ")
+# 256 is a multiple of the alphabet's 32 symbols: byte % 32 picks each one evenly.
+_BYTE_TO_SYMBOL = bytes(ord(ID_ALPHABET[b % 32]) for b in range(256))
 # Characters people type for the ones Crockford leaves out.
 _CROCKFORD_ALIASES = str.maketrans({"O": "0", "I": "1", "L": "1"})
 
@@ -238,8 +244,7 @@ def new_confirmation_id(length: int = 4) -> str:
     keeps them apart from numbers ("前10条").
     """
     while True:
-        # 256 is a multiple of the alphabet's 32 symbols: byte % 32 picks each one evenly.
-        candidate = "".join(ID_ALPHABET[b % 32] for b in secrets.token_bytes(length))
+        candidate = secrets.token_bytes(length).translate(_BYTE_TO_SYMBOL).decode()
         if not _ID_DIGITS.isdisjoint(candidate) and not _ID_LETTERS.isdisjoint(candidate):
             return candidate
 
@@ -285,7 +290,7 @@ class Confirmation:
     feedback: Final[bool] = False
     prompt_refs: Final[Mapping[str, str]] = field(default_factory=dict)
     # The execution ledger and who answers for the record.
-    execution: Final[Execution] = field(default_factory=Execution)
+    execution: Final[Execution] = field(default_factory=lambda: WAITING)
     owner: Final[str | None] = None  # instance id of the process that holds the deadline / turn
     idempotent: Final[bool] = False  # the tool may be re-claimed once after its claimer died
     # What the turn needs to go on after the decision when the process that asked is gone:

@@ -130,11 +130,11 @@ class ConfirmationService:
 
     async def announce_execution(self, final: Confirmation) -> None:
         """Tell listeners (admin feed) how an approved call ended."""
-        await self._listeners.emit(ConfirmationEvent("executed", final))
+        await self._listeners.emit("executed", final)
 
     async def announce_remote(self, kind: FeedKind, record: Confirmation) -> None:
         """Tell listeners of a change another replica made (its lifecycle feed entry)."""
-        await self._listeners.emit(ConfirmationEvent(kind, record, remote=True))
+        await self._listeners.emit(kind, record, remote=True)
 
     # ------------------------------------------------------------------ asking
 
@@ -216,7 +216,7 @@ class ConfirmationService:
                     )
                 )
                 await ledger.audit(self, conf.id, "prompt_sent", channel=channel, chat_id=chat_id)
-                await self._listeners.emit(ConfirmationEvent("requested", conf))
+                await self._listeners.emit("requested", conf)
             # Not shielded: a cancelled turn cancels this future, and the handler below
             # then records the confirmation as cancelled.
             return await fut
@@ -304,7 +304,7 @@ class ConfirmationService:
             )
             await ledger.audit_many(self, trail)
             return DecideResult(DecideOutcome.FORBIDDEN, current, why)
-        final, changed = await self._finish(
+        final, said = await self._finish(
             current.id,
             decision.status,
             by=actor,
@@ -315,8 +315,8 @@ class ConfirmationService:
             trail=trail,
         )
         assert final is not None
-        if changed:
-            return DecideResult(DecideOutcome.DECIDED, final, texts.outcome(final))
+        if said is not None:
+            return DecideResult(DecideOutcome.DECIDED, final, said)
         if final.status is Status.PENDING:
             # Past its deadline but the timer has not fired yet: expire it now.
             expired = await self.expire(current.id)
@@ -355,7 +355,9 @@ class ConfirmationService:
         feedback: bool = False,
         edit: CallEdit | None = None,
         trail: Sequence[AuditEvent] = (),
-    ) -> tuple[Confirmation | None, bool]:
+    ) -> tuple[Confirmation | None, str | None]:
+        """End a pending confirmation: the record as it now is, and what its chat was told
+        (None when this call changed nothing)."""
         now = self.clock()
         lines = ledger.decision_lines(
             self, confirmation_id, status, by=by, via=via, at=now, edit=edit
@@ -379,7 +381,7 @@ class ConfirmationService:
                 # adopted here that was approved meanwhile runs (adoption.py).
                 self.wake(final)
                 self._replicas.finished(final)
-            return final, False
+            return final, None
         log.info(
             "confirm.resolved",
             confirmation_id=confirmation_id,
@@ -390,19 +392,20 @@ class ConfirmationService:
         )
         self.wake(final)
         self._replies.forget(confirmation_id)
+        said = texts.outcome(final)
         await self.bus.publish_outbound(
             OutboundMessage(
                 channel=final.channel,
                 chat_id=final.chat_id,
                 session_key=final.session_key,
                 kind=OutboundKind.CONFIRMATION_UPDATE,
-                text=texts.outcome(final),
+                text=said,
                 confirmation=final,
             )
         )
-        await self._listeners.emit(ConfirmationEvent("resolved", final))
+        await self._listeners.emit("resolved", final)
         self._replicas.finished(final)
-        return final, True
+        return final, said
 
     # ------------------------------------------------------------------ queries
 
