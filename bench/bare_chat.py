@@ -1,9 +1,10 @@
 """The least a web chat server must do, for bench/ingest.py to compare ``gateway serve`` with.
 
 Same REST shape as the gateway's web chat: ``POST /api/chat/{room}/messages`` with
-``{"user", "text"}`` -> 202 ``{"message_id"}``; the answer ("bot" and a fixed text) goes into
-the room at once; ``GET /api/chat/{room}/messages?after=N&wait=S`` long-polls for entries
-after sequence number N. No agent, bus, store, limits or logging.
+``{"user", "text"}`` -> 202 ``{"message_id", "seq"}`` (the message's place in the room); the
+answer ("bot" and a fixed text) goes into the room at once;
+``GET /api/chat/{room}/messages?after=N&wait=S`` long-polls for entries after sequence
+number N. No agent, bus, store, limits or logging.
 
 Run: .venv/bin/python bench/bare_chat.py [--port 0]   (prints "listening on URL")
 """
@@ -40,8 +41,9 @@ def make_app() -> web.Application:
         room = rooms.setdefault(request.match_info["room"], Room())
         data = await request.json()
         room.add(str(data["user"]), str(data["text"]))
+        seq = len(room.entries)
         room.add("bot", ANSWER)
-        return web.json_response({"message_id": f"m{next(ids)}"}, status=202)
+        return web.json_response({"message_id": f"m{next(ids)}", "seq": seq}, status=202)
 
     async def get(request: web.Request) -> web.Response:
         room = rooms.setdefault(request.match_info["room"], Room())

@@ -2,8 +2,9 @@
 
 Both servers run as their own processes and are driven by the same client over the same
 REST shape (bench/bare_chat.py documents it): ``--rooms`` clients at once, each posting
-``--messages`` messages one after another to its own room and long-polling that room
-until the answer is in it. A message counts once its answer is in the room.
+``--messages`` messages one after another to its own room and long-polling that room,
+after the ``seq`` the 202 gives, until the answer is in it. A message counts once its
+answer is in the room.
 
 - ``bare aiohttp``: bench/bare_chat.py: answers into the room inside the POST handler.
 - ``gateway serve``: the real daemon, web chat REST API, the command agent (``/help``),
@@ -86,6 +87,10 @@ async def one_room(session: aiohttp.ClientSession, url: str, room: str, messages
             f"{url}/api/chat/{room}/messages", json={"user": user, "text": "/help"}
         ) as resp:
             assert resp.status == 202, (resp.status, await resp.text())
+            posted = await resp.json()
+        # Poll after the message itself: the 202 says where it landed. A server that does
+        # not say (a checkout from before) gives the message back first; the loop reads on.
+        after = max(after, int(posted.get("seq", 0)))
         while True:
             async with session.get(
                 f"{url}/api/chat/{room}/messages", params={"after": after, "wait": 10}

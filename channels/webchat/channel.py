@@ -256,8 +256,8 @@ class WebChatChannel(Channel):
         user: str,
         text: str,
         identity: SenderIdentity,
-    ) -> str:
-        """Show a person's message in the room, then hand it to the bus.
+    ) -> ChatEntry:
+        """Show a person's message in the room, then hand it to the bus; its history entry.
 
         Raises SlowDown when ``user`` is over ``messages_per_minute``: nothing is kept then.
         """
@@ -281,7 +281,7 @@ class WebChatChannel(Channel):
                 metadata={"identity": identity.value},
             )
         )
-        return message_id
+        return entry
 
     def check_text(self, value: str) -> str:
         """The trimmed text of a REST message, or ApiError 400 / 413."""

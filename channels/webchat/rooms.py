@@ -127,7 +127,9 @@ class Room:
         changed = self._changed
         self.waiters += 1
         try:
-            await asyncio.wait_for(changed.wait(), timeout)
+            # asyncio.timeout, not wait_for: no task of its own for every long poll.
+            async with asyncio.timeout(timeout):
+                await changed.wait()
         except TimeoutError:
             return []
         finally:

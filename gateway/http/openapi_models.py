@@ -230,6 +230,7 @@ class DeadLetters(Answer):
 
 class Accepted(Answer):
     message_id: str
+    seq: int  # the message's place in the room's history: poll after it for the answer
 
 
 class ChatMessage(Answer):

@@ -76,6 +76,28 @@ async def test_a_message_gets_a_confirmation_card_in_the_history(
     assert [m["seq"] for m in history] == sorted(m["seq"] for m in history)
 
 
+async def test_the_202_says_where_the_message_landed_so_a_poll_after_it_gets_the_answer(
+    http: aiohttp.ClientSession,
+) -> None:
+    await say(http, "seqroom", "bob", "/help")  # something before it in the room
+    await eventually(lambda: _answered(http, "seqroom", 2))
+    async with http.post(
+        "/api/chat/seqroom/messages", json={"user": "bob", "text": "/help"}
+    ) as resp:
+        assert resp.status == 202
+        body = await resp.json()
+    history = (await poll(http, "seqroom"))["messages"]
+    mine = next(m for m in history if m["message_id"] == body["message_id"])
+    assert mine["seq"] == body["seq"]
+    # One long poll after it: the answer, not the message itself.
+    after = (await poll(http, "seqroom", after=body["seq"], wait=10))["messages"]
+    assert after and all(m["user"] is None for m in after)
+
+
+async def _answered(http: aiohttp.ClientSession, room: str, count: int) -> bool | None:
+    return len((await poll(http, room))["messages"]) >= count or None
+
+
 async def test_can_decide_is_computed_for_the_asking_user(http: aiohttp.ClientSession) -> None:
     await say(http, "lobby", "alice", DELETE_3)
     await wait_for_kind(http, "lobby", "confirmation")
