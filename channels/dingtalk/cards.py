@@ -18,7 +18,8 @@ from typing import Any
 
 from gateway import texts
 from gateway.confirm.grants import grant_offered
-from gateway.confirm.model import Confirmation, Decision, Status, canonical_id
+from gateway.confirm.ids import canonical_id
+from gateway.confirm.model import Confirmation, Decision, Status
 from gateway.http.jsonapi import DEFAULT_MAX_JSON_DEPTH, JsonInputError, parse_json
 from gateway.texts import approvers as approver_texts
 

@@ -6,8 +6,9 @@ import time
 
 from gateway import texts
 from gateway.bus import InboundMessage
+from gateway.confirm.ids import new_call_id
 from gateway.confirm.model import ToolCall
-from gateway.confirm.service import ConfirmationService, new_call_id
+from gateway.confirm.service import ConfirmationService
 from gateway.tools.runner import ToolOutcome, ToolRunner, TurnContext
 from gateway.tools.sql_analysis import analyze_sql
 

@@ -15,6 +15,7 @@ import structlog
 from config.settings import ConfirmationSettings
 from gateway import texts
 from gateway.confirm import ledger
+from gateway.confirm.ids import canonical_id
 from gateway.confirm.model import (
     AuditEvent,
     CallEdit,
@@ -23,7 +24,6 @@ from gateway.confirm.model import (
     DecideResult,
     Decision,
     Status,
-    canonical_id,
 )
 from gateway.confirm.store import ConfirmationStore
 

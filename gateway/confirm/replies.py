@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from config.keywords import KeywordSet, normalize_word
-from gateway.confirm.model import ID_ALPHABET, canonical_id
+from gateway.confirm.ids import ID_ALPHABET, canonical_id
 
 
 class ReplyIntent(StrEnum):

@@ -29,6 +29,7 @@ from gateway.confirm.events import ConfirmationEvent as ConfirmationEvent
 from gateway.confirm.events import Listener as Listener
 from gateway.confirm.events import Listeners
 from gateway.confirm.grants import GrantBook, MemoryGrantStore
+from gateway.confirm.ids import canonical_id, new_confirmation_id
 from gateway.confirm.intercept import ReplyIntercept
 from gateway.confirm.ledger import new_instance
 from gateway.confirm.model import (
@@ -39,12 +40,9 @@ from gateway.confirm.model import (
     Risk,
     Status,
     ToolCall,
-    canonical_id,
-    new_confirmation_id,
 )
 from gateway.confirm.model import DecideOutcome as DecideOutcome
 from gateway.confirm.model import DecideResult as DecideResult
-from gateway.confirm.model import new_call_id as new_call_id
 from gateway.confirm.replicas import OrphanHandler, Replicas
 from gateway.confirm.replies import ReplyParser
 from gateway.confirm.store import (

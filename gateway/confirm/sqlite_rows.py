@@ -8,7 +8,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.confirm.model import AuditEvent, Confirmation, Instance
+from gateway.confirm.model import AuditEvent, Confirmation, Instance, Status
 from gateway.confirm.sqlite_thread import transaction
 
 COLUMNS = (
@@ -207,3 +207,33 @@ def changed(
 
 def many(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...]) -> list[Confirmation]:
     return [confirmation(r) for r in conn.execute(sql, params).fetchall()]
+
+
+def page(
+    conn: sqlite3.Connection,
+    status: Status | None,
+    session_key: str | None,
+    limit: int,
+    cursor: str | None,
+) -> tuple[list[Confirmation], str | None]:
+    """Newest first, ``limit`` at most, and the cursor of the next page (None: no more).
+
+    Keyset on seq (creation order, never reused while a newer record exists): a page is
+    where seq < the cursor, so records created meanwhile never shift it.
+    """
+    clauses: list[str] = []
+    params: list[Any] = []
+    if status is not None:
+        clauses.append("status = ?")
+        params.append(status.value)
+    if session_key is not None:
+        clauses.append("session_key = ?")
+        params.append(session_key)
+    if cursor is not None:
+        clauses.append("seq < ?")
+        params.append(int(cursor))
+    where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
+    params.append(limit + 1)
+    found = conn.execute(f"{SELECT}{where} ORDER BY seq DESC LIMIT ?", params).fetchall()
+    nxt = str(found[limit - 1]["seq"]) if len(found) > limit and limit > 0 else None
+    return [confirmation(r) for r in found[:limit]], nxt

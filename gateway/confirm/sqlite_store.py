@@ -366,30 +366,8 @@ class SqliteConfirmationStore(ConfirmationStore):
         limit: int = 50,
         cursor: str | None = None,
     ) -> tuple[Confirmations, str | None]:
-        # Keyset on seq (creation order, never reused while a newer record exists): a
-        # page is where seq < the cursor, so records created meanwhile never shift it.
-        clauses: builtins.list[str] = []
-        params: builtins.list[Any] = []
-        if status is not None:
-            clauses.append("status = ?")
-            params.append(status.value)
-        if session_key is not None:
-            clauses.append("session_key = ?")
-            params.append(session_key)
-        if cursor is not None:
-            clauses.append("seq < ?")
-            params.append(int(cursor))
-        where = f" WHERE {' AND '.join(clauses)}" if clauses else ""
-        limit = max(0, limit)
-        params.append(limit + 1)
-        sql = f"{rows.SELECT}{where} ORDER BY seq DESC LIMIT ?"
-
         def select(conn: sqlite3.Connection) -> tuple[Confirmations, str | None]:
-            found = conn.execute(sql, params).fetchall()
-            more = len(found) > limit
-            found = found[:limit]
-            nxt = str(found[-1]["seq"]) if more and found else None
-            return [rows.confirmation(r) for r in found], nxt
+            return rows.page(conn, status, session_key, max(0, limit), cursor)
 
         return await self._db.run(select)
 

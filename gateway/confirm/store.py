@@ -13,6 +13,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import ClassVar, Literal
 
+from gateway.confirm.ids import new_confirmation_id
 from gateway.confirm.model import (
     AuditEvent,
     CallEdit,
@@ -20,7 +21,6 @@ from gateway.confirm.model import (
     ExecState,
     Instance,
     Status,
-    new_confirmation_id,
 )
 from gateway.runtime import ServiceUnavailable
 

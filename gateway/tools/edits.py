@@ -25,6 +25,7 @@ from typing import Any, Literal
 import structlog
 
 from gateway import texts
+from gateway.confirm.ids import canonical_id
 from gateway.confirm.model import (
     CallEdit,
     Confirmation,
@@ -33,7 +34,6 @@ from gateway.confirm.model import (
     Decision,
     Risk,
     ToolCall,
-    canonical_id,
 )
 from gateway.confirm.service import ConfirmationService
 from gateway.tools.base import ToolArgumentsError, ToolRegistry

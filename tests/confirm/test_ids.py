@@ -5,15 +5,13 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+from gateway.confirm.ids import ID_ALPHABET, canonical_id, new_confirmation_id
 from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.model import (
-    ID_ALPHABET,
     AuditEvent,
     Confirmation,
     Status,
     ToolCall,
-    canonical_id,
-    new_confirmation_id,
 )
 from gateway.confirm.store import ConfirmationExistsError
 from tests.core.harness import Harness

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from config.keywords import KeywordSet, load_keywords
 from config.settings import DEFAULT_KEYWORDS_FILE
-from gateway.confirm.model import ID_ALPHABET
+from gateway.confirm.ids import ID_ALPHABET
 from gateway.confirm.replies import ReplyIntent, ReplyParser
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "replies.tsv"
