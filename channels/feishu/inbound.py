@@ -12,7 +12,7 @@ reflection, about 100 µs of CPU per event, as much as the rest of receiving one
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,6 +49,10 @@ class FeishuMessage:
     @property
     def is_group(self) -> bool:
         return self.chat_type != "p2p"
+
+
+# Where the webhook and the long connection hand each message they read.
+MessageSink = Callable[[FeishuMessage], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

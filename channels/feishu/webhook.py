@@ -24,7 +24,7 @@ from lark_oapi.core.utils import AESCipher
 
 from channels.feishu.inbound import (
     CardAction,
-    FeishuMessage,
+    MessageSink,
     card_action_from_event,
     message_from_event,
 )
@@ -34,7 +34,6 @@ from gateway.runtime import ServiceUnavailable
 
 log = structlog.get_logger(__name__)
 
-MessageSink = Callable[[FeishuMessage], Awaitable[None]]
 CardHandler = Callable[[CardAction], Awaitable[dict[str, Any]]]
 
 

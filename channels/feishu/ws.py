@@ -70,7 +70,7 @@ from websockets.exceptions import ConnectionClosedOK, InvalidHandshake
 from channels.feishu.api import resolve_domain
 from channels.feishu.inbound import (
     CardAction,
-    FeishuMessage,
+    MessageSink,
     card_action_from_event,
     message_from_event,
 )
@@ -79,7 +79,6 @@ from gateway.runtime import BackgroundTasks
 
 log = structlog.get_logger(__name__)
 
-MessageSink = Callable[[FeishuMessage], Awaitable[None]]
 # An event's JSON -> what to answer Feishu with (None: a bare acknowledgement).
 EventHandler = Callable[[Mapping[str, Any]], Awaitable[Any]]
 CardHandler = Callable[[CardAction], Awaitable[dict[str, Any]]]
