@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Final
 
@@ -127,13 +127,7 @@ class Instance:
         return now - self.seen_at < lease
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "pid": self.pid,
-            "host": self.host,
-            "started_at": self.started_at,
-            "seen_at": self.seen_at,
-        }
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Instance:

@@ -31,7 +31,7 @@ from gateway.confirm.adoption import Adoption
 from gateway.confirm.adoption import OrphanHandler as OrphanHandler
 from gateway.confirm.ledger import interrupt
 from gateway.confirm.model import Confirmation, Status
-from gateway.confirm.store import FeedEntry
+from gateway.confirm.store import FeedEntry, StoreUnavailableError
 from gateway.runtime import BackgroundTasks
 
 if TYPE_CHECKING:
@@ -260,18 +260,48 @@ class Replicas:
         Only ours: with a shared store (Redis) other replicas keep theirs.
         """
         await self.stop_adopting()
-        for c in await self._service.store.list_unsettled(instance=self.me):
-            if c.status is Status.PENDING and c.owner == self.me:
-                await self._service.cancel(c.id, reason=texts.SHUTDOWN_REASON)
+        try:
+            for c in await self._service.store.list_unsettled(instance=self.me):
+                if c.status is Status.PENDING and c.owner == self.me:
+                    await self._service.cancel(c.id, reason=texts.SHUTDOWN_REASON)
+        except StoreUnavailableError as exc:
+            _store_down(
+                "cancel_pending",
+                exc,
+                "pending calls this process answered for could not be cancelled now: they "
+                "stay pending, and another replica or the next start adopts them once this "
+                "heartbeat is older than the lease, and tells their chats",
+            )
 
     async def close(self) -> None:
         """Interrupt what is still in flight here, stop heartbeating and leave."""
         await self.stop_adopting()
-        for c in await self._service.store.list_unsettled(instance=self.me):
-            if c.execution.state.in_flight and c.execution.claimed_by == self.me:
-                await interrupt(self._service, c.id, claimer=self.me)
+        try:
+            for c in await self._service.store.list_unsettled(instance=self.me):
+                if c.execution.state.in_flight and c.execution.claimed_by == self.me:
+                    await interrupt(self._service, c.id, claimer=self.me)
+        except StoreUnavailableError as exc:
+            _store_down(
+                "interrupt_running",
+                exc,
+                "calls still running here, if any, could not be marked interrupted now: "
+                "another replica or the next start does it once this heartbeat is older "
+                "than the lease, and tells their chats",
+            )
         await self._loops.cancel()
         try:
             await self._service.store.forget_instance(self.me)
-        except Exception:  # stopping with the store down: others see the heartbeat age
-            log.exception("confirm.forget_instance_failed")
+        except StoreUnavailableError as exc:
+            _store_down(
+                "leave",
+                exc,
+                "this instance stays listed until its heartbeat is older than the lease; "
+                "then the others judge it dead",
+            )
+
+
+def _store_down(step: str, exc: StoreUnavailableError, meaning: str) -> None:
+    """One line for a step of the stop that needs the store while it is unreachable: the
+    stop goes on, and nothing is approved or run (what the step would have ended stays in
+    the store, owned by this instance, for adoption to finish)."""
+    log.warning("confirm.stop_store_unavailable", step=step, error=str(exc), meaning=meaning)

@@ -50,6 +50,7 @@ from gateway.confirm.store import (
     Confirmations,
     ConfirmationStore,
     FeedKind,
+    StoreUnavailableError,
     create_with_free_id,
 )
 from gateway.runtime import BackgroundTasks
@@ -232,7 +233,18 @@ class ConfirmationService(Deciding):
             return await fut
         except asyncio.CancelledError:
             # The turn was cancelled (shutdown, client gone): the call must not stay approvable.
-            await asyncio.shield(self.cancel(conf.id, reason=texts.SHUTDOWN_REASON))
+            try:
+                await asyncio.shield(self.cancel(conf.id, reason=texts.SHUTDOWN_REASON))
+            except StoreUnavailableError as exc:
+                # Still pending, owned by this instance: adoption ends it once this one is
+                # gone. The turn stays cancelled (the runner would take this error for a
+                # failed request and go on).
+                log.warning(
+                    "confirm.cancel_failed",
+                    confirmation_id=conf.id,
+                    error=str(exc),
+                    meaning="left pending for another replica or the next start to adopt",
+                )
             raise
         except Exception as exc:  # any failure ends as cancelled, never approved
             log.exception("confirm.request_failed", confirmation_id=conf.id)

@@ -7,6 +7,7 @@ gateway's Redis only (the Redis on this machine is shared with other tests).
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,10 +16,12 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
+import structlog.testing
 
 from gateway import texts
 from gateway.app import build
 from gateway.confirm.grants import open_grant_store
+from gateway.confirm.model import ExecState, Status
 from gateway.confirm.redis_store import RedisConfirmationStore
 from gateway.confirm.store import StoreUnavailableError
 from gateway.inbox import MemoryInbox
@@ -220,3 +223,72 @@ async def test_grants_share_the_bounded_pool(tmp_path: Path, prefix: str) -> Non
         assert await store.unavailable() is None  # the shared client is still open
     finally:
         await store.close()
+
+
+async def test_stop_with_redis_down_returns_and_leaves_the_call_to_the_next_start(
+    tmp_path: Path, prefix: str, proxy: TcpProxy
+) -> None:
+    # gateway.stop() raised when the store was gone at stop time: channels and the HTTP
+    # server stayed up and SIGTERM did not exit 0. Now each step that needs the store says
+    # so in one line, the rest of the stop runs, and nothing is approved or run: the call
+    # stays pending, owned by the stopped instance, for the next start to adopt.
+    lease = 15.0
+    settings = make_settings(
+        tmp_path,
+        confirmation={
+            "store": "redis",
+            "redis_url": _through(proxy),
+            "redis_prefix": prefix,
+            "lease_seconds": lease,
+        },
+    )
+    gw = await build(settings)
+    await gw.start()
+    async with aiohttp.ClientSession(base_url=base_url(gw)) as http:
+        await say(http, "room", "alice", "/sql DELETE FROM orders WHERE id = 3")
+        card = await wait_for_kind(http, "room", "confirmation", "pending")
+    cid = card["confirmation"]["id"]
+    stopped_instance = gw.confirmations.instance.id
+
+    await proxy.stop()
+    with structlog.testing.capture_logs() as logs:
+        await gw.stop()  # returns, does not raise
+    assert gw.stopped.is_set() and not gw.ready
+    down = [e for e in logs if e["event"] == "confirm.stop_store_unavailable"]
+    assert [e["step"] for e in down] == ["cancel_pending", "interrupt_running", "leave"], logs
+    assert all("Redis" in e["error"] for e in down)
+    assert "adopt" in down[0]["meaning"]
+    # Its waiting turn, cancelled when the loop stopped, stays cancelled (it used to take
+    # the failed cancel for a failed request and go on).
+    assert [e["confirmation_id"] for e in logs if e["event"] == "confirm.cancel_failed"] == [cid]
+    assert gw.http is not None and gw.http.url  # closed below: nothing answers there
+    with pytest.raises(aiohttp.ClientConnectionError):
+        async with aiohttp.ClientSession(base_url=base_url(gw)) as http:
+            await poll(http, "room")
+
+    await proxy.start()  # Redis is back
+    store = await RedisConfirmationStore.from_url(REDIS_URL, prefix=prefix)
+    try:
+        left = await store.get(cid)
+        assert left is not None
+        assert left.status is Status.PENDING and left.owner == stopped_instance
+        assert left.execution.state is ExecState.WAITING
+    finally:
+        await store.close()
+    assert order_exists(settings.data_dir, 3)  # nothing ran
+
+    # The next start: the stopped instance's heartbeat could not be removed, so it is
+    # judged dead once older than the lease (a clock one lease ahead), and its call adopted:
+    # the chat sees the prompt again. Stopped with Redis up, the call is cancelled.
+    later = await build(settings, clock=lambda: time.time() + lease + 1)
+    async with later, aiohttp.ClientSession(base_url=base_url(later)) as http:
+        again = await wait_for_kind(http, "room", "confirmation", "pending")
+        assert again["confirmation"]["id"] == cid
+    store = await RedisConfirmationStore.from_url(REDIS_URL, prefix=prefix)
+    try:
+        final = await store.get(cid)
+        assert final is not None and final.status is Status.CANCELLED
+        assert final.execution.state is not ExecState.SUCCEEDED
+    finally:
+        await store.close()
+    assert order_exists(settings.data_dir, 3)
