@@ -199,3 +199,35 @@ async def test_stop_names_the_ids_left_in_doubt(harness: Harness, admin: Redis) 
         await h.service.doubts.stop()
     left = [e for e in logs if e["event"] == "confirm.doubts_left"]
     assert [e["ids"] for e in left] == [[cid]]
+
+
+async def test_an_approval_that_won_elsewhere_runs_once_here(
+    harness: Harness, redis_url: str
+) -> None:
+    """Another replica approved the record before this one could cancel it: the
+    compare-and-set lets one win, and the approved call runs here, through the orphan
+    handler, as an adopted one would (its turn here is gone)."""
+    h = harness
+    ran: asyncio.Queue[Confirmation] = asyncio.Queue()
+
+    async def orphan(c: Confirmation) -> None:
+        ran.put_nowait(c)
+
+    h.service.set_orphan_handler(orphan)
+    record = replace(make("RACE", session=f"{CHANNEL}:c1"), owner=h.service.instance.id)
+    other = await RedisConfirmationStore.from_url(redis_url, prefix=PREFIX)
+    try:
+        # The create "timed out" here, but landed; another replica's admin approved it.
+        await other.create(record)
+        _, changed = await other.finish(
+            "RACE", Status.APPROVED, by="bob", via="admin", reason=None, now=record.created_at
+        )
+        assert changed
+        h.service.doubts.create_failed(record, (), StoreUnavailableError("Redis: timeout"))
+        async with asyncio.timeout(20):
+            approved = await ran.get()
+    finally:
+        await other.close()
+    assert (approved.id, approved.status, approved.decided_by) == ("RACE", Status.APPROVED, "bob")
+    assert h.service.doubts.ids == ()
+    assert ran.empty()
