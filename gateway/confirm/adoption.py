@@ -174,6 +174,10 @@ class Adoption:
     def _event(self, confirmation_id: str, kind: str, **detail: Any) -> AuditEvent:
         return event(self._service, confirmation_id, kind, actor=self.me, **detail)
 
+    def run_approved(self, c: Confirmation) -> None:
+        """Run an approved call no turn waits for, as one adopted here (doubts.py)."""
+        self._run(c)
+
     def _run(self, c: Confirmation) -> None:
         if self.orphan_handler is None:
             log.warning("confirm.no_orphan_handler", confirmation_id=c.id)

@@ -27,6 +27,9 @@ from gateway.confirm.model import (
 )
 from gateway.confirm.store import ConfirmationStore
 
+if TYPE_CHECKING:
+    from gateway.confirm.doubts import Doubts
+
 log = structlog.get_logger(__name__)
 
 
@@ -38,6 +41,7 @@ class Deciding:
     settings: ConfirmationSettings
 
     if TYPE_CHECKING:
+        doubts: Doubts
 
         async def _finish(
             self,
@@ -107,6 +111,15 @@ class Deciding:
             await ledger.audit_many(self.store, trail)
             return DecideResult(
                 DecideOutcome.ALREADY_DECIDED, current, texts.already_decided(current)
+            )
+        if current.id in self.doubts:
+            # Its request was refused to its turn (doubts.py): nobody here approves it;
+            # settling it first cancels it, or finds what another replica decided.
+            settled = await self.doubts.settle(current.id)
+            await ledger.audit_many(self.store, trail)
+            assert settled is not None
+            return DecideResult(
+                DecideOutcome.ALREADY_DECIDED, settled, texts.already_decided(settled)
             )
         if via == "admin":
             # The token vouches for an operator, not for a second person: four-eyes holds.

@@ -25,6 +25,7 @@ from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessag
 from gateway.confirm import ledger
 from gateway.confirm.deadlines import Deadlines
 from gateway.confirm.deciding import Deciding
+from gateway.confirm.doubts import Doubts
 from gateway.confirm.events import ConfirmationEvent as ConfirmationEvent
 from gateway.confirm.events import Listener as Listener
 from gateway.confirm.events import Listeners
@@ -96,6 +97,12 @@ class ConfirmationService(Deciding):
         self.deadlines = Deadlines(on_deadline=self.expire, clock=clock, tasks=self._tasks)
         self._replies = ReplyIntercept(self)
         self._replicas = Replicas(self, tasks=self._tasks)
+        # Refused requests whose record may be stored all the same (a stalled store).
+        self.doubts = Doubts(
+            self,
+            run_approved=self._replicas.adoption.run_approved,
+            announce=lambda final: self._listeners.emit("resolved", final),
+        )
         bus.set_interceptor(self.intercept)
 
     # ------------------------------------------------------------------ plumbing
@@ -192,6 +199,7 @@ class ConfirmationService(Deciding):
             events=(
                 ledger.event(self, cid, "requested", actor=requester, at=now, tool=tool_call.name),
             ),
+            on_error=self.doubts.create_failed,
         )
         fut: asyncio.Future[Confirmation] = asyncio.get_running_loop().create_future()
         self._waiters[conf.id] = fut
@@ -258,11 +266,18 @@ class ConfirmationService(Deciding):
         return final
 
     async def cancel(
-        self, confirmation_id: str, *, reason: str, by: str | None = None, via: str = "system"
+        self,
+        confirmation_id: str,
+        *,
+        reason: str,
+        by: str | None = None,
+        via: str = "system",
+        tell_chat: bool = True,
     ) -> Confirmation | None:
-        """End a pending confirmation without a decision (shutdown, superseded, an error)."""
+        """End a pending confirmation without a decision (shutdown, superseded, an error).
+        ``tell_chat=False``: no update to the chat (it was never shown a prompt)."""
         final, _ = await self._finish(
-            confirmation_id, Status.CANCELLED, by=by, via=via, reason=reason
+            confirmation_id, Status.CANCELLED, by=by, via=via, reason=reason, tell_chat=tell_chat
         )
         return final
 
@@ -277,6 +292,7 @@ class ConfirmationService(Deciding):
         feedback: bool = False,
         edit: CallEdit | None = None,
         trail: Sequence[AuditEvent] = (),
+        tell_chat: bool = True,
     ) -> tuple[Confirmation | None, str | None]:
         """End a pending confirmation: the record as it now is, and what its chat was told
         (None when this call changed nothing)."""
@@ -315,16 +331,17 @@ class ConfirmationService(Deciding):
         self.wake(final)
         self._replies.forget(confirmation_id)
         said = texts.outcome(final)
-        await self.bus.publish_outbound(
-            OutboundMessage(
-                channel=final.channel,
-                chat_id=final.chat_id,
-                session_key=final.session_key,
-                kind=OutboundKind.CONFIRMATION_UPDATE,
-                text=said,
-                confirmation=final,
+        if tell_chat:
+            await self.bus.publish_outbound(
+                OutboundMessage(
+                    channel=final.channel,
+                    chat_id=final.chat_id,
+                    session_key=final.session_key,
+                    kind=OutboundKind.CONFIRMATION_UPDATE,
+                    text=said,
+                    confirmation=final,
+                )
             )
-        )
         await self._listeners.emit("resolved", final)
         self._replicas.finished(final)
         return final, said
@@ -370,6 +387,7 @@ class ConfirmationService(Deciding):
     async def close(self) -> None:
         """Last step of a stop: what still runs here is interrupted (chats told), the
         heartbeat stops and the instance leaves the store."""
+        await self.doubts.stop()  # the ids still in doubt are logged and left
         await self._tasks.drain()
         await self._replicas.close()
 

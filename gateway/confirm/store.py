@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import ClassVar, Literal
@@ -328,10 +328,15 @@ def may_claim(current: Confirmation, now: float) -> bool:
 
 
 async def create_with_free_id(
-    store: ConfirmationStore, conf: Confirmation, *, events: Sequence[AuditEvent] = ()
+    store: ConfirmationStore,
+    conf: Confirmation,
+    *,
+    events: Sequence[AuditEvent] = (),
+    on_error: Callable[[Confirmation, Sequence[AuditEvent], BaseException], None] | None = None,
 ) -> Confirmation:
     """Store ``conf`` with ``events``, drawing another id while its id is taken; the record
-    as stored."""
+    as stored. ``on_error`` hears of a create that raised anything else, with the record
+    and events it sent (it may have been stored all the same: gateway/confirm/doubts.py)."""
     length = len(conf.id)
     for attempt in range(30):
         if attempt:
@@ -343,5 +348,9 @@ async def create_with_free_id(
             await store.create(conf, events=events)
         except ConfirmationExistsError:
             continue
+        except BaseException as exc:
+            if on_error is not None:
+                on_error(conf, events, exc)
+            raise
         return conf
     raise RuntimeError("could not draw a free confirmation id")

@@ -49,6 +49,10 @@ TOO_MANY_UNCLEAR = "多次回复不明确 / too many unclear replies"
 TIMEOUT_REASON = "超时未确认 / no decision before the timeout"
 RESTART_REASON = "网关重启时已过期 / expired while the gateway was down"
 ERROR_REASON = "内部错误 / internal error: {error}"
+UNSURE_CREATE_REASON = (
+    "请求时确认存储无法访问，已取消 / cancelled: the confirmation store could not be reached "
+    "when it was asked"
+)
 MESSAGE_TOO_LONG = "消息过长（上限 {limit} 字）/ message too long (limit {limit} characters)"
 WEBCHAT_UNREADABLE_FRAME = "无法读取这条消息（{error}）/ this message could not be read: {error}"
 WEBCHAT_SLOW_DOWN = (

@@ -1,0 +1,158 @@
+"""Requests whose record may or may not have been stored: settled once the store answers.
+
+A create that failed with the store unreachable or a timeout (Redis stalled past the
+client's socket timeout, a connection dropped before the reply came) says nothing about the
+record: a script already sent runs when a busy or cut-off server resumes. The request was
+refused to its turn (the chat was told the call did not run), so a record written that way
+would wait here with no prompt and no deadline, and an admin could still approve it. Each
+such id is kept here and settled in the background, on the one retry policy of
+gateway/runtime.py, as soon as the store answers:
+
+- written: ``finish`` to ``cancelled``, the store's compare-and-set, with its audit line.
+  Another replica or the admin API may decide it meanwhile; the compare-and-set lets one
+  win. When an approval won, the call runs here once through the orphan handler, as an
+  adopted call would (its turn here is gone).
+- not there: a cancelled record is stored under its id, so that the create, if it still
+  lands (its bytes may wait in the server's buffer behind ours), finds the id taken and
+  writes nothing.
+
+Until then no decision taken in this process approves it: ``decide`` settles it first.
+On stop the ids still in doubt are logged and left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import structlog
+
+from gateway import texts
+from gateway.confirm import ledger
+from gateway.confirm.model import AuditEvent, Confirmation, ExecState, Status
+from gateway.confirm.store import ConfirmationExistsError, StoreUnavailableError
+from gateway.runtime import BackgroundTasks, retrying
+
+if TYPE_CHECKING:
+    from gateway.confirm.service import ConfirmationService
+
+log = structlog.get_logger(__name__)
+
+# Errors after which a create may have been stored or not. A cancelled create too: its
+# script may already be on the wire.
+_UNSURE = (StoreUnavailableError, TimeoutError, asyncio.CancelledError)
+# Settling while the store is still down: first retry after ~0.1 s, doubling up to 5 s.
+_RETRY_INITIAL = 0.1
+_RETRY_MAX = 5.0
+
+
+def _store_down(exc: BaseException) -> bool:
+    return isinstance(exc, StoreUnavailableError | TimeoutError)
+
+
+@dataclass(frozen=True, slots=True)
+class _Doubt:
+    record: Confirmation  # as the failed create sent it
+    events: tuple[AuditEvent, ...]
+
+
+class Doubts:
+    """Ids of refused requests that may be stored, until each is settled as cancelled."""
+
+    def __init__(
+        self,
+        service: ConfirmationService,
+        *,
+        run_approved: Callable[[Confirmation], None],
+        announce: Callable[[Confirmation], Awaitable[None]],
+    ) -> None:
+        self._service = service
+        self._run_approved = run_approved  # adoption's orphan handler
+        self._announce = announce  # listeners' "resolved"
+        self._held: dict[str, _Doubt] = {}
+        self._tasks = BackgroundTasks("confirm-doubts")
+        self._stopped = False
+
+    def __contains__(self, confirmation_id: object) -> bool:
+        return confirmation_id in self._held
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        return tuple(sorted(self._held))
+
+    def create_failed(
+        self, record: Confirmation, events: Sequence[AuditEvent], exc: BaseException
+    ) -> None:
+        """A create of ``record`` raised ``exc``: remember it when it may still be stored."""
+        if not isinstance(exc, _UNSURE):
+            return
+        log.warning("confirm.create_unsure", confirmation_id=record.id, error=type(exc).__name__)
+        if self._stopped:
+            log.warning("confirm.doubts_left", ids=[record.id])
+            return
+        self._held[record.id] = _Doubt(record, tuple(events))
+        self._tasks.spawn(self._settle_when_up(record.id), name=f"doubt-{record.id}")
+
+    async def _settle_when_up(self, confirmation_id: str) -> None:
+        async for attempt in retrying(
+            attempts=None, initial=_RETRY_INITIAL, maximum=_RETRY_MAX, retry_on=_store_down
+        ):
+            with attempt:
+                await self.settle(confirmation_id)
+
+    async def settle(self, confirmation_id: str) -> Confirmation | None:
+        """End ``confirmation_id`` as cancelled if it is still in doubt; the record as it now
+        is (None: not in doubt and not stored). Raises StoreUnavailableError while the store
+        does not answer."""
+        service = self._service
+        doubt = self._held.get(confirmation_id)
+        if doubt is None:
+            return await service.store.get(confirmation_id)
+        reason = texts.UNSURE_CREATE_REASON
+        stored = True
+        while True:
+            # The requester was told the call did not run: no second word to the chat.
+            final = await service.cancel(confirmation_id, reason=reason, tell_chat=False)
+            if final is not None:
+                break
+            final = await self._store_cancelled(doubt, reason)
+            if final is not None:
+                stored = False
+                break
+        self._held.pop(confirmation_id, None)
+        log.info(
+            "confirm.doubt_settled",
+            confirmation_id=confirmation_id,
+            status=final.status.value,
+            was_stored=stored,
+        )
+        if final.status is Status.APPROVED and final.execution.state is ExecState.WAITING:
+            self._run_approved(final)  # approved elsewhere before the cancel: it runs once
+        return final
+
+    async def _store_cancelled(self, doubt: _Doubt, reason: str) -> Confirmation | None:
+        """Store the record as cancelled in the place of a create that never landed; None
+        when the create landed meanwhile."""
+        service = self._service
+        now = service.clock()
+        final = doubt.record.finished(
+            Status.CANCELLED, by=None, at=now, via="system", reason=reason
+        ).skipped(now)
+        lines = ledger.decision_lines(
+            service, final.id, Status.CANCELLED, by=None, via="system", at=now, edit=None
+        )
+        try:
+            await service.store.create(final, events=(*doubt.events, *lines))
+        except ConfirmationExistsError:
+            return None
+        await self._announce(final)
+        return final
+
+    async def stop(self) -> None:
+        """Give up: name the ids still in doubt in one line, end their settling."""
+        self._stopped = True
+        if self._held:
+            log.warning("confirm.doubts_left", ids=list(self.ids))
+        await self._tasks.cancel()
