@@ -56,6 +56,8 @@ def _store_down(exc: BaseException) -> bool:
 class _Doubt:
     record: Confirmation  # as the failed create sent it
     events: tuple[AuditEvent, ...]
+    reason: str = texts.UNSURE_CREATE_REASON
+    tell_chat: bool = False  # its prompt was posted: the chat's card must say how it ended
 
 
 class Doubts:
@@ -95,6 +97,21 @@ class Doubts:
         self._held[record.id] = _Doubt(record, tuple(events))
         self._tasks.spawn(self._settle_when_up(record.id), name=f"doubt-{record.id}")
 
+    async def cancel(self, record: Confirmation, reason: str) -> Confirmation | None:
+        """Cancel ``record``, whose turn is gone; None when the store does not answer: then
+        it is held here and cancelled (its chat told) once the store answers, since its
+        deadline went with the turn."""
+        try:
+            return await self._service.cancel(record.id, reason=reason)
+        except StoreUnavailableError as exc:
+            log.warning("confirm.cancel_failed", confirmation_id=record.id, error=str(exc))
+            if self._stopped:  # stopping: another replica or the next start adopts it
+                log.warning("confirm.doubts_left", ids=[record.id])
+            else:
+                self._held[record.id] = _Doubt(record, (), reason, tell_chat=True)
+                self._tasks.spawn(self._settle_when_up(record.id), name=f"doubt-{record.id}")
+            return None
+
     async def _settle_when_up(self, confirmation_id: str) -> None:
         async for attempt in retrying(
             attempts=None, initial=_RETRY_INITIAL, maximum=_RETRY_MAX, retry_on=_store_down
@@ -110,11 +127,11 @@ class Doubts:
         doubt = self._held.get(confirmation_id)
         if doubt is None:
             return await service.store.get(confirmation_id)
-        reason = texts.UNSURE_CREATE_REASON
+        reason = doubt.reason
         stored = True
         while True:
-            # The requester was told the call did not run: no second word to the chat.
-            final = await service.cancel(confirmation_id, reason=reason, tell_chat=False)
+            # A refused request's requester was told the call did not run: no second word.
+            final = await service.cancel(confirmation_id, reason=reason, tell_chat=doubt.tell_chat)
             if final is not None:
                 break
             final = await self._store_cancelled(doubt, reason)

@@ -50,7 +50,6 @@ from gateway.confirm.store import (
     Confirmations,
     ConfirmationStore,
     FeedKind,
-    StoreUnavailableError,
     create_with_free_id,
 )
 from gateway.runtime import BackgroundTasks
@@ -233,24 +232,14 @@ class ConfirmationService(Deciding):
             return await fut
         except asyncio.CancelledError:
             # The turn was cancelled (shutdown, client gone): the call must not stay approvable.
-            try:
-                await asyncio.shield(self.cancel(conf.id, reason=texts.SHUTDOWN_REASON))
-            except StoreUnavailableError as exc:
-                # Still pending, owned by this instance: adoption ends it once this one is
-                # gone. The turn stays cancelled (the runner would take this error for a
-                # failed request and go on).
-                log.warning(
-                    "confirm.cancel_failed",
-                    confirmation_id=conf.id,
-                    error=str(exc),
-                    meaning="left pending for another replica or the next start to adopt",
-                )
+            await asyncio.shield(self.doubts.cancel(conf, texts.SHUTDOWN_REASON))
             raise
         except Exception as exc:  # any failure ends as cancelled, never approved
             log.exception("confirm.request_failed", confirmation_id=conf.id)
             reason = texts.ERROR_REASON.format(error=type(exc).__name__)
-            final = await self.cancel(conf.id, reason=reason)
-            assert final is not None
+            final = await self.doubts.cancel(conf, reason)
+            if final is None:  # the store is down: cancelled once it answers
+                raise
             return final
         finally:
             self.deadlines.disarm(conf.id)

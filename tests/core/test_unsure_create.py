@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway import texts
+from gateway.bus import OutboundKind
 from gateway.confirm.events import ConfirmationEvent
 from gateway.confirm.model import Confirmation, DecideOutcome, Decision, Status, ToolCall
 from gateway.confirm.redis_store import RedisConfirmationStore
@@ -231,3 +232,37 @@ async def test_an_approval_that_won_elsewhere_runs_once_here(
     assert (approved.id, approved.status, approved.decided_by) == ("RACE", Status.APPROVED, "bob")
     assert h.service.doubts.ids == ()
     assert ran.empty()
+
+
+async def test_a_turn_cancelled_while_redis_stalls_ends_its_call_cancelled_once_redis_answers(
+    harness: Harness, admin: Redis, redis_url: str
+) -> None:
+    # The turn goes (a web chat client left) while Redis does not answer: its cancel fails,
+    # and with the turn went the call's deadline. Held in doubt, the call is cancelled when
+    # Redis is back and its chat's card says so; nobody could approve it meanwhile.
+    h = harness
+    resolved = _on_resolved(h)
+    turn = asyncio.ensure_future(_request(h))
+    prompt = await h.next_out(OutboundKind.CONFIRMATION)
+    assert prompt.confirmation is not None
+    cid = prompt.confirmation.id
+    with structlog.testing.capture_logs() as logs:
+        await admin.execute_command("CLIENT", "PAUSE", STALL_MS, "ALL")
+        await _until_stalled(redis_url)
+        turn.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await turn  # the turn stays cancelled, whatever the store said
+        assert h.service.doubts.ids == (cid,)
+        async with asyncio.timeout(20):
+            final = await resolved.get()
+            update = await h.next_out(OutboundKind.CONFIRMATION_UPDATE)
+    assert final.id == cid and final.status is Status.CANCELLED
+    assert final.reason == texts.SHUTDOWN_REASON
+    assert update.confirmation is not None and update.confirmation.id == cid
+    assert "已取消" in update.text
+    assert [e["confirmation_id"] for e in logs if e["event"] == "confirm.cancel_failed"] == [cid]
+    stored = await h.store.get(cid)
+    assert stored is not None and stored.status is Status.CANCELLED
+    result = await h.service.decide(cid, Decision.APPROVE, actor="alice", via="text")
+    assert result.outcome is DecideOutcome.ALREADY_DECIDED
+    assert h.service.doubts.ids == ()
