@@ -21,11 +21,22 @@ from gateway import texts
 from gateway.confirm.ledger import audit, event, interrupt, summarize
 from gateway.confirm.model import Confirmation, ExecState
 from gateway.confirm.service import ConfirmationService
+from gateway.confirm.store import StoreUnavailableError
+from gateway.runtime import BackgroundTasks, retrying
 from gateway.tools.base import ToolArgumentsError, ToolRegistry
 
 log = structlog.get_logger(__name__)
 
 Say = Callable[[str], Awaitable[None]]
+
+# How a call's end, written after it ran, is retried while the store does not answer:
+# first after ~0.1 s, doubling up to 5 s apart.
+_RETRY_INITIAL = 0.1
+_RETRY_MAX = 5.0
+
+
+def _store_down(exc: BaseException) -> bool:
+    return isinstance(exc, StoreUnavailableError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +62,7 @@ class Executor:
         self.registry = registry
         self.confirmations = confirmations
         self._running: dict[str, _Running] = {}
+        self._later = BackgroundTasks("tool-ledger")  # ends the store did not take at once
 
     @property
     def running(self) -> int:
@@ -103,7 +115,12 @@ class Executor:
         except asyncio.CancelledError:
             # Stopped mid-run (stop timeout, or the turn was cancelled): it may or may not
             # have taken effect, so it is reported interrupted, never retried by itself.
-            await asyncio.shield(interrupt(service, record.id, claimer=me))
+            try:
+                await asyncio.shield(interrupt(service, record.id, claimer=me))
+            except StoreUnavailableError:
+                self._write_later(
+                    "interrupted", record.id, lambda: interrupt(service, record.id, claimer=me)
+                )
             raise
         except Exception as exc:  # a tool's failure is the call's outcome, told to the chat
             log.warning("tool.failed", tool=call.name, error=f"{type(exc).__name__}: {exc}")
@@ -133,8 +150,27 @@ class Executor:
     async def _finish(
         self, record: Confirmation, state: ExecState, output: str, *, say: Say, report: bool
     ) -> Ran:
+        now, result = self.confirmations.clock(), summarize(output)
+        try:
+            final = await self._end(record, state, result, now)
+        except StoreUnavailableError:
+            # It ran: the chat hears how it went now, the record once the store answers.
+            self._write_later("finished", record.id, lambda: self._end(record, state, result, now))
+            final = record
+        name = record.tool_call.name
+        if report:
+            line = texts.tool_result(name, output, record.id)
+            await say(line if state is ExecState.SUCCEEDED else texts.tool_failed(name, output))
+        status: Literal["succeeded", "failed"] = (
+            "succeeded" if state is ExecState.SUCCEEDED else "failed"
+        )
+        return Ran(status, output, final)
+
+    async def _end(
+        self, record: Confirmation, state: ExecState, result: str, now: float
+    ) -> Confirmation:
+        """Write how the call ended (at ``now``); the record as it now is."""
         service = self.confirmations
-        now, result = service.clock(), summarize(output)
         final = await service.store.finish_execution(
             record.id,
             instance=service.instance.id,
@@ -148,17 +184,26 @@ class Executor:
         if final is None:
             # Someone marked it interrupted while it ran (our heartbeat lapsed): it did run.
             log.warning("tool.ledger_lost", confirmation_id=record.id, state=state.value)
-            final = await service.store.get(record.id) or record
-        else:
-            await service.announce_execution(final)
-        name = record.tool_call.name
-        if report:
-            line = texts.tool_result(name, output, record.id)
-            await say(line if state is ExecState.SUCCEEDED else texts.tool_failed(name, output))
-        status: Literal["succeeded", "failed"] = (
-            "succeeded" if state is ExecState.SUCCEEDED else "failed"
-        )
-        return Ran(status, output, final)
+            return await service.store.get(record.id) or record
+        await service.announce_execution(final)
+        return final
+
+    def _write_later(
+        self, what: str, confirmation_id: str, write: Callable[[], Awaitable[object]]
+    ) -> None:
+        """A call's end the store did not take: written once it answers again (until then
+        the record says the call runs, and this process's heartbeat keeps it so)."""
+        log.warning("tool.ledger_deferred", confirmation_id=confirmation_id, end=what)
+
+        async def retry() -> None:
+            async for attempt in retrying(
+                attempts=None, initial=_RETRY_INITIAL, maximum=_RETRY_MAX, retry_on=_store_down
+            ):
+                with attempt:
+                    await write()
+            log.info("tool.ledger_written", confirmation_id=confirmation_id, end=what)
+
+        self._later.spawn(retry(), name=f"tool-{what}-{confirmation_id}")
 
     async def stop(self, timeout: float) -> None:
         """Let running calls finish for up to ``timeout`` seconds; interrupt the rest.
@@ -175,10 +220,14 @@ class Executor:
             for w in pending:
                 w.cancel()
         left = list(self._running.values())
-        if not left:
-            return
-        log.warning("tool.stop_timeout", running=len(left), timeout=timeout)
-        for r in left:
-            if r.task is not None:
-                r.task.cancel()  # its run() marks it interrupted and tells the chat
-        await asyncio.wait([asyncio.ensure_future(r.done.wait()) for r in left], timeout=5.0)
+        if left:
+            log.warning("tool.stop_timeout", running=len(left), timeout=timeout)
+            for r in left:
+                if r.task is not None:
+                    r.task.cancel()  # its run() marks it interrupted and tells the chat
+            await asyncio.wait([asyncio.ensure_future(r.done.wait()) for r in left], timeout=5.0)
+        if len(self._later):
+            # Still not written: the stop's interrupt (or the adoption of this instance by
+            # another replica or the next start) reports those calls interrupted.
+            log.warning("tool.ledger_left", count=len(self._later))
+            await self._later.cancel()

@@ -1,0 +1,129 @@
+"""A call that ran while Redis stalled: its end reaches the record once Redis answers.
+
+The tool ran (or was stopped mid-run); the store did not answer the write of how it
+ended. The chat hears the outcome at once; the record says it once Redis is back
+(gateway/tools/executor.py, ``tool.ledger_deferred``). Each test has a ``redis-server`` of
+its own: ``CLIENT PAUSE`` holds up every client of a server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import structlog
+from redis.asyncio import Redis
+
+from gateway import texts
+from gateway.bus import OutboundKind
+from gateway.confirm.events import ConfirmationEvent
+from gateway.confirm.model import Confirmation, ExecState, Status
+from gateway.confirm.redis_store import RedisConfirmationStore
+from gateway.tools.base import ToolRegistry
+from gateway.tools.executor import Executor
+from tests.core.harness import Harness
+from tests.core.test_executor import CountingTool, _said
+from tests.core.test_unsure_create import SOCKET_TIMEOUT, _until_stalled
+from tests.services import private_redis
+
+pytestmark = pytest.mark.services
+
+STALL_MS = 2000
+
+
+@pytest.fixture
+def redis_url() -> Iterator[str]:
+    with private_redis() as url:
+        yield url
+
+
+@pytest.fixture
+async def admin(redis_url: str) -> AsyncIterator[Redis]:
+    client = Redis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def harness(redis_url: str) -> AsyncIterator[Harness]:
+    store = await RedisConfirmationStore.from_url(
+        redis_url, prefix="gateway:confirm", socket_timeout=SOCKET_TIMEOUT
+    )
+    h = Harness(store=store)
+    yield h
+    await store.close()
+
+
+def _executed(h: Harness) -> asyncio.Queue[Confirmation]:
+    ended: asyncio.Queue[Confirmation] = asyncio.Queue()
+
+    def listener(event: ConfirmationEvent) -> None:
+        if event.kind == "executed":
+            ended.put_nowait(event.confirmation)
+
+    h.service.subscribe(listener)
+    return ended
+
+
+async def _approved_and_running(
+    h: Harness, tool: CountingTool, executor: Executor
+) -> tuple[Confirmation, asyncio.Future[object], list[str]]:
+    task, _ = await h.ask()
+    await h.reply("确认")
+    record = await task
+    assert record.status is Status.APPROVED
+    lines, say = _said()
+    tool.release = asyncio.Event()
+    run = asyncio.ensure_future(executor.run(record, say=say, report=True))
+    await tool.started.wait()
+    return record, run, lines
+
+
+async def test_a_run_that_ends_while_redis_stalls_is_told_now_and_recorded_later(
+    harness: Harness, admin: Redis, redis_url: str
+) -> None:
+    h = harness
+    tool = CountingTool()
+    executor = Executor(registry=ToolRegistry([tool]), confirmations=h.service)
+    ended = _executed(h)
+    record, run, lines = await _approved_and_running(h, tool, executor)
+    with structlog.testing.capture_logs() as logs:
+        await admin.execute_command("CLIENT", "PAUSE", STALL_MS, "ALL")
+        await _until_stalled(redis_url)
+        assert tool.release is not None
+        tool.release.set()
+        ran = await run  # the store's refusal does not reach the turn
+        assert (ran.status, ran.output) == ("succeeded", "DELETE: 1 rows")
+        assert any("DELETE: 1 rows" in line for line in lines)  # the chat was told at once
+        async with asyncio.timeout(20):
+            final = await ended.get()
+    assert final.id == record.id and final.execution.state is ExecState.SUCCEEDED
+    stored = await h.store.get(record.id)
+    assert stored is not None and stored.execution.state is ExecState.SUCCEEDED
+    assert [e["event"] for e in logs if e["event"].startswith("tool.ledger")] == [
+        "tool.ledger_deferred",
+        "tool.ledger_written",
+    ]
+    assert tool.runs == 1
+
+
+async def test_a_run_stopped_while_redis_stalls_is_reported_interrupted_once_it_answers(
+    harness: Harness, admin: Redis, redis_url: str
+) -> None:
+    h = harness
+    tool = CountingTool()
+    executor = Executor(registry=ToolRegistry([tool]), confirmations=h.service)
+    record, run, _ = await _approved_and_running(h, tool, executor)
+    h.drain()
+    await admin.execute_command("CLIENT", "PAUSE", STALL_MS, "ALL")
+    await _until_stalled(redis_url)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):  # stays a cancellation, not a store error
+        await run
+    async with asyncio.timeout(20):
+        told = await h.next_out()
+    assert told.kind is not OutboundKind.CONFIRMATION
+    assert told.text == texts.interrupted(await h.store.get(record.id) or record)
+    stored = await h.store.get(record.id)
+    assert stored is not None and stored.execution.state is ExecState.INTERRUPTED
