@@ -246,6 +246,7 @@ def pending_list(pending: Sequence[Confirmation], now: float) -> str:
 # ---- The execution ledger: what became of an approved call ----
 
 INTERRUPTED_RESULT = "interrupted: the process running it stopped before it reported an end"
+NOT_RUN_STORE_RESULT = "not run: the confirmation store could not be reached to start it"
 
 
 def interrupted(c: Confirmation) -> str:

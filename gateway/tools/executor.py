@@ -93,21 +93,36 @@ class Executor:
                 "tool.claim_lost", confirmation_id=record.id, claimed_by=now.execution.claimed_by
             )
             return Ran("lost", texts.ran_elsewhere(now), now)
-        await audit(service, record.id, "claimed", actor=me, attempt=claimed.execution.attempts)
-        call = claimed.tool_call
-        tool = self.registry.get(call.name)
         try:
-            if tool is None:
-                raise ToolArgumentsError(f"no tool named {call.name!r} any more")
-            parsed = args if args is not None else tool.parse_args(call.args)
-        except ToolArgumentsError as exc:
-            return await self._finish(claimed, ExecState.FAILED, str(exc), say=say, report=report)
-        started = await service.store.start_execution(record.id, instance=me, now=service.clock())
-        if started is None:
-            # Our claim was taken from us (this process looked dead to another one).
-            now = await service.store.get(record.id) or claimed
-            return Ran("lost", texts.ran_elsewhere(now), now)
-        await audit(service, record.id, "started", actor=me)
+            await audit(service, record.id, "claimed", actor=me, attempt=claimed.execution.attempts)
+            call = claimed.tool_call
+            tool = self.registry.get(call.name)
+            try:
+                if tool is None:
+                    raise ToolArgumentsError(f"no tool named {call.name!r} any more")
+                parsed = args if args is not None else tool.parse_args(call.args)
+            except ToolArgumentsError as exc:
+                return await self._finish(
+                    claimed, ExecState.FAILED, str(exc), say=say, report=report
+                )
+            started = await service.store.start_execution(
+                record.id, instance=me, now=service.clock()
+            )
+            if started is None:
+                # Our claim was taken from us (this process looked dead to another one).
+                now = await service.store.get(record.id) or claimed
+                return Ran("lost", texts.ran_elsewhere(now), now)
+            await audit(service, record.id, "started", actor=me)
+        except StoreUnavailableError:
+            # Claimed, not run: the turn tells its chat the store is down; the record says
+            # "failed, not run" once the store answers (not claimed by a live process forever).
+            at = service.clock()
+            self._write_later(
+                "failed",
+                record.id,
+                lambda: self._end(claimed, ExecState.FAILED, texts.NOT_RUN_STORE_RESULT, at),
+            )
+            raise
         running = _Running(asyncio.current_task(), asyncio.Event())
         self._running[record.id] = running
         try:

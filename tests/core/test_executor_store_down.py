@@ -9,7 +9,7 @@ its own: ``CLIENT PAUSE`` holds up every client of a server.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import pytest
 import structlog
@@ -20,6 +20,7 @@ from gateway.bus import OutboundKind
 from gateway.confirm.events import ConfirmationEvent
 from gateway.confirm.model import Confirmation, ExecState, Status
 from gateway.confirm.redis_store import RedisConfirmationStore
+from gateway.confirm.store import StoreUnavailableError
 from gateway.tools.base import ToolRegistry
 from gateway.tools.executor import Executor
 from tests.core.harness import Harness
@@ -127,3 +128,52 @@ async def test_a_run_stopped_while_redis_stalls_is_reported_interrupted_once_it_
     assert told.text == texts.interrupted(await h.store.get(record.id) or record)
     stored = await h.store.get(record.id)
     assert stored is not None and stored.execution.state is ExecState.INTERRUPTED
+
+
+class _StallsAfterClaim(RedisConfirmationStore):
+    """The real Redis store; the test's Redis stalls right after a claim is granted."""
+
+    stall: Callable[[], Awaitable[None]] | None = None
+
+    async def claim(
+        self, confirmation_id: str, *, instance: str, now: float, lease: float
+    ) -> Confirmation | None:
+        claimed = await super().claim(confirmation_id, instance=instance, now=now, lease=lease)
+        if self.stall is not None:
+            await self.stall()
+        return claimed
+
+
+async def test_a_claim_whose_start_redis_does_not_take_is_recorded_as_not_run(
+    admin: Redis, redis_url: str
+) -> None:
+    store = await _StallsAfterClaim.from_url(
+        redis_url, prefix="gateway:confirm", socket_timeout=SOCKET_TIMEOUT
+    )
+    assert isinstance(store, _StallsAfterClaim)
+    h = Harness(store=store)
+    tool = CountingTool()
+    executor = Executor(registry=ToolRegistry([tool]), confirmations=h.service)
+    ended = _executed(h)
+    try:
+        task, _ = await h.ask()
+        await h.reply("确认")
+        record = await task
+
+        async def stall() -> None:
+            await admin.execute_command("CLIENT", "PAUSE", STALL_MS, "ALL")
+            await _until_stalled(redis_url)
+
+        store.stall = stall
+        _, say = _said()
+        with pytest.raises(StoreUnavailableError):  # the turn tells its chat the store is down
+            await executor.run(record, say=say)
+        store.stall = None
+        async with asyncio.timeout(20):
+            final = await ended.get()
+        assert final.id == record.id and final.execution.state is ExecState.FAILED
+        assert final.execution.result == texts.NOT_RUN_STORE_RESULT
+        assert tool.runs == 0
+        await executor.stop(1.0)
+    finally:
+        await store.close()
