@@ -3,15 +3,18 @@
 A platform reads its event into an ``Arrival`` (who, where, when, was the bot mentioned)
 and asks ``ReceiveRules.judge``. The rules, in order:
 
-1. a message id seen before is a duplicate (delivery is at-least-once: a late ack, a
-   reconnect burst, a retried webhook);
-2. the bot's own messages are not for the bot;
-3. a message older than ``max_message_age_seconds`` is skipped (a burst redelivered after
+1. the bot's own messages are not for the bot;
+2. a message older than ``max_message_age_seconds`` is skipped (a burst redelivered after
    an outage: answering hours-old messages confuses); 0 turns this off;
-4. in a group with ``group_policy = "mention"``, only messages that @-mention the bot;
-5. only senders on ``allow_from``: empty means nobody, ``"*"`` everyone, so a bot that
+3. in a group with ``group_policy = "mention"``, only messages that @-mention the bot;
+4. only senders on ``allow_from``: empty means nobody, ``"*"`` everyone, so a bot that
    answers the whole company is configured so on purpose. A refused person is told once
    a day (no message disappears silently, yet nobody is spammed) and logged once.
+
+Redeliveries (delivery is at-least-once: a late ack, a reconnect burst, a retried webhook)
+are not judged here: the bus drops them, one window for every channel
+(``MessageBus.is_duplicate``). A channel that answers a message without publishing it (an
+unsupported message type) asks the bus first.
 """
 
 from __future__ import annotations
@@ -27,8 +30,6 @@ from cachetools import TTLCache
 
 log = structlog.get_logger(__name__)
 
-# Feishu redelivers unacknowledged events for up to ~7 h: remember ids a little longer.
-DEDUPE_SECONDS = 8 * 3600
 # A refused sender is told (and logged) again after this long.
 REFUSAL_MEMORY_SECONDS = 24 * 3600
 
@@ -37,7 +38,6 @@ class Verdict(StrEnum):
     """What happens to a received message."""
 
     ACCEPT = "accept"
-    DUPLICATE = "duplicate"
     FROM_BOT = "from_bot"
     TOO_OLD = "too_old"
     NOT_MENTIONED = "not_mentioned"
@@ -51,7 +51,7 @@ class Verdict(StrEnum):
 class Arrival:
     """What the rules read from one platform message."""
 
-    message_id: str  # the platform's id; empty when it has none (never a duplicate)
+    message_id: str  # the platform's id (for the log lines); empty when it has none
     chat_id: str
     sender_id: str
     is_group: bool
@@ -61,7 +61,7 @@ class Arrival:
 
 
 class ReceiveRules:
-    """The receive settings of one platform channel, and the ids it has already seen."""
+    """The receive settings of one platform channel, and the senders it has refused lately."""
 
     def __init__(
         self,
@@ -71,31 +71,23 @@ class ReceiveRules:
         group_policy: Literal["mention", "open"],
         max_message_age_seconds: float,
         clock: Callable[[], float] = time.time,
-        dedupe_seconds: float = DEDUPE_SECONDS,
     ) -> None:
         self.channel = channel
         self.allow_from = frozenset(allow_from)
         self.group_policy = group_policy
         self.max_message_age_seconds = max_message_age_seconds
         self._clock = clock
-        self._seen: TTLCache[str, bool] = TTLCache(maxsize=100_000, ttl=dedupe_seconds)
         self._refused: TTLCache[str, bool] = TTLCache(maxsize=10_000, ttl=REFUSAL_MEMORY_SECONDS)
 
     def allowed(self, sender_id: str) -> bool:
         return "*" in self.allow_from or sender_id in self.allow_from
-
-    def forget(self, message_id: str) -> None:
-        """Take back a sighting: the message was not stored, so its redelivery is new."""
-        self._seen.pop(message_id, None)
 
     def judge(self, arrival: Arrival) -> Verdict:
         """The verdict on one message; each verdict but ACCEPT is logged here, once."""
         verdict = self._verdict(arrival)
         fields = {"message_id": arrival.message_id, "chat_id": arrival.chat_id}
         # Event names carry the channel ("feishu.sender_refused"): the docs name them.
-        if verdict is Verdict.DUPLICATE:
-            log.info(f"{self.channel}.duplicate_dropped", **fields)
-        elif verdict is Verdict.TOO_OLD:
+        if verdict is Verdict.TOO_OLD:
             log.info(f"{self.channel}.too_old_skipped", **fields)
         elif verdict is Verdict.REFUSED:
             log.warning(
@@ -109,10 +101,6 @@ class ReceiveRules:
         return verdict
 
     def _verdict(self, arrival: Arrival) -> Verdict:
-        if arrival.message_id:
-            if arrival.message_id in self._seen:
-                return Verdict.DUPLICATE
-            self._seen[arrival.message_id] = True
         if arrival.from_bot:
             return Verdict.FROM_BOT
         max_age = self.max_message_age_seconds

@@ -173,15 +173,11 @@ class DingTalkChannel(Channel):
         verdict = self.rules.judge(arrival(event))
         if verdict is Verdict.REFUSED:
             await self._reply(event, texts.NOT_ALLOWED)
-        elif verdict is Verdict.ACCEPT and event.text is None:
-            await self._reply(event, texts.DINGTALK_UNSUPPORTED_MESSAGE)
         elif verdict is Verdict.ACCEPT and event.text is not None:
-            try:
-                result = await self._publish(event, event.text)
-            except BaseException:
-                self.rules.forget(event.msg_id)  # not stored: its redelivery is welcome
-                raise
+            result = await self._publish(event, event.text)
             log.info("dingtalk.received", msg_id=event.msg_id, result=str(result))
+        elif verdict is Verdict.ACCEPT and not self._bus.is_duplicate(CHANNEL, event.msg_id):
+            await self._reply(event, texts.DINGTALK_UNSUPPORTED_MESSAGE)
 
     async def _publish(self, event: ChatbotEvent, text: str) -> PublishResult:
         return await self._bus.publish_inbound(

@@ -260,14 +260,10 @@ class FeishuChannel(Channel):
             await self._reply(msg, texts.NOT_ALLOWED)
         elif verdict is Verdict.ACCEPT:
             text = message_text(msg, bot_open_id=self.bot_open_id)
-            if text is None:
+            if text is not None:
+                await self._bus.publish_inbound(to_inbound(msg, text))
+            elif not self._bus.is_duplicate(CHANNEL, msg.message_id):
                 await self._reply(msg, texts.FEISHU_UNSUPPORTED_MESSAGE)
-            else:
-                try:
-                    await self._bus.publish_inbound(to_inbound(msg, text))
-                except BaseException:
-                    self.rules.forget(msg.message_id)  # not stored: its redelivery is welcome
-                    raise
 
     async def _reply(self, msg: FeishuMessage, text: str) -> None:
         await self._bus.publish_outbound(

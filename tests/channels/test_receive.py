@@ -44,21 +44,13 @@ def test_a_direct_message_from_an_allowed_sender_is_accepted() -> None:
     assert rules().judge(arrival()) is Verdict.ACCEPT
 
 
-def test_the_same_message_id_twice_is_a_duplicate() -> None:
-    r = rules()
-    first = arrival(message_id="dup")
-    assert r.judge(first) is Verdict.ACCEPT
-    assert r.judge(first) is Verdict.DUPLICATE
-    # No id: nothing to compare, never a duplicate.
-    assert r.judge(arrival(message_id="")) is Verdict.ACCEPT
-    assert r.judge(arrival(message_id="")) is Verdict.ACCEPT
-
-
-def test_a_duplicate_of_a_refused_message_is_not_answered_again() -> None:
+def test_a_redelivery_of_a_refused_message_is_not_answered_again() -> None:
+    # Redeliveries are the bus's to drop; a refused one never reaches it, and the person
+    # was told once already.
     r = rules(allow_from=["bob"])
     first = arrival(message_id="x1")
     assert r.judge(first) is Verdict.REFUSED
-    assert r.judge(first) is Verdict.DUPLICATE
+    assert r.judge(first) is Verdict.REFUSED_AGAIN
 
 
 @pytest.mark.parametrize(

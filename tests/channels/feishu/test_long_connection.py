@@ -285,6 +285,25 @@ async def test_chunked_frame_and_unsupported_type(gateway: Gateway, fake: FakeFe
     )
 
 
+async def test_a_redelivered_unsupported_message_is_answered_once(
+    gateway: Gateway, fake: FakeFeishu
+) -> None:
+    # Never published, so the bus's window is asked before the notice is sent.
+    image = message_event(
+        chat_id=P2P,
+        sender=ALICE,
+        text="",
+        message_id="om_image_twice",
+        message_type="image",
+        content={"image_key": "img_v2_y"},
+    )
+    for _ in range(2):
+        assert (await fake.wait_ack(fake.send_frame(image))).code == 200
+    fake.send_frame(message_event(chat_id=P2P, sender=ALICE, text="/sql SELECT * FROM orders"))
+    await wait_until(lambda: any("Alice" in t for t in sent_texts(fake)), what="query answer")
+    assert sent_texts(fake).count(texts.FEISHU_UNSUPPORTED_MESSAGE) == 1
+
+
 async def test_other_event_types_and_broken_events_are_acked_not_redelivered(
     gateway: Gateway, fake: FakeFeishu
 ) -> None:
