@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import hypothesis
 import pytest
 import structlog
+from redis.asyncio import Redis
 
 from config.settings import DEFAULT_KEYWORDS_FILE, Settings, load_settings
+from tests.services import private_redis
 
 # The machine is shared and noisy: a property test's verdict must not depend on how long one
 # example took (a deadline hit under load reads as a flaky failure), and nothing is written
@@ -69,3 +71,18 @@ def make_settings(
         return load_settings(None, **base)
 
     return make
+
+
+@pytest.fixture
+def private_redis_url() -> Iterator[str]:
+    """A redis-server of the test's own: CLIENT PAUSE or a busy script holds up only it."""
+    with private_redis() as url:
+        yield url
+
+
+@pytest.fixture
+async def private_redis_admin(private_redis_url: str) -> AsyncIterator[Redis]:
+    """A client of that server, to stall it or look inside."""
+    client = Redis.from_url(private_redis_url)
+    yield client
+    await client.aclose()

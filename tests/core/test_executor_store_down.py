@@ -9,7 +9,7 @@ its own: ``CLIENT PAUSE`` holds up every client of a server.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 import structlog
@@ -26,7 +26,6 @@ from gateway.tools.executor import Executor
 from tests.core.harness import Harness
 from tests.core.test_executor import CountingTool, _said
 from tests.core.test_unsure_create import SOCKET_TIMEOUT, _until_stalled
-from tests.services import private_redis
 
 pytestmark = pytest.mark.services
 
@@ -34,22 +33,9 @@ STALL_MS = 2000
 
 
 @pytest.fixture
-def redis_url() -> Iterator[str]:
-    with private_redis() as url:
-        yield url
-
-
-@pytest.fixture
-async def admin(redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(redis_url)
-    yield client
-    await client.aclose()
-
-
-@pytest.fixture
-async def harness(redis_url: str) -> AsyncIterator[Harness]:
+async def harness(private_redis_url: str) -> AsyncIterator[Harness]:
     store = await RedisConfirmationStore.from_url(
-        redis_url, prefix="gateway:confirm", socket_timeout=SOCKET_TIMEOUT
+        private_redis_url, prefix="gateway:confirm", socket_timeout=SOCKET_TIMEOUT
     )
     h = Harness(store=store)
     yield h
@@ -82,7 +68,7 @@ async def _approved_and_running(
 
 
 async def test_a_run_that_ends_while_redis_stalls_is_told_now_and_recorded_later(
-    harness: Harness, admin: Redis, redis_url: str
+    harness: Harness, private_redis_admin: Redis, private_redis_url: str
 ) -> None:
     h = harness
     tool = CountingTool()
@@ -90,8 +76,8 @@ async def test_a_run_that_ends_while_redis_stalls_is_told_now_and_recorded_later
     ended = _executed(h)
     record, run, lines = await _approved_and_running(h, tool, executor)
     with structlog.testing.capture_logs() as logs:
-        await admin.execute_command("CLIENT", "PAUSE", STALL_MS, "ALL")
-        await _until_stalled(redis_url)
+        await private_redis_admin.execute_command("CLIENT", "PAUSE", STALL_MS, "ALL")
+        await _until_stalled(private_redis_url)
         assert tool.release is not None
         tool.release.set()
         ran = await run  # the store's refusal does not reach the turn
@@ -110,15 +96,15 @@ async def test_a_run_that_ends_while_redis_stalls_is_told_now_and_recorded_later
 
 
 async def test_a_run_stopped_while_redis_stalls_is_reported_interrupted_once_it_answers(
-    harness: Harness, admin: Redis, redis_url: str
+    harness: Harness, private_redis_admin: Redis, private_redis_url: str
 ) -> None:
     h = harness
     tool = CountingTool()
     executor = Executor(registry=ToolRegistry([tool]), confirmations=h.service)
     record, run, _ = await _approved_and_running(h, tool, executor)
     h.drain()
-    await admin.execute_command("CLIENT", "PAUSE", STALL_MS, "ALL")
-    await _until_stalled(redis_url)
+    await private_redis_admin.execute_command("CLIENT", "PAUSE", STALL_MS, "ALL")
+    await _until_stalled(private_redis_url)
     run.cancel()
     with pytest.raises(asyncio.CancelledError):  # stays a cancellation, not a store error
         await run
@@ -145,10 +131,10 @@ class _StallsAfterClaim(RedisConfirmationStore):
 
 
 async def test_a_claim_whose_start_redis_does_not_take_is_recorded_as_not_run(
-    admin: Redis, redis_url: str
+    private_redis_admin: Redis, private_redis_url: str
 ) -> None:
     store = await _StallsAfterClaim.from_url(
-        redis_url, prefix="gateway:confirm", socket_timeout=SOCKET_TIMEOUT
+        private_redis_url, prefix="gateway:confirm", socket_timeout=SOCKET_TIMEOUT
     )
     assert isinstance(store, _StallsAfterClaim)
     h = Harness(store=store)
@@ -161,8 +147,8 @@ async def test_a_claim_whose_start_redis_does_not_take_is_recorded_as_not_run(
         record = await task
 
         async def stall() -> None:
-            await admin.execute_command("CLIENT", "PAUSE", STALL_MS, "ALL")
-            await _until_stalled(redis_url)
+            await private_redis_admin.execute_command("CLIENT", "PAUSE", STALL_MS, "ALL")
+            await _until_stalled(private_redis_url)
 
         store.stall = stall
         _, say = _said()

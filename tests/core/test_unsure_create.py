@@ -12,7 +12,7 @@ script and ``CLIENT PAUSE`` hold up every client of a server.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import pytest
@@ -28,7 +28,6 @@ from gateway.confirm.redis_store import RedisConfirmationStore
 from gateway.confirm.store import ConfirmationExistsError, FeedEntry, StoreUnavailableError
 from tests.confirm.records import make
 from tests.core.harness import CHANNEL, Harness
-from tests.services import private_redis
 
 pytestmark = pytest.mark.services
 
@@ -49,22 +48,9 @@ end
 
 
 @pytest.fixture
-def redis_url() -> Iterator[str]:
-    with private_redis() as url:
-        yield url
-
-
-@pytest.fixture
-async def admin(redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(redis_url)
-    yield client
-    await client.aclose()
-
-
-@pytest.fixture
-async def harness(redis_url: str) -> AsyncIterator[Harness]:
+async def harness(private_redis_url: str) -> AsyncIterator[Harness]:
     store = await RedisConfirmationStore.from_url(
-        redis_url, prefix=PREFIX, socket_timeout=SOCKET_TIMEOUT
+        private_redis_url, prefix=PREFIX, socket_timeout=SOCKET_TIMEOUT
     )
     # Scripts loaded, as in a daemon that has served a request: an EVALSHA that waited in
     # the stall runs then (after a Redis restart it would answer NOSCRIPT, writing nothing).
@@ -121,16 +107,16 @@ async def _next_for(feed: AsyncIterator[FeedEntry], cid: str) -> FeedEntry:
 
 
 async def test_a_create_that_ran_after_the_stall_ends_cancelled_and_undecidable(
-    harness: Harness, admin: Redis, redis_url: str
+    harness: Harness, private_redis_admin: Redis, private_redis_url: str
 ) -> None:
     h = harness
     # Another replica's view of the store: sees what the stalled script wrote.
-    other = await RedisConfirmationStore.from_url(redis_url, prefix=PREFIX)
+    other = await RedisConfirmationStore.from_url(private_redis_url, prefix=PREFIX)
     try:
         async with other.lifecycle_feed() as feed:
             with structlog.testing.capture_logs() as logs:
-                busy = asyncio.ensure_future(admin.eval(BUSY, 0, STALL_MS))
-                await _until_stalled(redis_url)
+                busy = asyncio.ensure_future(private_redis_admin.eval(BUSY, 0, STALL_MS))
+                await _until_stalled(private_redis_url)
                 with pytest.raises(StoreUnavailableError):  # the turn is refused: not run
                     await _request(h)
                 (cid,) = h.service.doubts.ids
@@ -163,12 +149,12 @@ async def test_a_create_that_ran_after_the_stall_ends_cancelled_and_undecidable(
 
 
 async def test_a_create_redis_never_ran_is_stored_cancelled_and_a_late_one_is_refused(
-    harness: Harness, admin: Redis, redis_url: str
+    harness: Harness, private_redis_admin: Redis, private_redis_url: str
 ) -> None:
     h = harness
     resolved = _on_resolved(h)
     with structlog.testing.capture_logs() as logs:
-        await admin.execute_command("CLIENT", "PAUSE", STALL_MS, "ALL")
+        await private_redis_admin.execute_command("CLIENT", "PAUSE", STALL_MS, "ALL")
         with pytest.raises(StoreUnavailableError):
             await _request(h)
         (cid,) = h.service.doubts.ids
@@ -190,10 +176,12 @@ async def test_a_create_redis_never_ran_is_stored_cancelled_and_a_late_one_is_re
     assert h.drain() == []
 
 
-async def test_stop_names_the_ids_left_in_doubt(harness: Harness, admin: Redis) -> None:
+async def test_stop_names_the_ids_left_in_doubt(
+    harness: Harness, private_redis_admin: Redis
+) -> None:
     h = harness
     with structlog.testing.capture_logs() as logs:
-        await admin.execute_command("CLIENT", "PAUSE", STALL_MS, "ALL")
+        await private_redis_admin.execute_command("CLIENT", "PAUSE", STALL_MS, "ALL")
         with pytest.raises(StoreUnavailableError):
             await _request(h)
         (cid,) = h.service.doubts.ids
@@ -203,7 +191,7 @@ async def test_stop_names_the_ids_left_in_doubt(harness: Harness, admin: Redis) 
 
 
 async def test_an_approval_that_won_elsewhere_runs_once_here(
-    harness: Harness, redis_url: str
+    harness: Harness, private_redis_url: str
 ) -> None:
     """Another replica approved the record before this one could cancel it: the
     compare-and-set lets one win, and the approved call runs here, through the orphan
@@ -216,12 +204,17 @@ async def test_an_approval_that_won_elsewhere_runs_once_here(
 
     h.service.set_orphan_handler(orphan)
     record = replace(make("RACE", session=f"{CHANNEL}:c1"), owner=h.service.instance.id)
-    other = await RedisConfirmationStore.from_url(redis_url, prefix=PREFIX)
+    other = await RedisConfirmationStore.from_url(private_redis_url, prefix=PREFIX)
     try:
         # The create "timed out" here, but landed; another replica's admin approved it.
         await other.create(record)
         _, changed = await other.finish(
-            "RACE", Status.APPROVED, by="bob", via="admin", reason=None, now=record.created_at
+            "RACE",
+            Status.APPROVED,
+            by="bob",
+            via="admin",
+            reason=None,
+            now=record.created_at,
         )
         assert changed
         h.service.doubts.create_failed(record, (), StoreUnavailableError("Redis: timeout"))
@@ -235,7 +228,7 @@ async def test_an_approval_that_won_elsewhere_runs_once_here(
 
 
 async def test_a_turn_cancelled_while_redis_stalls_ends_its_call_cancelled_once_redis_answers(
-    harness: Harness, admin: Redis, redis_url: str
+    harness: Harness, private_redis_admin: Redis, private_redis_url: str
 ) -> None:
     # The turn goes (a web chat client left) while Redis does not answer: its cancel fails,
     # and with the turn went the call's deadline. Held in doubt, the call is cancelled when
@@ -247,8 +240,8 @@ async def test_a_turn_cancelled_while_redis_stalls_ends_its_call_cancelled_once_
     assert prompt.confirmation is not None
     cid = prompt.confirmation.id
     with structlog.testing.capture_logs() as logs:
-        await admin.execute_command("CLIENT", "PAUSE", STALL_MS, "ALL")
-        await _until_stalled(redis_url)
+        await private_redis_admin.execute_command("CLIENT", "PAUSE", STALL_MS, "ALL")
+        await _until_stalled(private_redis_url)
         turn.cancel()
         with pytest.raises(asyncio.CancelledError):
             await turn  # the turn stays cancelled, whatever the store said

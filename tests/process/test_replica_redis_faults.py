@@ -8,7 +8,7 @@ serves other tests meanwhile.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,6 @@ from tests.process.replica_support import (
     say,
     script_model,
 )
-from tests.services import private_redis
 from tests.webchat.support import eventually
 
 pytestmark = pytest.mark.services
@@ -47,22 +46,13 @@ def fake_llm(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
 
 
 @pytest.fixture
-def redis_url() -> Iterator[str]:
-    with private_redis() as url:
-        yield url
-
-
-@pytest.fixture
-async def admin(redis_url: str) -> AsyncIterator[Redis]:
-    client = Redis.from_url(redis_url)
-    yield client
-    await client.aclose()
-
-
-@pytest.fixture
-def replicas(tmp_path: Path, fake_llm: FakeOpenAI, redis_url: str) -> Iterator[ReplicaSet]:
+def replicas(tmp_path: Path, fake_llm: FakeOpenAI, private_redis_url: str) -> Iterator[ReplicaSet]:
     group = ReplicaSet(
-        tmp_path, redis_url=redis_url, prefix="gateway:confirm", fake=fake_llm, lease=LEASE
+        tmp_path,
+        redis_url=private_redis_url,
+        prefix="gateway:confirm",
+        fake=fake_llm,
+        lease=LEASE,
     )
     try:
         yield group
@@ -70,12 +60,12 @@ def replicas(tmp_path: Path, fake_llm: FakeOpenAI, redis_url: str) -> Iterator[R
         group.stop()
 
 
-async def _stream_readers(admin: Redis) -> list[dict[str, Any]]:
-    return [c for c in await admin.client_list() if c.get("cmd") == "xread"]
+async def _stream_readers(private_redis_admin: Redis) -> list[dict[str, Any]]:
+    return [c for c in await private_redis_admin.client_list() if c.get("cmd") == "xread"]
 
 
 async def test_killed_feed_connections_delay_no_cross_replica_approval(
-    replicas: ReplicaSet, admin: Redis
+    replicas: ReplicaSet, private_redis_admin: Redis
 ) -> None:
     a, b = replicas.start("a"), replicas.start("b")
     async with (
@@ -88,10 +78,10 @@ async def test_killed_feed_connections_delay_no_cross_replica_approval(
             await say(on_a, name, f"write {name}")
             cid = await pending_id(on_a, name)
             # Both replicas' readers sit in XREAD on the finished stream.
-            await eventually(lambda: _count_at_least(_stream_readers(admin), 2))
-            await admin.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
-            for client in await _stream_readers(admin):
-                await admin.execute_command("CLIENT", "KILL", "ID", client["id"])
+            await eventually(lambda: _count_at_least(_stream_readers(private_redis_admin), 2))
+            await private_redis_admin.execute_command("CLIENT", "KILL", "TYPE", "pubsub")
+            for client in await _stream_readers(private_redis_admin):
+                await private_redis_admin.execute_command("CLIENT", "KILL", "ID", client["id"])
             async with on_a.get("/api/events") as feed_a:
                 await decide(on_b, cid)  # decided on B; A's turn waits for it
                 # The issue's bound for a wake across replicas after a disconnect.
@@ -105,7 +95,7 @@ async def test_killed_feed_connections_delay_no_cross_replica_approval(
 
 
 async def test_client_pause_is_503_then_200_and_no_call_is_lost_or_run_twice(
-    replicas: ReplicaSet, admin: Redis
+    replicas: ReplicaSet, private_redis_admin: Redis
 ) -> None:
     a, b = replicas.start("a"), replicas.start("b")
     async with (
@@ -126,7 +116,9 @@ async def test_client_pause_is_503_then_200_and_no_call_is_lost_or_run_twice(
         for name in ("p1", "p2", "p4"):
             replicas.open_gate(name)
 
-        await admin.execute_command("CLIENT", "PAUSE", int(PAUSE_SECONDS * 1000), "ALL")
+        await private_redis_admin.execute_command(
+            "CLIENT", "PAUSE", int(PAUSE_SECONDS * 1000), "ALL"
+        )
         # During: each replica says it is not ready, and why; decisions and a new chat
         # wait for Redis instead of failing or half-writing.
         decided = [
