@@ -84,9 +84,15 @@ class Executor:
         """
         service = self.confirmations
         me = service.instance.id
-        claimed = await service.store.claim(
-            record.id, instance=me, now=service.clock(), lease=service.lease
-        )
+        try:
+            claimed = await service.store.claim(
+                record.id, instance=me, now=service.clock(), lease=service.lease
+            )
+        except StoreUnavailableError:
+            # Made or not (its reply may be lost), the call must not wait for a live process
+            # that gave up on it: written failed, not run, once the store answers.
+            self._write_later("failed", record.id, self._not_run(record, service.clock()))
+            raise
         if claimed is None:
             now = await service.store.get(record.id) or record
             log.info(
@@ -116,12 +122,7 @@ class Executor:
         except StoreUnavailableError:
             # Claimed, not run: the turn tells its chat the store is down; the record says
             # "failed, not run" once the store answers (not claimed by a live process forever).
-            at = service.clock()
-            self._write_later(
-                "failed",
-                record.id,
-                lambda: self._end(claimed, ExecState.FAILED, texts.NOT_RUN_STORE_RESULT, at),
-            )
+            self._write_later("failed", record.id, self._not_run(claimed, service.clock()))
             raise
         running = _Running(asyncio.current_task(), asyncio.Event())
         self._running[record.id] = running
@@ -202,6 +203,17 @@ class Executor:
             return await service.store.get(record.id) or record
         await service.announce_execution(final)
         return final
+
+    def _not_run(self, record: Confirmation, at: float) -> Callable[[], Awaitable[object]]:
+        """Writes that the call was not run: claimed first, should the claim not be made."""
+        service = self.confirmations
+
+        async def write() -> Confirmation:
+            me, now, lease = service.instance.id, service.clock(), service.lease
+            await service.store.claim(record.id, instance=me, now=now, lease=lease)
+            return await self._end(record, ExecState.FAILED, texts.NOT_RUN_STORE_RESULT, at)
+
+        return write
 
     def _write_later(
         self, what: str, confirmation_id: str, write: Callable[[], Awaitable[object]]

@@ -25,7 +25,7 @@ from gateway.tools.base import ToolRegistry
 from gateway.tools.executor import Executor
 from tests.core.harness import Harness
 from tests.core.test_executor import CountingTool, _said
-from tests.core.test_unsure_create import SOCKET_TIMEOUT, _until_stalled
+from tests.core.test_unsure_create import BUSY, SOCKET_TIMEOUT, _until_stalled
 
 pytestmark = pytest.mark.services
 
@@ -163,3 +163,34 @@ async def test_a_claim_whose_start_redis_does_not_take_is_recorded_as_not_run(
         await executor.stop(1.0)
     finally:
         await store.close()
+
+
+@pytest.mark.parametrize("stall", ["busy", "pause"])
+async def test_a_claim_redis_does_not_answer_ends_as_not_run(
+    harness: Harness, private_redis_admin: Redis, private_redis_url: str, stall: str
+) -> None:
+    # busy: the claim's script waits behind a slow one and runs after the client gave up
+    # (made, reply lost); pause: Redis drops it (never made). Either way the call does not
+    # wait for this live process, which told its chat the store was down.
+    h = harness
+    tool = CountingTool()
+    executor = Executor(registry=ToolRegistry([tool]), confirmations=h.service)
+    ended = _executed(h)
+    task, _ = await h.ask()
+    await h.reply("确认")
+    record = await task
+    if stall == "busy":
+        busy = asyncio.ensure_future(private_redis_admin.eval(BUSY, 0, STALL_MS))
+    else:
+        await private_redis_admin.execute_command("CLIENT", "PAUSE", STALL_MS, "ALL")
+    await _until_stalled(private_redis_url)
+    _, say = _said()
+    with pytest.raises(StoreUnavailableError):
+        await executor.run(record, say=say)
+    async with asyncio.timeout(20):
+        final = await ended.get()
+    assert final.id == record.id and final.execution.state is ExecState.FAILED
+    assert final.execution.result == texts.NOT_RUN_STORE_RESULT
+    assert tool.runs == 0
+    if stall == "busy":
+        assert await busy == 1
