@@ -6,6 +6,7 @@ import shutil
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import hypothesis
 import pytest
@@ -13,7 +14,8 @@ import structlog
 from redis.asyncio import Redis
 
 from config.settings import DEFAULT_KEYWORDS_FILE, Settings, load_settings
-from tests.services import private_redis
+from tests.fakes.tcp_proxy import TcpProxy
+from tests.services import REDIS_URL, private_redis, redis_prefix
 
 # The machine is shared and noisy: a property test's verdict must not depend on how long one
 # example took (a deadline hit under load reads as a flaky failure), and nothing is written
@@ -86,3 +88,20 @@ async def private_redis_admin(private_redis_url: str) -> AsyncIterator[Redis]:
     client = Redis.from_url(private_redis_url)
     yield client
     await client.aclose()
+
+
+@pytest.fixture
+async def prefix() -> AsyncIterator[str]:
+    """A Redis key prefix of the test's own on the shared server, its keys deleted after."""
+    async with redis_prefix() as prefix:
+        yield prefix
+
+
+@pytest.fixture
+async def proxy() -> AsyncIterator[TcpProxy]:
+    """A TCP proxy in front of the shared Redis: closing it cuts the gateway off."""
+    parts = urlsplit(REDIS_URL)
+    proxy = TcpProxy(parts.hostname or "127.0.0.1", parts.port or 6379)
+    await proxy.start()
+    yield proxy
+    await proxy.stop()

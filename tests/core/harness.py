@@ -10,6 +10,7 @@ from typing import Any
 from config.keywords import load_keywords
 from config.settings import DEFAULT_KEYWORDS_FILE, ConfirmationSettings
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage, PublishResult
+from gateway.confirm.events import ConfirmationEvent, EventKind
 from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.model import Confirmation, ToolCall
 from gateway.confirm.service import ConfirmationService
@@ -121,3 +122,14 @@ class Harness:
         while not self.bus.inbound.empty():
             out.append(self.bus.inbound.get_nowait())
         return out
+
+    def events(self, kind: EventKind) -> asyncio.Queue[Confirmation]:
+        """The records of the service's ``kind`` events from now on, in order."""
+        seen: asyncio.Queue[Confirmation] = asyncio.Queue()
+
+        def listener(event: ConfirmationEvent) -> None:
+            if event.kind == kind:
+                seen.put_nowait(event.confirmation)
+
+        self.service.subscribe(listener)
+        return seen

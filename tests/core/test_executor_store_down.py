@@ -17,7 +17,6 @@ from redis.asyncio import Redis
 
 from gateway import texts
 from gateway.bus import OutboundKind
-from gateway.confirm.events import ConfirmationEvent
 from gateway.confirm.model import Confirmation, ExecState, Status
 from gateway.confirm.redis_store import RedisConfirmationStore
 from gateway.confirm.store import StoreUnavailableError
@@ -42,17 +41,6 @@ async def harness(private_redis_url: str) -> AsyncIterator[Harness]:
     await store.close()
 
 
-def _executed(h: Harness) -> asyncio.Queue[Confirmation]:
-    ended: asyncio.Queue[Confirmation] = asyncio.Queue()
-
-    def listener(event: ConfirmationEvent) -> None:
-        if event.kind == "executed":
-            ended.put_nowait(event.confirmation)
-
-    h.service.subscribe(listener)
-    return ended
-
-
 async def _approved_and_running(
     h: Harness, tool: CountingTool, executor: Executor
 ) -> tuple[Confirmation, asyncio.Future[object], list[str]]:
@@ -73,7 +61,7 @@ async def test_a_run_that_ends_while_redis_stalls_is_told_now_and_recorded_later
     h = harness
     tool = CountingTool()
     executor = Executor(registry=ToolRegistry([tool]), confirmations=h.service)
-    ended = _executed(h)
+    ended = h.events("executed")
     record, run, lines = await _approved_and_running(h, tool, executor)
     with structlog.testing.capture_logs() as logs:
         await private_redis_admin.execute_command("CLIENT", "PAUSE", STALL_MS, "ALL")
@@ -140,7 +128,7 @@ async def test_a_claim_whose_start_redis_does_not_take_is_recorded_as_not_run(
     h = Harness(store=store)
     tool = CountingTool()
     executor = Executor(registry=ToolRegistry([tool]), confirmations=h.service)
-    ended = _executed(h)
+    ended = h.events("executed")
     try:
         task, _ = await h.ask()
         await h.reply("确认")
@@ -175,7 +163,7 @@ async def test_a_claim_redis_does_not_answer_ends_as_not_run(
     h = harness
     tool = CountingTool()
     executor = Executor(registry=ToolRegistry([tool]), confirmations=h.service)
-    ended = _executed(h)
+    ended = h.events("executed")
     task, _ = await h.ask()
     await h.reply("确认")
     record = await task

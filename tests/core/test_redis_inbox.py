@@ -25,18 +25,12 @@ from gateway.confirm.store import StoreUnavailableError
 from gateway.inbox import KEEP_TAKEN_SECONDS
 from gateway.redis_inbox import GROUP, RedisInbox
 from tests.fakes.tcp_proxy import TcpProxy
-from tests.services import REDIS_URL, redis_prefix
+from tests.services import REDIS_URL
 from tests.support import RecordingChannel
 
 pytestmark = pytest.mark.services
 
 LEASE = 1.0
-
-
-@pytest.fixture
-async def prefix() -> AsyncIterator[str]:
-    async with redis_prefix() as prefix:
-        yield prefix
 
 
 @pytest.fixture

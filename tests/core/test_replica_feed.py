@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from urllib.parse import urlsplit
 
 import pytest
@@ -20,18 +19,12 @@ from gateway.confirm.redis_store import RedisConfirmationStore
 from tests.confirm.records import T0, make
 from tests.core.harness import Harness
 from tests.fakes.tcp_proxy import TcpProxy
-from tests.services import REDIS_URL, redis_prefix
+from tests.services import REDIS_URL
 
 # The turn's own deadline: a wake that waited for it would take this long.
 DEADLINE = 60.0
 
 pytestmark = pytest.mark.services
-
-
-@pytest.fixture
-async def prefix() -> AsyncIterator[str]:
-    async with redis_prefix() as prefix:
-        yield prefix
 
 
 def _via(proxy: TcpProxy) -> str:

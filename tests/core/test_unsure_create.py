@@ -22,7 +22,6 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway import texts
 from gateway.bus import OutboundKind
-from gateway.confirm.events import ConfirmationEvent
 from gateway.confirm.model import Confirmation, DecideOutcome, Decision, Status, ToolCall
 from gateway.confirm.redis_store import RedisConfirmationStore
 from gateway.confirm.store import ConfirmationExistsError, FeedEntry, StoreUnavailableError
@@ -88,17 +87,6 @@ async def _until_stalled(url: str) -> None:
         await probe.aclose()
 
 
-def _on_resolved(h: Harness) -> asyncio.Queue[Confirmation]:
-    resolved: asyncio.Queue[Confirmation] = asyncio.Queue()
-
-    def listener(event: ConfirmationEvent) -> None:
-        if event.kind == "resolved":
-            resolved.put_nowait(event.confirmation)
-
-    h.service.subscribe(listener)
-    return resolved
-
-
 async def _next_for(feed: AsyncIterator[FeedEntry], cid: str) -> FeedEntry:
     async for entry in feed:
         if entry.id == cid:
@@ -152,7 +140,7 @@ async def test_a_create_redis_never_ran_is_stored_cancelled_and_a_late_one_is_re
     harness: Harness, private_redis_admin: Redis, private_redis_url: str
 ) -> None:
     h = harness
-    resolved = _on_resolved(h)
+    resolved = h.events("resolved")
     with structlog.testing.capture_logs() as logs:
         await private_redis_admin.execute_command("CLIENT", "PAUSE", STALL_MS, "ALL")
         with pytest.raises(StoreUnavailableError):
@@ -234,7 +222,7 @@ async def test_a_turn_cancelled_while_redis_stalls_ends_its_call_cancelled_once_
     # and with the turn went the call's deadline. Held in doubt, the call is cancelled when
     # Redis is back and its chat's card says so; nobody could approve it meanwhile.
     h = harness
-    resolved = _on_resolved(h)
+    resolved = h.events("resolved")
     turn = asyncio.ensure_future(_request(h))
     prompt = await h.next_out(OutboundKind.CONFIRMATION)
     assert prompt.confirmation is not None

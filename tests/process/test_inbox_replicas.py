@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +25,7 @@ from tests.fakes.feishu import FakeFeishu, RecordedRequest
 from tests.fakes.feishu.events import message_event
 from tests.fakes.openai_server import FakeOpenAI, hold, text
 from tests.process.replica_support import ReplicaSet
-from tests.services import REDIS_URL, redis_prefix
+from tests.services import REDIS_URL
 from tests.webchat.support import eventually
 
 pytestmark = pytest.mark.services
@@ -46,12 +46,6 @@ def fakes(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeOpenAI, FakeFei
         model.script(hold(), text(ANSWER))
         yield model, feishu
         model.release()  # A's request, still held for a process long gone
-
-
-@pytest.fixture
-async def prefix() -> AsyncIterator[str]:
-    async with redis_prefix() as prefix:
-        yield prefix
 
 
 def answers(feishu: FakeFeishu) -> list[RecordedRequest]:

@@ -20,19 +20,13 @@ import aiohttp
 import pytest
 
 from tests.admin.test_api import read_event
-from tests.services import REDIS_URL, redis_prefix
+from tests.services import REDIS_URL
 from tests.webchat.support import ServeProcess, next_frame, order_exists
 
 pytestmark = pytest.mark.services
 
 ROOM = "views"
 Frame = dict[str, Any]
-
-
-@pytest.fixture
-async def prefix() -> AsyncIterator[str]:
-    async with redis_prefix() as prefix:
-        yield prefix
 
 
 @pytest.fixture

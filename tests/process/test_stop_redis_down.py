@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -21,25 +20,10 @@ from gateway.confirm.model import ExecState, Status
 from gateway.confirm.redis_store import RedisConfirmationStore
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.process.replica_support import pending_id
-from tests.services import REDIS_URL, redis_prefix
+from tests.services import REDIS_URL
 from tests.webchat.support import ServeProcess, order_exists
 
 pytestmark = pytest.mark.services
-
-
-@pytest.fixture
-async def prefix() -> AsyncIterator[str]:
-    async with redis_prefix() as prefix:
-        yield prefix
-
-
-@pytest.fixture
-async def proxy() -> AsyncIterator[TcpProxy]:
-    parts = urlsplit(REDIS_URL)
-    proxy = TcpProxy(parts.hostname or "127.0.0.1", parts.port or 6379)
-    await proxy.start()
-    yield proxy
-    await proxy.stop()
 
 
 async def test_sigterm_with_redis_unreachable_exits_0_and_leaves_the_call_pending(

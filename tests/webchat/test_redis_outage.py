@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,7 +26,7 @@ from gateway.confirm.store import StoreUnavailableError
 from gateway.inbox import MemoryInbox
 from tests.confirm.records import make
 from tests.fakes.tcp_proxy import TcpProxy
-from tests.services import REDIS_URL, redis_prefix
+from tests.services import REDIS_URL
 from tests.webchat.support import (
     base_url,
     eventually,
@@ -45,21 +44,6 @@ pytestmark = pytest.mark.services
 def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
-
-
-@pytest.fixture
-async def prefix() -> AsyncIterator[str]:
-    async with redis_prefix() as prefix:
-        yield prefix
-
-
-@pytest.fixture
-async def proxy() -> AsyncIterator[TcpProxy]:
-    parts = urlsplit(REDIS_URL)
-    proxy = TcpProxy(parts.hostname or "127.0.0.1", parts.port or 6379)
-    await proxy.start()
-    yield proxy
-    await proxy.stop()
 
 
 def _through(proxy: TcpProxy) -> str:
