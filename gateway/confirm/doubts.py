@@ -32,8 +32,12 @@ import structlog
 from gateway import texts
 from gateway.confirm import ledger
 from gateway.confirm.model import AuditEvent, Confirmation, ExecState, Status
-from gateway.confirm.store import ConfirmationExistsError, StoreUnavailableError
-from gateway.runtime import BackgroundTasks, retrying
+from gateway.confirm.store import (
+    ConfirmationExistsError,
+    StoreUnavailableError,
+    once_store_answers,
+)
+from gateway.runtime import BackgroundTasks
 
 if TYPE_CHECKING:
     from gateway.confirm.service import ConfirmationService
@@ -43,13 +47,6 @@ log = structlog.get_logger(__name__)
 # Errors after which a create may have been stored or not. A cancelled create too: its
 # script may already be on the wire.
 _UNSURE = (StoreUnavailableError, TimeoutError, asyncio.CancelledError)
-# Settling while the store is still down: first retry after ~0.1 s, doubling up to 5 s.
-_RETRY_INITIAL = 0.1
-_RETRY_MAX = 5.0
-
-
-def _store_down(exc: BaseException) -> bool:
-    return isinstance(exc, StoreUnavailableError | TimeoutError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,11 +110,7 @@ class Doubts:
             return None
 
     async def _settle_when_up(self, confirmation_id: str) -> None:
-        async for attempt in retrying(
-            attempts=None, initial=_RETRY_INITIAL, maximum=_RETRY_MAX, retry_on=_store_down
-        ):
-            with attempt:
-                await self.settle(confirmation_id)
+        await once_store_answers(lambda: self.settle(confirmation_id))
 
     async def settle(self, confirmation_id: str) -> Confirmation | None:
         """End ``confirmation_id`` as cancelled if it is still in doubt; the record as it now

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, TypeVar
 
 from gateway.confirm.ids import new_confirmation_id
 from gateway.confirm.model import (
@@ -22,7 +22,7 @@ from gateway.confirm.model import (
     Instance,
     Status,
 )
-from gateway.runtime import ServiceUnavailable
+from gateway.runtime import ServiceUnavailable, retrying
 
 # An alias: inside the store classes `list` is also a method name.
 Confirmations = list[Confirmation]
@@ -51,6 +51,29 @@ class StoreUnavailableError(ServiceUnavailable):
     """The store's server cannot be reached, or every connection stayed busy past the pool
     timeout. The operation did not happen (each write is one atomic step): callers fail
     closed and say so."""
+
+
+T = TypeVar("T")
+
+# Work that must reach a store that does not answer: tried again after ~0.1 s, doubling up
+# to 5 s apart, until it answers (or the caller is cancelled).
+_RETRY_INITIAL = 0.1
+_RETRY_MAX = 5.0
+
+
+def _store_down(exc: BaseException) -> bool:
+    return isinstance(exc, StoreUnavailableError | TimeoutError)
+
+
+async def once_store_answers(write: Callable[[], Awaitable[T]]) -> T:
+    """``await write()``, again and again while the store does not answer (the one retry
+    policy of gateway/runtime.py)."""
+    async for attempt in retrying(
+        attempts=None, initial=_RETRY_INITIAL, maximum=_RETRY_MAX, retry_on=_store_down
+    ):
+        with attempt:
+            return await write()
+    raise AssertionError("unreachable: the retry policy re-raises the last error")
 
 
 class ConfirmationStore(ABC):

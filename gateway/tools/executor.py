@@ -21,22 +21,13 @@ from gateway import texts
 from gateway.confirm.ledger import audit, event, interrupt, summarize
 from gateway.confirm.model import Confirmation, ExecState
 from gateway.confirm.service import ConfirmationService
-from gateway.confirm.store import StoreUnavailableError
-from gateway.runtime import BackgroundTasks, retrying
+from gateway.confirm.store import StoreUnavailableError, once_store_answers
+from gateway.runtime import BackgroundTasks
 from gateway.tools.base import ToolArgumentsError, ToolRegistry
 
 log = structlog.get_logger(__name__)
 
 Say = Callable[[str], Awaitable[None]]
-
-# How a call's end, written after it ran, is retried while the store does not answer:
-# first after ~0.1 s, doubling up to 5 s apart.
-_RETRY_INITIAL = 0.1
-_RETRY_MAX = 5.0
-
-
-def _store_down(exc: BaseException) -> bool:
-    return isinstance(exc, StoreUnavailableError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,11 +214,7 @@ class Executor:
         log.warning("tool.ledger_deferred", confirmation_id=confirmation_id, end=what)
 
         async def retry() -> None:
-            async for attempt in retrying(
-                attempts=None, initial=_RETRY_INITIAL, maximum=_RETRY_MAX, retry_on=_store_down
-            ):
-                with attempt:
-                    await write()
+            await once_store_answers(write)
             log.info("tool.ledger_written", confirmation_id=confirmation_id, end=what)
 
         self._later.spawn(retry(), name=f"tool-{what}-{confirmation_id}")
