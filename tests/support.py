@@ -7,7 +7,7 @@ import contextlib
 import sqlite3
 import time
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from channels.base import Channel
 from config.settings import Settings
@@ -180,3 +180,17 @@ class FailingInbox(MemoryInbox):
         if fresh:
             self.stored.append((msg.channel, msg.message_id))
         return fresh
+
+
+def count_hops(loop: asyncio.AbstractEventLoop) -> list[int]:
+    """Thread hops back to ``loop`` (``call_soon_threadsafe`` calls), counted until
+    ``del loop.call_soon_threadsafe``."""
+    hops = [0]
+    original = loop.call_soon_threadsafe
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        hops[0] += 1
+        return original(*args, **kwargs)
+
+    loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+    return hops

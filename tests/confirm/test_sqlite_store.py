@@ -16,6 +16,7 @@ from gateway.confirm.model import AuditEvent, ExecState, Instance, Status
 from gateway.confirm.sqlite_schema import SCHEMA_VERSION
 from gateway.confirm.sqlite_store import SqliteConfirmationStore
 from tests.confirm.records import T0, full_record, make
+from tests.support import count_hops
 
 V1_SCHEMA = Path(__file__).with_name("sqlite_schema_v1.sql")
 V1_COLUMNS = (
@@ -244,19 +245,6 @@ async def test_one_thread_hop_per_store_operation(store: SqliteConfirmationStore
     finally:
         del loop.call_soon_threadsafe
     assert hops == 6
-
-
-def count_hops(loop: asyncio.AbstractEventLoop) -> list[int]:
-    """Counts the thread hops that come back to ``loop`` until ``del loop.call_soon_threadsafe``."""
-    hops = [0]
-    original = loop.call_soon_threadsafe
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        hops[0] += 1
-        return original(*args, **kwargs)
-
-    loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
-    return hops
 
 
 async def test_no_hop_for_a_session_with_nothing_pending(tmp_path: Path) -> None:

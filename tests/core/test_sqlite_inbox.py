@@ -7,32 +7,19 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from gateway import sqlite_inbox
 from gateway.bus import InboundMessage
 from gateway.sqlite_inbox import SqliteInbox
+from tests.support import count_hops
 
 
 def msg(message_id: str) -> InboundMessage:
     return InboundMessage(
         channel="feishu", chat_id="oc_1", sender_id="ou_a", text="hi", message_id=message_id
     )
-
-
-def count_hops(loop: asyncio.AbstractEventLoop) -> list[int]:
-    """Thread hops back to ``loop`` until ``del loop.call_soon_threadsafe``."""
-    hops = [0]
-    original = loop.call_soon_threadsafe
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        hops[0] += 1
-        return original(*args, **kwargs)
-
-    loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
-    return hops
 
 
 async def test_puts_and_takens_stay_on_the_loop_and_checkpoints_go_to_the_thread(

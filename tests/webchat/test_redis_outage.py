@@ -17,6 +17,7 @@ import aiohttp
 import pytest
 import structlog.testing
 
+from config.settings import Settings
 from gateway import texts
 from gateway.app import build
 from gateway.confirm.grants import open_grant_store
@@ -46,8 +47,13 @@ def _no_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
 
 
-def _through(proxy: TcpProxy) -> str:
-    return urlsplit(REDIS_URL)._replace(netloc=proxy.url_host).geturl()
+def _through_proxy(tmp_path: Path, prefix: str, proxy: TcpProxy, **confirmation: Any) -> Settings:
+    """Settings whose Redis store is reached through ``proxy`` (closing it cuts Redis off)."""
+    url = urlsplit(REDIS_URL)._replace(netloc=proxy.url_host).geturl()
+    return make_settings(
+        tmp_path,
+        confirmation={"store": "redis", "redis_url": url, "redis_prefix": prefix, **confirmation},
+    )
 
 
 async def _readyz(http: aiohttp.ClientSession) -> tuple[int, dict[str, Any]]:
@@ -59,10 +65,7 @@ async def _readyz(http: aiohttp.ClientSession) -> tuple[int, dict[str, Any]]:
 async def test_redis_down_fails_closed_and_everything_resumes_when_it_returns(
     tmp_path: Path, prefix: str, proxy: TcpProxy
 ) -> None:
-    settings = make_settings(
-        tmp_path,
-        confirmation={"store": "redis", "redis_url": _through(proxy), "redis_prefix": prefix},
-    )
+    settings = _through_proxy(tmp_path, prefix, proxy)
     async with (
         running_gateway(settings) as gw,
         aiohttp.ClientSession(base_url=base_url(gw)) as http,
@@ -98,10 +101,7 @@ async def test_redis_down_fails_closed_and_everything_resumes_when_it_returns(
 async def test_a_tab_is_told_when_its_message_cannot_be_stored_and_stays_open(
     tmp_path: Path, prefix: str, proxy: TcpProxy
 ) -> None:
-    settings = make_settings(
-        tmp_path,
-        confirmation={"store": "redis", "redis_url": _through(proxy), "redis_prefix": prefix},
-    )
+    settings = _through_proxy(tmp_path, prefix, proxy)
     async with (
         running_gateway(settings) as gw,
         aiohttp.ClientSession(base_url=base_url(gw)) as http,
@@ -122,10 +122,7 @@ async def test_redis_gone_after_a_message_was_stored_tells_the_chat(
 ) -> None:
     # Stored before Redis went away (here: an inbox of this process's own), the message
     # reaches the intercept, which cannot tell a reply from a request without the store.
-    settings = make_settings(
-        tmp_path,
-        confirmation={"store": "redis", "redis_url": _through(proxy), "redis_prefix": prefix},
-    )
+    settings = _through_proxy(tmp_path, prefix, proxy)
     async with (
         await build(settings, inbox=MemoryInbox()) as gw,
         aiohttp.ClientSession(base_url=base_url(gw)) as http,
@@ -217,15 +214,7 @@ async def test_stop_with_redis_down_returns_and_leaves_the_call_to_the_next_star
     # so in one line, the rest of the stop runs, and nothing is approved or run: the call
     # stays pending, owned by the stopped instance, for the next start to adopt.
     lease = 15.0
-    settings = make_settings(
-        tmp_path,
-        confirmation={
-            "store": "redis",
-            "redis_url": _through(proxy),
-            "redis_prefix": prefix,
-            "lease_seconds": lease,
-        },
-    )
+    settings = _through_proxy(tmp_path, prefix, proxy, lease_seconds=lease)
     gw = await build(settings)
     await gw.start()
     async with aiohttp.ClientSession(base_url=base_url(gw)) as http:
