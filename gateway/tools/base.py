@@ -23,10 +23,16 @@ class ToolPreview:
     """What a call would do, worked out before any policy or person sees it."""
 
     summary: str
+    # Shown with the call and stored with its confirmation; ``grant_scope`` in it is what a
+    # grant given on the call covers besides the tool (gateway/confirm/grants.py).
     details: Mapping[str, Any] = field(default_factory=dict)
     risk: Risk | None = None
     # Set when the call is refused outright (e.g. SQL the parser cannot read).
     error: str | None = None
+    # Why the tool cannot be sure what the call touches (SQL: an opaque command, several
+    # statements). Fail closed: the policy never runs it unasked, and every condition on
+    # what it touches (a rule's ``tables``) holds (tools/policy.py).
+    unreadable: str | None = None
 
 
 class ToolArgumentsError(ValueError):

@@ -170,7 +170,7 @@ class ToolRunner:
             return ToolOutcome("manual", preview.summary, decision=decision)
         if decision.level == "confirm":
             grant = await self.grants.covering(
-                **covered_call(call, turn.session_key, turn.sender_id, decision)
+                **covered_call(call, turn.session_key, turn.sender_id, decision, preview.details)
             )
             if grant is not None:  # an approver said "don't ask again" for this (grants.py)
                 await turn.say(texts.grant_used(call.name, grant))

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlglot import exp
@@ -26,17 +26,29 @@ from gateway.tools.sql_analysis import (
     SQL_DIALECTS,
     SqlAnalysis,
     SqlStatement,
+    affects_every_row,
     analyze_sql,
     batch_problem,
 )
 
 log = structlog.get_logger(__name__)
 
+# Above this many rows (PostgreSQL's planner estimate, pg_class.reltuples) a table's size
+# is the estimate rather than a COUNT(*), which reads the whole table (docs/model.md).
+ESTIMATE_ROWS_ABOVE = 1_000_000
+
 
 class SqlDatabase:
     """One database behind the SQL tools."""
 
-    def __init__(self, url: str, *, max_rows: int = 50, timeout_seconds: float = 30.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_rows: int = 50,
+        timeout_seconds: float = 30.0,
+        estimate_rows_above: int = ESTIMATE_ROWS_ABOVE,
+    ) -> None:
         self.url = url
         self.engine: AsyncEngine = create_async_engine(url)
         self.backend = make_url(url).get_backend_name()
@@ -45,6 +57,7 @@ class SqlDatabase:
         self.dialect = SQL_DIALECTS.get(self.backend, self.backend)
         self.max_rows = max_rows
         self.timeout_seconds = timeout_seconds
+        self.estimate_rows_above = estimate_rows_above
 
     async def close(self) -> None:
         await self.engine.dispose()
@@ -140,6 +153,37 @@ class SqlDatabase:
             result = await asyncio.wait_for(conn.exec_driver_sql(sql), timeout=self.timeout_seconds)
             value = int(result.scalar_one())
         return value if limit is None else min(value, limit)
+
+    async def table_rows(self, statement: SqlStatement) -> tuple[int, bool] | None:
+        """Rows in the table an UPDATE/DELETE changes, and whether that is an estimate.
+
+        COUNT(*), except on PostgreSQL for a table the planner estimates above
+        ``estimate_rows_above`` rows: then the estimate (counting would read it all).
+        ``None`` for what count_affected does not count either.
+        """
+        e = statement.target if statement.target is not None else statement.expression
+        table = e.this if isinstance(e, exp.Update | exp.Delete) else None
+        if not isinstance(table, exp.Table):
+            return None
+        table = table.copy()
+        table.set("alias", None)
+        async with self.read_only() as conn:
+            if self.backend == "postgresql":
+                estimate = await asyncio.wait_for(
+                    conn.execute(
+                        text("SELECT reltuples FROM pg_class WHERE oid = to_regclass(:name)"),
+                        {"name": table.sql(dialect=self.dialect)},
+                    ),
+                    timeout=self.timeout_seconds,
+                )
+                reltuples = estimate.scalar_one_or_none()
+                if reltuples is not None and reltuples > self.estimate_rows_above:
+                    return int(reltuples), True
+            count = exp.select("COUNT(*)").from_(table).sql(dialect=self.dialect)
+            result = await asyncio.wait_for(
+                conn.exec_driver_sql(count), timeout=self.timeout_seconds
+            )
+            return int(result.scalar_one()), False
 
     async def query(self, analysis: SqlAnalysis) -> str:
         """Run read-only statements inside a read-only transaction; a text table back."""
@@ -237,8 +281,10 @@ class SqlQueryTool(_SqlTool):
                 "statement": analysis.text.strip(),
                 "kind": analysis.kind,
                 "tables": list(analysis.tables),
+                "grant_scope": analysis.grant_scope,
             },
             risk=Risk.LOW,
+            unreadable=analysis.unreadable,
         )
 
     async def run(self, args: BaseModel) -> str:
@@ -272,17 +318,30 @@ class SqlModifyTool(_SqlTool):
             return ToolPreview(summary=analysis.text, error=problem)
         rows: int | None = 0
         written: set[str] = set()
+        # Risk from the effect, not the spelling (issue 22: "WHERE id = id" was medium): an
+        # UPDATE/DELETE that changes every row of its table, or whose rows could not be
+        # counted, is critical like one without WHERE (docs/model.md, "Risk").
+        effect: str | None = None
         for s in analysis.statements:
             n: int | None = None
+            size: tuple[int, bool] | None = None
             # A count taken before the batch runs is wrong for a table an earlier statement
             # of the same batch changes: say "unknown" rather than show a wrong number.
             if s.kind in ("UPDATE", "DELETE") and not written.intersection(s.tables):
                 try:
                     n = await self.db.count_affected(s)
+                    size = None if n is None else await self.db.table_rows(s)
                 except Exception as exc:  # any driver error just means "unknown"
                     log.info("sql.count_failed", error=str(exc).splitlines()[0])
             if s.kind in ("UPDATE", "DELETE"):
                 rows = None if (n is None or rows is None) else rows + n
+                if n is None or size is None:
+                    effect = effect or texts.sql_uncounted(s.kind)
+                elif affects_every_row(n, size[0], estimated=size[1]):
+                    table = s.tables[0] if s.tables else "?"
+                    effect = effect or texts.sql_every_row(
+                        s.kind, table, size[0], estimated=size[1]
+                    )
             written.update(s.tables)
         if not any(s.kind in ("UPDATE", "DELETE") for s in analysis.statements):
             rows = None
@@ -295,14 +354,17 @@ class SqlModifyTool(_SqlTool):
             "has_where": all(
                 s.has_where for s in analysis.statements if s.kind in ("UPDATE", "DELETE")
             ),
+            "grant_scope": analysis.grant_scope,
         }
-        if analysis.warning:
-            details["warning"] = analysis.warning
+        warning = analysis.warning or effect
+        if warning:
+            details["warning"] = warning
         rows_text = f"，影响 {texts.rows(rows)}" if rows is not None else ""
         return ToolPreview(
             summary=f"{analysis.kind} {', '.join(analysis.tables) or ''}{rows_text}".strip(),
             details=details,
-            risk=analysis.risk,
+            risk=Risk.CRITICAL if effect else analysis.risk,
+            unreadable=analysis.unreadable,
         )
 
     async def run(self, args: BaseModel) -> str:
