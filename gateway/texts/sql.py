@@ -9,7 +9,7 @@ def sql_every_row(kind: str, table: str, rows: int, *, estimated: bool) -> str:
     about = "约 " if estimated else ""
     approx = "about " if estimated else ""
     return (
-        f"{kind} 将影响表 {table} 的全部{about}{rows} 行 / "
+        f"{kind} 将影响表 {table} 的全部 {about}{rows} 行 / "
         f"{kind} changes every row of {table} ({approx}{rows} rows)"
     )
 

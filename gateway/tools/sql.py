@@ -338,7 +338,7 @@ class SqlModifyTool(_SqlTool):
                 if n is None or size is None:
                     effect = effect or texts.sql_uncounted(s.kind)
                 elif affects_every_row(n, size[0], estimated=size[1]):
-                    table = s.tables[0] if s.tables else "?"
+                    table = s.target.this.name if s.target is not None else s.tables[0]
                     effect = effect or texts.sql_every_row(
                         s.kind, table, size[0], estimated=size[1]
                     )

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from gateway.confirm.grants import (
+    Grant,
     GrantBook,
     GrantRefusedError,
     GrantStore,
@@ -188,3 +189,19 @@ async def test_a_session_grant_covers_only_the_scope_it_was_given_on(opener: Ope
     given = await book.give(plain, scope="session", minutes=30, by="bob", via="text")
     assert given.covers is None
     assert await ask(other, tool="refund", args={"amount": 9}, scope=None) is not None
+
+
+async def test_a_grant_stored_without_a_scope_covers_no_scoped_call(opener: Opener) -> None:
+    """A grant written before grants had scopes reads back with none, and then covers no
+    SQL call (docs/grants.md): upgrading never widens a live grant."""
+    book = GrantBook(await opener(), clock=Clock())
+    grant = await book.give(confirmation(), scope="session", minutes=30, by="bob", via="text")
+    old = grant.to_dict()
+    del old["covers"]
+    legacy = Grant.from_dict({**old, "id": "gold0001"})
+    assert legacy.covers is None
+    store = await opener()
+    await store.revoke(grant.id, by="upgrade", now=Clock().now)
+    await store.add(legacy)
+    assert [g.id for g in await book.live()] == ["gold0001"]
+    assert await ask(book) is None
