@@ -324,24 +324,19 @@ class SqlModifyTool(_SqlTool):
         effect: str | None = None
         for s in analysis.statements:
             n: int | None = None
-            size: tuple[int, bool] | None = None
+            sweeping: str | None = texts.sql_uncounted(s.kind)  # until it is counted
             # A count taken before the batch runs is wrong for a table an earlier statement
             # of the same batch changes: say "unknown" rather than show a wrong number.
             if s.kind in ("UPDATE", "DELETE") and not written.intersection(s.tables):
                 try:
                     n = await self.db.count_affected(s)
-                    size = None if n is None else await self.db.table_rows(s)
+                    if n is not None:
+                        sweeping = await self._every_row(s, n)
                 except Exception as exc:  # any driver error just means "unknown"
                     log.info("sql.count_failed", error=str(exc).splitlines()[0])
             if s.kind in ("UPDATE", "DELETE"):
                 rows = None if (n is None or rows is None) else rows + n
-                if n is None or size is None:
-                    effect = effect or texts.sql_uncounted(s.kind)
-                elif affects_every_row(n, size[0], estimated=size[1]):
-                    table = s.target.this.name if s.target is not None else s.tables[0]
-                    effect = effect or texts.sql_every_row(
-                        s.kind, table, size[0], estimated=size[1]
-                    )
+                effect = effect or sweeping
             written.update(s.tables)
         if not any(s.kind in ("UPDATE", "DELETE") for s in analysis.statements):
             rows = None
@@ -366,6 +361,19 @@ class SqlModifyTool(_SqlTool):
             risk=Risk.CRITICAL if effect else analysis.risk,
             unreadable=analysis.unreadable,
         )
+
+    async def _every_row(self, s: SqlStatement, n: int) -> str | None:
+        """The warning when changing ``n`` rows changes every row of the table, else None."""
+        if n < 2:  # never every row (affects_every_row): no need to size the table
+            return None
+        size = await self.db.table_rows(s)
+        if size is None:
+            return texts.sql_uncounted(s.kind)
+        total, estimated = size
+        if not affects_every_row(n, total, estimated=estimated):
+            return None
+        table = s.target.this.name if s.target is not None else s.tables[0]
+        return texts.sql_every_row(s.kind, table, total, estimated=estimated)
 
     async def run(self, args: BaseModel) -> str:
         analysis = self.analyze(args)

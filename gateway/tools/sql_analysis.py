@@ -141,7 +141,7 @@ class SqlAnalysis:
         never ``auto`` and matches every table rule (tools/policy.py)."""
         opaque = [s.sql.split(None, 1)[0].upper() for s in self.statements if s.opaque]
         if opaque:
-            return f"opaque statement {opaque[0]} (the parser could not read it)"
+            return f"opaque statement {opaque[0]}"
         if len(self.statements) > 1:
             return f"{len(self.statements)} statements"
         return None
