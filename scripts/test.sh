@@ -2,6 +2,7 @@
 # Install everything the tests need on a fresh machine, then run the whole test suite:
 # Debian's chromium (the browser tests drive it; never a downloaded browser), a CJK font and
 # an emoji font (so the screenshots show Chinese labels and the cards' marks, not boxes),
+# docker-compose (checks compose.yaml),
 # then the project with its dev extras in .venv. Arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +11,8 @@ need_debian=()
 command -v chromium >/dev/null 2>&1 || need_debian+=(chromium)
 dpkg -s fonts-wqy-microhei >/dev/null 2>&1 || need_debian+=(fonts-wqy-microhei)
 dpkg -s fonts-noto-color-emoji >/dev/null 2>&1 || need_debian+=(fonts-noto-color-emoji)
+# Compose v1 validates compose.yaml against the Compose schema without a Docker engine.
+command -v docker-compose >/dev/null 2>&1 || need_debian+=(docker-compose)
 if [ "${#need_debian[@]}" -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing Debian packages: ${need_debian[*]}" >&2
