@@ -382,22 +382,22 @@ class SqlModifyTool(_SqlTool):
             return ToolPreview(summary=analysis.text, error=problem)
         rows: int | None = 0
         written: set[str] = set()
-        # The count runs before anyone approved: not for a statement calling a function
-        # outside the allow-list (pg_terminate_backend in a WHERE would run in the COUNT).
         blocked = self.db.functions.disallowed(
             (s.expression for s in analysis.statements), analysis.source
         )
+        not_counted: dict[str, None] = {}
         for s in analysis.statements:
             n: int | None = None
             # A count taken before the batch runs is wrong for a table an earlier statement
             # of the same batch changes: say "unknown" rather than show a wrong number.
-            if (
-                s.kind in ("UPDATE", "DELETE")
-                and not written.intersection(s.tables)
-                and not self.db.functions.disallowed([s.expression], analysis.source)
-            ):
+            if s.kind in ("UPDATE", "DELETE") and not written.intersection(s.tables):
+                # The count runs before anyone approved: not when the statement calls a
+                # function outside the allow-list (pg_terminate_backend in a WHERE would
+                # run in the COUNT).
+                calls = self.db.functions.disallowed([s.expression], analysis.source)
+                not_counted.update(dict.fromkeys(calls))
                 try:
-                    n = await self.db.count_affected(s)
+                    n = None if calls else await self.db.count_affected(s)
                 except Exception as exc:  # any driver error just means "unknown"
                     log.info("sql.count_failed", error=str(exc).splitlines()[0])
             if s.kind in ("UPDATE", "DELETE"):
@@ -418,7 +418,8 @@ class SqlModifyTool(_SqlTool):
         notes = [analysis.warning] if analysis.warning else []
         if blocked:
             details["functions_not_allowed"] = list(blocked)
-            notes.append(texts.not_previewed(blocked))
+        if not_counted:
+            notes.append(texts.not_previewed(list(not_counted)))
         if notes:
             details["warning"] = " · ".join(notes)
         rows_text = f"，影响 {texts.rows(rows)}" if rows is not None else ""
