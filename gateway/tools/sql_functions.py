@@ -32,7 +32,10 @@ def _names(words: str) -> frozenset[str]:
 # Aggregates, window functions, and pure string / number / date / JSON functions: they
 # compute a value from their arguments (or read the clock) and change nothing. Volatile
 # ones (now(), random()) are here too: they have no effect, and whether a *write* that
-# depends on them is risky is for the risk rules, not for this list.
+# depends on them is risky is for the risk rules, not for this list. Last in each list:
+# functions that read the catalog (sizes, definitions, the server version), which an
+# agent asks about a database with. SQLite's pragma_* table functions exist only for
+# pragmas without side effects; the ones listed read the schema.
 _COMMON = _names(
     """
     abs avg ceil ceiling coalesce concat count cume_dist dense_rank exp first_value floor
@@ -64,6 +67,11 @@ _POSTGRES = _COMMON | _names(
     stddev stddev_pop stddev_samp string_agg string_to_array strpos tan timeofday
     to_char to_date to_hex to_json to_jsonb to_number to_timestamp transaction_timestamp
     translate trunc unnest var_pop var_samp variance width_bucket
+    col_description current_database current_schema current_user format_type
+    has_column_privilege has_schema_privilege has_table_privilege obj_description
+    pg_backend_pid pg_database_size pg_get_constraintdef pg_get_expr pg_get_indexdef
+    pg_get_viewdef pg_indexes_size pg_relation_size pg_size_pretty pg_table_size
+    pg_total_relation_size pg_typeof session_user to_regclass version
     """
 )
 
@@ -84,6 +92,8 @@ _MYSQL = _COMMON | _names(
     time_to_sec timediff timestamp timestampadd timestampdiff to_days truncate ucase
     unhex unix_timestamp utc_date utc_time utc_timestamp uuid var_pop var_samp
     variance week weekday weekofyear year yearweek
+    charset coercibility collation connection_id current_user database found_rows
+    last_insert_id row_count schema session_user system_user user version
     """
 )
 
@@ -95,6 +105,9 @@ _SQLITE = _COMMON | _names(
     likely log10 log2 lpad ltrim pi pow printf quote radians random randomblob rpad
     sin strftime tan time timediff total trunc typeof unhex unicode unixepoch unlikely
     zeroblob
+    changes last_insert_rowid sqlite_version total_changes json_each json_tree
+    pragma_foreign_key_list pragma_index_info pragma_index_list pragma_table_info
+    pragma_table_xinfo
     """
 )
 

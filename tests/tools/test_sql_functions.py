@@ -91,9 +91,21 @@ ORDINARY = {
 }
 
 
+# What an agent asks to learn about a database: sizes, definitions, the version.
+ORDINARY["postgres catalog"] = (
+    "SELECT version(), current_database(), pg_size_pretty(pg_total_relation_size('orders')),"
+    " pg_get_viewdef('v'::regclass), has_table_privilege('orders', 'SELECT')"
+)
+ORDINARY["mysql catalog"] = "SELECT DATABASE(), VERSION(), CURRENT_USER(), LAST_INSERT_ID()"
+ORDINARY["sqlite catalog"] = (
+    "SELECT sqlite_version(), name FROM pragma_table_info('orders')"
+    " UNION ALL SELECT changes(), key FROM json_each('[1]')"
+)
+
+
 @pytest.mark.parametrize("dialect", sorted(ORDINARY))
 def test_ordinary_reads_call_only_allowed_functions(dialect: str) -> None:
-    assert disallowed(ORDINARY[dialect], dialect) == ()
+    assert disallowed(ORDINARY[dialect], dialect.split()[0]) == ()
 
 
 def test_a_name_is_checked_as_the_database_resolves_it() -> None:
