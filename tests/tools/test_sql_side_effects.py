@@ -47,10 +47,10 @@ class Chat:
             )
         )
 
-    async def held(self, statement: str) -> Confirmation:
-        """Send ``/sql statement``; the confirmation it must wait for."""
+    async def held(self, statement: str, nth: int = 1) -> Confirmation:
+        """Send ``/sql statement``; the confirmation it must wait for (the chat's ``nth``)."""
         await self.say(f"/sql {statement}")
-        return await self.channel.wait_prompt(within=5)
+        return await self.channel.wait_prompt(nth, within=5)
 
     async def scalar(self, sql: str) -> Any:
         async with self.engine.connect() as conn:
@@ -118,6 +118,22 @@ async def test_query_calling_pg_terminate_backend_is_held_and_kills_nobody(start
         assert await alive(victim)
         await chat.say("取消")
         await wait_status(chat.gw, held.id, Status.REJECTED)
+        assert await alive(victim)
+
+
+@pytest.mark.services
+async def test_a_grant_on_one_held_query_does_not_release_the_next(start: Start) -> None:
+    chat = await start("postgresql")
+    key = uuid.uuid4().int % 2**31
+    first = await chat.held(f"SELECT pg_advisory_xact_lock({key})")
+    await chat.say("确认 30分钟")  # approve, and don't ask again for 30 minutes
+    await chat.channel.wait_text("🔓")
+    await chat.channel.wait_text("sql_query 已完成")
+    await wait_status(chat.gw, first.id, Status.APPROVED)
+    async with chat.engine.connect() as victim:
+        pid = await backend_pid(victim)
+        second = await chat.held(f"SELECT pg_terminate_backend({pid})", nth=2)
+        assert second.tool_call.args["sql"].endswith(f"({pid})")
         assert await alive(victim)
 
 
