@@ -137,7 +137,12 @@ class SqlToolSettings(Section):
     # None means the demo SQLite database under data_dir, created on first run.
     url: str | None = None
     max_rows: int = Field(default=50, ge=1)
+    # The database stops a statement after this long; reads (queries, preview counts) run
+    # with it set on the server, in a read-only transaction (docs/sql-safety.md).
     statement_timeout_seconds: float = Field(default=30.0, gt=0)
+    # Functions that queries and previews may call before approval, added to the built-in
+    # list for the database (gateway/tools/sql_functions.py); any other function is held.
+    allowed_functions: list[str] = Field(default_factory=list)
 
 
 class ToolsSettings(Section):

@@ -227,6 +227,7 @@ async def build(
             settings.sql_url,
             max_rows=settings.tools.sql.max_rows,
             timeout_seconds=settings.tools.sql.statement_timeout_seconds,
+            allowed_functions=settings.tools.sql.allowed_functions,
         )
         opened.push_async_callback(sql_db.close)
         if settings.uses_demo_database:

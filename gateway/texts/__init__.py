@@ -10,4 +10,5 @@ approvers read in their direct chats.
 from gateway.texts.channels import *  # noqa: F403
 from gateway.texts.confirm import *  # noqa: F403
 from gateway.texts.grants import *  # noqa: F403
+from gateway.texts.sql import *  # noqa: F403
 from gateway.texts.web import *  # noqa: F403

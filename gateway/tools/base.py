@@ -27,6 +27,9 @@ class ToolPreview:
     risk: Risk | None = None
     # Set when the call is refused outright (e.g. SQL the parser cannot read).
     error: str | None = None
+    # Set when the call must not run without a person whatever its level says (e.g. a
+    # query calling a function that is not on the allow-list): auto/notify become confirm.
+    hold: str | None = None
 
 
 class ToolArgumentsError(ValueError):

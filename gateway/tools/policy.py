@@ -13,6 +13,9 @@ How a call is decided:
 4. With no such rule: ``[policy] levels`` (exact tool name, else the most specific glob),
    then the tool's own default (``@tool(requires_confirmation=True)`` means ``confirm``).
 
+A call whose preview says it must be held (``ToolPreview.hold``: SQL calling a function
+not on the allow-list) is ``confirm`` where the level would be ``auto`` or ``notify``.
+
 Risk is set the same way (most specific matching rule that sets a risk), else the tool's
 preview (SQL: parsed statement), else the tool's declared risk. Four-eyes (the requester
 may reject but not approve) follows the most specific rule that sets ``four_eyes``, else
@@ -243,6 +246,9 @@ class Policy:
             rule = with_level.label
         else:
             level, rule = self._default_level(tool)
+        if preview.hold and level in ("auto", "notify"):
+            # Running it would have an effect nobody approved (issue 22): ask instead.
+            level, rule = "confirm", preview.hold
 
         risk_from = next((r for r in matched if r.spec.risk is not None), None)
         risk_rule: str | None = None

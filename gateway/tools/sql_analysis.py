@@ -81,6 +81,11 @@ class SqlAnalysis:
     error: str | None = None
 
     @property
+    def source(self) -> str:
+        """The text analyze_sql parsed: the statements' node positions index into it."""
+        return self.text.strip()
+
+    @property
     def read_only(self) -> bool:
         return bool(self.statements) and all(s.read_only for s in self.statements)
 
