@@ -2,7 +2,8 @@
 # Install everything the tests need on a fresh machine, then run the whole test suite:
 # Debian's chromium (the browser tests drive it; never a downloaded browser), a CJK font and
 # an emoji font (so the screenshots show Chinese labels and the cards' marks, not boxes),
-# then the project with its dev extras in .venv. Arguments go to pytest.
+# nginx (docs/deploy.md's reverse proxy example runs in front of gateway serve), then the
+# project with its dev extras in .venv. Arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +11,8 @@ need_debian=()
 command -v chromium >/dev/null 2>&1 || need_debian+=(chromium)
 dpkg -s fonts-wqy-microhei >/dev/null 2>&1 || need_debian+=(fonts-wqy-microhei)
 dpkg -s fonts-noto-color-emoji >/dev/null 2>&1 || need_debian+=(fonts-noto-color-emoji)
+# The test runs its own nginx (foreground, a free loopback port); the system service is not used.
+PATH="$PATH:/usr/sbin:/sbin" command -v nginx >/dev/null 2>&1 || need_debian+=(nginx)
 if [ "${#need_debian[@]}" -gt 0 ]; then
   if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing Debian packages: ${need_debian[*]}" >&2

@@ -64,6 +64,8 @@ class TrustedIdentity:
         if not values or self.duplicated(request):
             return None
         value = values[0].strip()
+        if not value:
+            return None  # a proxy that sets it empty when nobody signed in (Caddy)
         if not NAME_PATTERN.fullmatch(value):
             log.info("identity.bad_header", header=self.header, rule=NAME_RULE)
             return None

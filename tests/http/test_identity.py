@@ -200,11 +200,14 @@ async def test_a_typed_name_decides_only_on_a_truly_local_connection(
         assert still is not None and still.status is Status.PENDING
 
 
+@pytest.mark.parametrize("user_header", [None, ""], ids=["absent", "empty"])
 async def test_a_proxied_request_without_the_header_is_not_identified(
-    behind_proxy: Gateway,
+    behind_proxy: Gateway, user_header: str | None
 ) -> None:
-    """From the listed proxy but nobody signed in: can chat, cannot decide."""
-    async with aiohttp.ClientSession(base_url=base_url(behind_proxy), headers=FORWARDED) as http:
+    """From the listed proxy but nobody signed in: can chat, cannot decide. Caddy's
+    header_up sends the header empty then."""
+    headers = {**FORWARDED, **({HEADER: user_header} if user_header is not None else {})}
+    async with aiohttp.ClientSession(base_url=base_url(behind_proxy), headers=headers) as http:
         seen = await decide_on_socket(http, "nobody", "alice")
     assert seen["hello"] == {**seen["hello"], "user": "alice", "identity": "self-declared"}
     assert seen["answer"]["outcome"] == "forbidden"
