@@ -1,13 +1,13 @@
-"""docs/deploy.md's nginx example, as written, in front of a real ``gateway serve``.
+"""docs/deploy.md's nginx and Caddy examples, as written, in front of a real ``gateway serve``.
 
-The proxy's configuration is the doc's fenced ``nginx`` block (ports, the htpasswd path and
-TLS swapped for loopback ones), the gateway's is the doc's ``toml`` block: what an operator
-copies is what is tested. Through it, a visitor cannot decide by typing an approver's
+The proxy's configuration is the doc's fenced ``nginx`` or ``caddy`` block (ports, users
+and TLS swapped for loopback ones), the gateway's is the doc's ``toml`` block: what an
+operator copies is what is tested. Through it, a visitor cannot decide by typing an approver's
 name, the signed-in approver can, a client cannot choose its own user header, and a
 duplicated header from the proxy's address is refused.
 
-nginx is Debian's package (scripts/test.sh installs it): without it the test skips,
-unless GATEWAY_TEST_REQUIRE_SERVICES=1.
+nginx and Caddy are Debian's packages (scripts/test.sh installs them): without one its
+tests skip, unless GATEWAY_TEST_REQUIRE_SERVICES=1.
 """
 
 from __future__ import annotations
@@ -92,10 +92,34 @@ def nginx_conf(block: str, *, prefix: Path, port: int, upstream: int, htpasswd: 
     )
 
 
+# Caddy's basicauth takes bcrypt hashes; these are of USERS' passwords at cost 4 (what
+# `caddy hash-password` prints costs 14: a second of CPU per request).
+BCRYPT = {
+    "alice": "$2b$04$/3MCMns3FzoUCzMmaZob.e9aCS87f2VQk.fuC2efsktkwBInt0hQ6",
+    "bob": "$2b$04$pwTs6X1efAbBO0/HihG3.O6xl3oNivkXqUT57V.DEW/zvP93CLxUG",
+    "mallory": "$2b$04$8ZQa6EbJbuKh5RDYrdMa6es6N6yhPOT8Gq/jC3vAvjlzDsJBhLYvS",
+}
+
+
+def caddyfile(block: str, *, storage: Path, port: int, upstream: int) -> str:
+    """The doc's block as a site on a loopback port over plain HTTP, Caddy's admin API off."""
+    [example] = [line for line in block.splitlines() if "$2a$14$" in line]
+    users = "\n".join(f"        {u} {h}" for u, h in BCRYPT.items())
+    block = substitute(
+        block,
+        {
+            f"{PUBLIC} {{": f"http://{PUBLIC}:{port} {{\n    bind 127.0.0.1",
+            example: users,
+            "127.0.0.1:8080": f"127.0.0.1:{upstream}",
+        },
+    )
+    return f"{{\n    admin off\n    storage file_system {storage}\n}}\n\n{block}"
+
+
 @dataclass
 class Stack:
     gateway: ServeProcess
-    proxy: str  # http://127.0.0.1:PORT, nginx
+    proxy: str  # http://127.0.0.1:PORT, the reverse proxy
 
     def session(self, user: str | None = None, **headers: str) -> aiohttp.ClientSession:
         """A browser on the internet: it asks for chat.example.com, signed in as ``user``."""
@@ -104,46 +128,69 @@ class Stack:
         return aiohttp.ClientSession(base_url=self.proxy, headers={"Host": PUBLIC, **headers})
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    binary = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin:/sbin")
+def find_binary(name: str, package: str) -> str:
+    binary = shutil.which(name) or shutil.which(name, path="/usr/sbin:/sbin")
     if binary is None:
-        require_service("nginx (Debian package nginx)", FileNotFoundError("not on PATH"))
-    tmp = tmp_path_factory.mktemp("proxy")
+        require_service(f"{name} (Debian package {package})", FileNotFoundError("not on PATH"))
+    return binary
+
+
+def proxy_command(kind: str, work: Path, *, port: int, upstream: int) -> list[str]:
+    """Write the proxy's configuration from the doc's block; the command that runs it."""
+    work.mkdir()
+    if kind == "nginx":
+        binary = find_binary("nginx", "nginx")
+        htpasswd = work / "htpasswd"
+        htpasswd.write_text("".join(f"{u}:{{PLAIN}}{p}\n" for u, p in USERS.items()))
+        conf = work / "nginx.conf"
+        block = doc_block("nginx")
+        conf.write_text(
+            nginx_conf(block, prefix=work, port=port, upstream=upstream, htpasswd=htpasswd)
+        )
+        return [binary, "-p", str(work), "-c", str(conf), "-e", str(work / "error.log")]
+    binary = find_binary("caddy", "caddy")
+    conf = work / "Caddyfile"
+    block = doc_block("caddy")
+    conf.write_text(caddyfile(block, storage=work / "data", port=port, upstream=upstream))
+    return [binary, "run", "--adapter", "caddyfile", "--config", str(conf)]
+
+
+@pytest.fixture(scope="module", params=["nginx", "caddy"])
+def stack(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    kind: str = request.param
+    tmp = tmp_path_factory.mktemp(kind)
     (tmp / "gateway.toml").write_text(doc_block("toml"), encoding="utf-8")
     settings = tomllib.loads(doc_block("toml"))["server"]
     assert PUBLIC in settings["allowed_hosts"] and settings["trusted_user_header"]
+    port = free_port()
     gateway = ServeProcess(
         tmp_path=tmp,
-        env={
-            "GATEWAY_ADMIN__TOKEN": TOKEN,
-            "GATEWAY_CONFIRMATION__APPROVERS": '["alice"]',
-        },
+        env={"GATEWAY_ADMIN__TOKEN": TOKEN, "GATEWAY_CONFIRMATION__APPROVERS": '["alice"]'},
     )
     gateway.start()
-    prefix = tmp / "nginx"
-    prefix.mkdir()
-    htpasswd = prefix / "htpasswd"
-    htpasswd.write_text("".join(f"{u}:{{PLAIN}}{p}\n" for u, p in USERS.items()))
-    port = free_port()
-    upstream = int(gateway.url.rsplit(":", 1)[1])
-    conf = prefix / "nginx.conf"
-    conf.write_text(
-        nginx_conf(
-            doc_block("nginx"), prefix=prefix, port=port, upstream=upstream, htpasswd=htpasswd
-        )
-    )
-    proc = subprocess.Popen(
-        [binary, "-p", str(prefix), "-c", str(conf), "-e", str(prefix / "error.log")],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-    )
     try:
-        wait_listening(port, proc, prefix / "error.log")
-        yield Stack(gateway=gateway, proxy=f"http://127.0.0.1:{port}")
+        upstream = int(gateway.url.rsplit(":", 1)[1])
+        command = proxy_command(kind, tmp / kind, port=port, upstream=upstream)
+        # Caddy keeps its files under $HOME and $XDG_*: the test's own directory.
+        home = {
+            "HOME": str(tmp / kind),
+            "XDG_DATA_HOME": str(tmp / kind / "data"),
+            "XDG_CONFIG_HOME": str(tmp / kind / "config"),
+        }
+        log = tmp / kind / "output.log"
+        with log.open("wb") as output:
+            proc = subprocess.Popen(
+                command, env={**os.environ, **home}, stdout=output, stderr=subprocess.STDOUT
+            )
+        try:
+            wait_listening(port, proc, log)
+            yield Stack(gateway=gateway, proxy=f"http://127.0.0.1:{port}")
+        finally:
+            proc.terminate()
+            proc.wait(10)
     finally:
-        proc.terminate()
-        proc.wait(10)
         gateway.stop()
 
 
@@ -155,8 +202,10 @@ def wait_listening(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
             return
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
-                why = log.read_text() if log.exists() else "(no error log)"
-                raise AssertionError(f"nginx did not start on port {port}:\n{why}") from None
+                why = "\n".join(
+                    p.read_text() for p in (log, log.with_name("error.log")) if p.exists()
+                )
+                raise AssertionError(f"the proxy did not start on port {port}:\n{why}") from None
         time.sleep(0.02)
 
 
