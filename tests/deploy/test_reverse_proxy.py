@@ -138,12 +138,14 @@ def find_binary(name: str, package: str) -> str:
 def proxy_command(kind: str, work: Path, *, port: int, upstream: int) -> list[str]:
     """Write the proxy's configuration from the doc's block; the command that runs it."""
     work.mkdir()
-    if kind == "nginx":
+    if kind.startswith("nginx"):
         binary = find_binary("nginx", "nginx")
         htpasswd = work / "htpasswd"
         htpasswd.write_text("".join(f"{u}:{{PLAIN}}{p}\n" for u, p in USERS.items()))
         conf = work / "nginx.conf"
         block = doc_block("nginx")
+        if kind == NGINX_HOST_ONLY:
+            block = without_forwarding_headers(block)
         conf.write_text(
             nginx_conf(block, prefix=work, port=port, upstream=upstream, htpasswd=htpasswd)
         )
@@ -155,7 +157,19 @@ def proxy_command(kind: str, work: Path, *, port: int, upstream: int) -> list[st
     return [binary, "run", "--adapter", "caddyfile", "--config", str(conf)]
 
 
-@pytest.fixture(scope="module", params=["nginx", "caddy"])
+# An operator who left the forwarding headers out (as this doc's example once did): the
+# public Host the proxy passes on still says the request is not local.
+NGINX_HOST_ONLY = "nginx-host-only"
+
+
+def without_forwarding_headers(block: str) -> str:
+    kept = [line for line in block.splitlines() if "X-Forwarded-For" not in line]
+    kept = [line for line in kept if "X-Forwarded-Proto" not in line]
+    assert len(kept) == len(block.splitlines()) - 2, "the doc's nginx block changed shape"
+    return "\n".join(kept)
+
+
+@pytest.fixture(scope="module", params=["nginx", NGINX_HOST_ONLY, "caddy"])
 def stack(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Stack]:
