@@ -74,6 +74,11 @@ class AdminSettings(Section):
     # SSE keep-alive comments stop proxies from closing an idle event stream.
     sse_heartbeat_seconds: float = Field(default=15.0, gt=0)
     sse_queue_size: int = Field(default=1000, ge=1)
+    # The /admin page's sign-in: how long a session lasts, how many may be open at once
+    # (past it the oldest ends), and wrong logins allowed per client address per minute.
+    session_hours: float = Field(default=12.0, gt=0)
+    max_sessions: int = Field(default=1000, ge=1)
+    login_attempts_per_minute: int = Field(default=5, ge=1)
 
 
 class LogSettings(Section):

@@ -37,6 +37,7 @@ from gateway.http.grants_api import GrantsApi
 from gateway.http.instances import InstancesApi
 from gateway.http.page import AdminPage
 from gateway.http.server import HttpServer
+from gateway.http.sessions import AdminSessions, LoginLimiter, open_session_store
 from gateway.inbox import Inbox
 from gateway.metrics import Metrics
 from gateway.parts import (
@@ -300,6 +301,15 @@ async def build(
                 registry=registry,
                 policy=runner.policy,
                 admin_token=http.admin_token,
+                sessions=AdminSessions(
+                    store=open_session_store(settings, store),
+                    admin_token=http.admin_token,
+                    seconds=settings.admin.session_hours * 3600,
+                    clock=clock,
+                ),
+                limiter=LoginLimiter(
+                    attempts=settings.admin.login_attempts_per_minute, clock=clock
+                ),
                 channel_status=channels.status,
                 clock=clock,
             ).register(http.app)

@@ -62,7 +62,7 @@ enabled = true
 mode = "ws"               # ws (long connection, no public URL) | webhook
 app_id = "cli_xxxxxxxxxxxxxxxx"   # from the Feishu developer console
 # app_secret: set GATEWAY_CHANNELS__FEISHU__APP_SECRET
-# webhook mode also needs GATEWAY_CHANNELS__FEISHU__ENCRYPT_KEY and __VERIFICATION_TOKEN
+# webhook mode also needs GATEWAY_CHANNELS__FEISHU__ENCRYPT_KEY (it signs every request)
 domain = "feishu"         # feishu | lark
 allow_from = []           # [] nobody, ["*"] everyone, or open_ids
 group_policy = "mention"  # answer in groups only when @-mentioned | "open"

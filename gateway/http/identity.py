@@ -152,3 +152,28 @@ def _is_in(remote: str | None, networks: Iterable[Network]) -> bool:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
     return any(address in net for net in networks)
+
+
+def _from_proxy(request: web.Request, header: str) -> str | None:
+    """The last value of ``header`` (the one the nearest proxy added) on a request from a
+    listed proxy; None from anywhere else, where anyone could have written it."""
+    if not _is_in(request.remote, identity_of(request).proxies):
+        return None
+    values = [v.strip() for line in request.headers.getall(header, []) for v in line.split(",")]
+    return values[-1] if values and values[-1] else None
+
+
+def came_over_tls(request: web.Request) -> bool:
+    """Whether the browser's connection was TLS: this server's own, or a listed proxy's
+    ``X-Forwarded-Proto: https`` (the proxy terminates TLS and speaks HTTP to us)."""
+    if request.secure:
+        return True
+    proto = _from_proxy(request, "X-Forwarded-Proto")
+    return proto is not None and proto.lower() == "https"
+
+
+def client_address(request: web.Request) -> str:
+    """The client's address: a listed proxy's ``X-Forwarded-For`` (its last entry, the
+    address the proxy saw), else the peer's. Behind a proxy every peer is the proxy."""
+    forwarded = _from_proxy(request, "X-Forwarded-For")
+    return forwarded or request.remote or "unknown"

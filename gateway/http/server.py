@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hmac
 import logging
-import time
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,6 +27,7 @@ from gateway.http.hosts import host_name, is_loopback
 from gateway.http.identity import (
     TRUSTED_IDENTITY,
     TrustedIdentity,
+    identity_of,
     refuse_duplicate_user_header,
 )
 from gateway.http.jsonapi import (
@@ -37,6 +37,7 @@ from gateway.http.jsonapi import (
     json_errors,
     one_line,
 )
+from gateway.http.sessions import ADMIN_SESSIONS, AdminSession
 
 log = structlog.get_logger(__name__)
 
@@ -44,7 +45,7 @@ PUBLIC_API_PREFIXES = ("/api/chat/", "/api/openapi.json")
 PUBLIC_ADMIN_PAGES = ("/admin/login", "/admin/logout")
 UNAUTHORIZED = "missing or wrong bearer token: send Authorization: Bearer <admin token>"
 ADMIN_COOKIE = "gateway_admin"
-ADMIN_COOKIE_SECONDS = 12 * 3600
+SIGNED_IN = web.RequestKey("signed_in", AdminSession)
 # Sent by the admin page's script with every request that changes something.
 CSRF_HEADER = "X-Requested-With"
 CSRF_VALUE = "gateway-admin"
@@ -72,34 +73,38 @@ def bearer_matches(header: str, token: bytes) -> bool:
     return hmac.compare_digest(given.strip().encode("utf-8", "surrogatepass"), token)
 
 
-def admin_cookie(token: bytes, expires: int) -> str:
-    """The admin page's cookie: its expiry and an HMAC of it under the admin token.
-
-    Not the token itself, so the cookie (which the browser stores) cannot be replayed as
-    a bearer token, and it ends at ``expires`` even if a browser keeps it longer. Changing
-    the token invalidates every cookie.
-    """
-    mac = hmac.new(token, f"gateway-admin-cookie:{expires}".encode(), "sha256").hexdigest()
-    return f"{expires}.{mac}"
+async def signed_in(request: web.Request) -> AdminSession | None:
+    """The admin page's session of this request (its cookie), if it is a live one."""
+    sessions = request.config_dict.get(ADMIN_SESSIONS)
+    cookie = request.cookies.get(ADMIN_COOKIE, "")
+    if sessions is None or not cookie:
+        return None
+    return await sessions.find(cookie)
 
 
-def cookie_matches(value: str, token: bytes, now: float) -> bool:
-    expires, _, _ = value.partition(".")
-    if not (expires.isascii() and expires.isdigit() and len(expires) < 12):
-        return False
-    if int(expires) <= now:
-        return False
-    given = value.encode("utf-8", "surrogatepass")
-    return hmac.compare_digest(admin_cookie(token, int(expires)).encode(), given)
+def admin_person(request: web.Request) -> str | None:
+    """The name the admin page's login gave, for a request its session authenticated."""
+    session = request.get(SIGNED_IN)
+    return session.name if session is not None else None
+
+
+def person_behind(request: web.Request, typed: str | None) -> str | None:
+    """The person behind an admin request: the login proxy's name for them, else the name
+    the admin page's login gave, else the name the request typed (``actor``); None when
+    nobody is named. The admin token is an operator's, never a person's."""
+    named = identity_of(request).user(request) or admin_person(request)
+    return named or (typed or "").strip() or None
 
 
 def require_admin(token: str | None) -> Middleware:
-    """The one admin check: a bearer header, or the admin page's cookie.
+    """The one admin check: a bearer header, or the admin page's session cookie.
 
-    No token configured (loopback only) means nothing to check. A cookie is sent by the
-    browser on its own, so a request it authenticates is open to cross-site request
-    forgery; it is refused unless (a) the cookie is ``SameSite=Strict`` (set by the login
-    form), so browsers do not attach it to requests started by another site at all, and
+    No token configured (loopback only) means nothing to check. The cookie is a session id
+    (gateway/http/sessions.py): logging out ends it on the server, so a copy of it stops
+    working at once. A cookie is sent by the browser on its own, so a request it
+    authenticates is open to cross-site request forgery; it is refused unless (a) the
+    cookie is ``SameSite=Strict`` (set by the login form), so browsers do not attach it to
+    requests started by another site at all, and
     (b) a request that changes something carries ``X-Requested-With: gateway-admin``.
     Another site's page can only add a custom header through a CORS preflight, which this
     server never grants. A custom header was chosen over a double-submit token because it
@@ -111,11 +116,19 @@ def require_admin(token: str | None) -> Middleware:
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if expected is None or not needs_admin(_route_path(request)):
+        if not needs_admin(_route_path(request)):
+            return await handler(request)
+        if expected is None:
+            # Loopback without a token: open, but a login still says who is deciding.
+            session = await signed_in(request)
+            if session is not None:
+                request[SIGNED_IN] = session
             return await handler(request)
         if bearer_matches(request.headers.get("Authorization", ""), expected):
             return await handler(request)
-        if cookie_matches(request.cookies.get(ADMIN_COOKIE, ""), expected, time.time()):
+        session = await signed_in(request)
+        if session is not None:
+            request[SIGNED_IN] = session
             if request.method in SAFE_METHODS or request.headers.get(CSRF_HEADER) == CSRF_VALUE:
                 return await handler(request)
             log.info("admin.csrf_refused", path=request.path[:200])
@@ -301,8 +314,8 @@ class HttpServer:
                 allowed_hosts(names),
                 refuse_duplicate_user_header,
                 same_origin,
+                json_errors,  # outside require_admin: its session lookup may find Redis down
                 require_admin(self.admin_token),
-                json_errors,
             ],
         )
         self.app[MAX_JSON_DEPTH] = max_json_depth

@@ -128,3 +128,22 @@ def test_variables_under_a_table_setting_and_whole_sections_are_known() -> None:
     assert malformed == [
         "GATEWAY_LOG must be a JSON table, e.g. GATEWAY_LOG='{\"key\": \"value\"}' (got 'debug')"
     ]
+
+
+def test_feishu_webhook_mode_needs_the_encrypt_key(tmp_path: Path) -> None:
+    # Issue 22: the verification token alone let anyone who had it forge a card click.
+    env = {
+        "GATEWAY_CHANNELS__FEISHU__ENABLED": "true",
+        "GATEWAY_CHANNELS__FEISHU__MODE": "webhook",
+        "GATEWAY_CHANNELS__FEISHU__APP_ID": "cli_x",
+        "GATEWAY_CHANNELS__FEISHU__APP_SECRET": "s",
+        "GATEWAY_CHANNELS__FEISHU__ALLOW_FROM": '["*"]',
+        "GATEWAY_CHANNELS__FEISHU__VERIFICATION_TOKEN": "t",
+    }
+    out = gateway("check-config", cwd=tmp_path, env=env)
+    assert out.returncode == 2
+    [problem] = problems_of(out.stderr)
+    assert "encrypt_key" in problem
+    assert "GATEWAY_CHANNELS__FEISHU__ENCRYPT_KEY" in problem
+    env["GATEWAY_CHANNELS__FEISHU__ENCRYPT_KEY"] = "k"
+    assert gateway("check-config", cwd=tmp_path, env=env).returncode == 0
