@@ -12,7 +12,6 @@ under ``/api/`` later (a channel's dead letters, say) is protected without doing
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import logging
 from collections.abc import Iterable
 from typing import Any
@@ -24,7 +23,13 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler, Middleware
 
 from config.settings import LOOPBACK_NAMES, ConfigError
-from gateway.http.identity import TRUSTED_IDENTITY, TrustedIdentity, identity_of
+from gateway.http.hosts import host_name, is_loopback
+from gateway.http.identity import (
+    TRUSTED_IDENTITY,
+    TrustedIdentity,
+    identity_of,
+    refuse_duplicate_user_header,
+)
 from gateway.http.jsonapi import (
     DEFAULT_MAX_JSON_DEPTH,
     MAX_JSON_DEPTH,
@@ -45,15 +50,6 @@ SIGNED_IN = web.RequestKey("signed_in", AdminSession)
 CSRF_HEADER = "X-Requested-With"
 CSRF_VALUE = "gateway-admin"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-
-
-def is_loopback(host: str) -> bool:
-    if host in ("localhost", ""):
-        return host == "localhost"
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def needs_admin(path: str) -> bool:
@@ -162,16 +158,6 @@ def _route_path(request: web.Request) -> str:
     return resource.canonical if resource is not None else request.path
 
 
-def host_name(header: str) -> str:
-    """The name in a Host header, lowercased, without port, brackets or trailing dot."""
-    host = header.strip().lower()
-    if host.startswith("["):  # [::1]:8080
-        host = host[1:].partition("]")[0]
-    elif host.count(":") == 1:  # name:8080; more colons is a bare IPv6 address
-        host = host.partition(":")[0]
-    return host.rstrip(".")
-
-
 def allowed_hosts(names: Iterable[str]) -> Middleware:
     """Answer only requests whose Host is a known name of this server: 421 otherwise.
 
@@ -214,40 +200,55 @@ async def same_origin(request: web.Request, handler: Handler) -> web.StreamRespo
     return await handler(request)
 
 
-MIN_EXPOSED_TOKEN_LENGTH = 24
+# A strong admin token: long, and not one character (or a word) repeated. What
+# GENERATE_TOKEN prints (43 characters of 64 kinds) is far beyond both.
+MIN_EXPOSED_TOKEN_LENGTH = 32
+MIN_EXPOSED_TOKEN_KINDS = 8
 GENERATE_TOKEN = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
+STRONG_TOKEN = (
+    f"a strong token (at least {MIN_EXPOSED_TOKEN_LENGTH} characters, at least "
+    f"{MIN_EXPOSED_TOKEN_KINDS} different ones), e.g. from {GENERATE_TOKEN}"
+)
 
 
 def admin_token_problem(
     host: str, token: str | None, allowed_host_names: Iterable[str] = ()
 ) -> str | None:
-    """Why the admin API would be open to guessing on ``host``, or None.
+    """Why the admin API would be open to guessing or to anyone, or None.
 
-    On loopback no token is needed; beyond it, a token is required and must be long
-    enough that guessing it is hopeless ("token" and "a" were accepted before). A Host
-    allow-list of "*" without a token lets any web page reach it by DNS rebinding.
+    Served on loopback only, no token is needed. Bound beyond loopback, or answering a
+    Host name that is not loopback (a reverse proxy publishes it: the gateway sees only
+    the proxy's loopback connection), or any Host ("*", reachable by DNS rebinding), it
+    needs a strong token ("token", "a" and 24 times "k" were accepted before).
     """
-    if "*" in allowed_host_names and not token:
-        return (
-            'server.allowed_hosts is "*" and admin.token is not set, so any web page can '
-            "reach the admin API through a DNS name that resolves here: list the host names, "
-            f"or set GATEWAY_ADMIN__TOKEN ({GENERATE_TOKEN})"
+    names = [*allowed_host_names]
+    if "*" in names:
+        where = (
+            'server.allowed_hosts is "*", so any web page can reach the admin API through '
+            "a DNS name that resolves here"
         )
-    if is_loopback(host):
-        return None
+    elif not is_loopback(host):
+        where = f"server.host is {host!r}, which is reachable from other machines"
+    else:
+        public = [name for name in names if not is_loopback(host_name(name))]
+        if not public:
+            return None
+        where = (
+            f"server.allowed_hosts lists {public[0][:100]!r}, so a reverse proxy publishes "
+            "the admin API"
+        )
     if not token:
-        return (
-            f"server.host is {host!r}, which is reachable from other machines, and "
-            "admin.token is not set: set GATEWAY_ADMIN__TOKEN (or [admin] token) to a long "
-            f"random string ({GENERATE_TOKEN}), or bind 127.0.0.1"
-        )
-    if len(token) < MIN_EXPOSED_TOKEN_LENGTH:
-        return (
-            f"admin.token is {len(token)} characters, too short for server.host {host!r}, "
-            f"which is reachable from other machines: use at least {MIN_EXPOSED_TOKEN_LENGTH}, "
-            f"e.g. from {GENERATE_TOKEN}, in GATEWAY_ADMIN__TOKEN"
-        )
-    return None
+        weakness = "admin.token is not set"
+    elif len(token) < MIN_EXPOSED_TOKEN_LENGTH:
+        weakness = f"admin.token is only {len(token)} characters"
+    elif len(set(token)) < MIN_EXPOSED_TOKEN_KINDS:
+        weakness = f"admin.token uses only {len(set(token))} distinct characters"
+    else:
+        return None
+    return (
+        f"{where}, and {weakness}: set GATEWAY_ADMIN__TOKEN (or [admin] token) to "
+        f"{STRONG_TOKEN}, or bind 127.0.0.1 and list only loopback names in server.allowed_hosts"
+    )
 
 
 class ProtocolErrorLog(logging.LoggerAdapter[logging.Logger]):
@@ -311,6 +312,7 @@ class HttpServer:
             client_max_size=client_max_size,
             middlewares=[
                 allowed_hosts(names),
+                refuse_duplicate_user_header,
                 same_origin,
                 json_errors,  # outside require_admin: its session lookup may find Redis down
                 require_admin(self.admin_token),

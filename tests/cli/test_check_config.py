@@ -32,6 +32,19 @@ def test_the_admin_api_exposed_without_a_token(tmp_path: Path) -> None:
     assert "secrets.token_urlsafe(32)" in problem
 
 
+def test_a_public_host_name_without_a_strong_token(tmp_path: Path) -> None:
+    """Behind a reverse proxy the gateway binds loopback, yet the admin API is public."""
+    public = {"GATEWAY_SERVER__ALLOWED_HOSTS": '["localhost", "chat.example.com"]'}
+    for weak in ({}, {"GATEWAY_ADMIN__TOKEN": "token"}):
+        out = gateway("check-config", cwd=tmp_path, env={**public, **weak})
+        assert out.returncode == 2
+        [problem] = problems_of(out.stderr)
+        assert "'chat.example.com'" in problem
+        assert "at least 32 characters" in problem
+    out = gateway("check-config", cwd=tmp_path, env={**public, "GATEWAY_ADMIN__TOKEN": TOKEN})
+    assert out.returncode == 0, out.stderr
+
+
 def test_any_host_allowed_without_a_token(tmp_path: Path) -> None:
     out = gateway("check-config", cwd=tmp_path, env={"GATEWAY_SERVER__ALLOWED_HOSTS": '["*"]'})
     assert out.returncode == 2
