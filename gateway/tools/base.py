@@ -29,10 +29,12 @@ class ToolPreview:
     risk: Risk | None = None
     # Set when the call is refused outright (e.g. SQL the parser cannot read).
     error: str | None = None
-    # Why the tool cannot be sure what the call touches (SQL: an opaque command, several
-    # statements). Fail closed: the policy never runs it unasked, and every condition on
-    # what it touches (a rule's ``tables``) holds (tools/policy.py).
-    unreadable: str | None = None
+    # Set when the call must not run without a person whatever its level says: the tool
+    # cannot vouch for what it does (SQL calling a function off the allow-list, an opaque
+    # command, several statements). Fail closed (tools/policy.py): auto/notify become
+    # confirm, every rule's ``tables`` condition holds, no rule lowers its risk, and no
+    # grant covers it (tools/runner.py).
+    hold: str | None = None
 
 
 class ToolArgumentsError(ValueError):

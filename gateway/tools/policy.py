@@ -18,11 +18,11 @@ preview (SQL: parsed statement), else the tool's declared risk. Four-eyes (the r
 may reject but not approve) follows the most specific rule that sets ``four_eyes``, else
 the risk: ``four_eyes_risks`` and ``four_eyes_for_critical``.
 
-A call the tool cannot fully read (``ToolPreview.unreadable``: SQL the parser kept as an
-opaque command, several statements) fails closed: every rule's ``tables`` condition holds
-for it (so a table ``deny`` denies it), it is never ``auto`` or ``notify`` (``confirm``
-instead), and no rule lowers its risk below the tool's or turns off the four-eyes that risk
-brings.
+A call whose preview says it must be held (``ToolPreview.hold``: SQL calling a function
+not on the allow-list, SQL the parser kept as an opaque command, several statements) fails
+closed: it is ``confirm`` where the level would be ``auto`` or ``notify``, every rule's
+``tables`` condition holds for it (so a table ``deny`` denies it), and no rule lowers its
+risk below the tool's or turns off the four-eyes that risk brings.
 """
 
 from __future__ import annotations
@@ -224,7 +224,7 @@ class Policy:
                 continue
             if not all(
                 # What the tool cannot read may touch any table: every table rule matches.
-                (k == "tables" and preview.unreadable is not None)
+                (k == "tables" and preview.hold is not None)
                 or condition_holds(facts.get(k, _MISSING), c)
                 for k, c in rule.spec.sql.items()
             ):
@@ -253,6 +253,9 @@ class Policy:
             rule = with_level.label
         else:
             level, rule = self._default_level(tool)
+        if preview.hold and level in ("auto", "notify"):
+            # Running it would have an effect nobody approved (issue 22): ask instead.
+            level, rule = "confirm", preview.hold
 
         risk_from = next((r for r in matched if r.spec.risk is not None), None)
         risk_rule: str | None = None
@@ -268,11 +271,9 @@ class Policy:
             four_eyes = bool(eyes_from.spec.four_eyes)
         else:
             four_eyes = risk in self._four_eyes
-        if preview.unreadable is not None:
-            # Fail closed: table rules matched it only because its tables are unknown, so
-            # none of them may make it laxer than the tool's own reading of it.
-            if level in ("auto", "notify"):
-                level, rule = "confirm", f"unreadable ({preview.unreadable}): never auto"
+        if preview.hold is not None:
+            # Fail closed: table rules matched it only because what it touches is unknown,
+            # so none of them may make it laxer than the tool's own reading of it.
             least = preview.risk or tool.risk
             if RISK_ORDER[risk] < RISK_ORDER[least]:
                 risk, risk_rule = least, None

@@ -108,9 +108,9 @@ class SqlStatement:
     # An UPDATE/DELETE anywhere in the statement has no effective WHERE.
     unbounded: bool = False
     # The parser could not fully read it (sqlglot kept it as an opaque command): its tables
-    # and effect are unknown. Fail closed: critical, never auto, matches every table rule.
-    # The hook for anything else the gateway cannot read (e.g. a function off the
-    # allow-list): set it and the policy treats the statement the same way.
+    # and effect are unknown. Fail closed: critical, and held (SqlAnalysis.unreadable), so
+    # never auto and matched by every table rule. (A function off the allow-list holds a
+    # statement the same way, from gateway/tools/sql_functions.py, without making it opaque.)
     opaque: bool = False
     # The clock/random/session function the rows it changes depend on, if any.
     volatile: str | None = None
@@ -121,6 +121,11 @@ class SqlAnalysis:
     text: str
     statements: tuple[SqlStatement, ...] = ()
     error: str | None = None
+
+    @property
+    def source(self) -> str:
+        """The text analyze_sql parsed: the statements' node positions index into it."""
+        return self.text.strip()
 
     @property
     def read_only(self) -> bool:
@@ -137,13 +142,13 @@ class SqlAnalysis:
 
     @property
     def unreadable(self) -> str | None:
-        """Why the gateway cannot be sure what this text touches, if it cannot: then it is
-        never ``auto`` and matches every table rule (tools/policy.py)."""
+        """Why the gateway cannot be sure what this text touches, if it cannot: the call is
+        then held (ToolPreview.hold: never auto, matched by every table rule)."""
         opaque = [s.sql.split(None, 1)[0].upper() for s in self.statements if s.opaque]
         if opaque:
-            return f"opaque statement {opaque[0]}"
+            return texts.opaque_statement(opaque[0])
         if len(self.statements) > 1:
-            return f"{len(self.statements)} statements"
+            return texts.several_statements(len(self.statements))
         return None
 
     @property

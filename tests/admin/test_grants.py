@@ -88,17 +88,17 @@ async def test_an_admin_call_grant_covers_exactly_that_call_until_revoked(
 ) -> None:
     same = "/sql DELETE FROM orders WHERE id = 6"
     cid = await ask(admin, "exact", "alice", same)
-    body = {"decision": "approve", "grant": {"scope": "call", "minutes": 60}}
+    body = {"decision": "approve", "actor": "oncall", "grant": {"scope": "call", "minutes": 60}}
     async with admin.post(f"/api/confirmations/{cid}/decision", json=body) as resp:
         assert resp.status == 200
         grant = (await resp.json())["grant"]
-    assert grant["scope"] == "call" and grant["granted_by"] == "admin"
+    assert grant["scope"] == "call" and grant["granted_by"] == "oncall"
 
     # The exact same call, by someone else in another room: runs without asking.
     async with aiohttp.ClientSession(base_url=base_url(gateway)) as http:
         ws = await http.ws_connect("/ws?session=elsewhere&user=carol")
         await ws.send_json({"type": "message", "text": same})
-        await next_frame(ws, said("✅ 已按 admin 的授权"))
+        await next_frame(ws, said("✅ 已按 oncall 的授权"))
         # Other arguments are asked for.
         await ws.send_json({"type": "message", "text": "/sql DELETE FROM orders WHERE id = 7"})
         await next_frame(ws, is_kind("confirmation", "pending"))
@@ -129,11 +129,15 @@ async def test_a_grant_on_a_reject_or_a_bad_length_is_refused(
     gateway: Gateway, admin: aiohttp.ClientSession
 ) -> None:
     cid = await ask(admin, "nogrant", "alice", "/sql DELETE FROM orders WHERE id = 8")
-    body = {"decision": "approve", "grant": {"scope": "session", "minutes": 100000}}
+    body = {
+        "decision": "approve",
+        "actor": "oncall",
+        "grant": {"scope": "session", "minutes": 100000},
+    }
     async with admin.post(f"/api/confirmations/{cid}/decision", json=body) as resp:
         assert resp.status == 400
         assert (await resp.json())["field"] == "grant"
-    body = {"decision": "reject", "grant": {"scope": "session", "minutes": 30}}
+    body = {"decision": "reject", "actor": "oncall", "grant": {"scope": "session", "minutes": 30}}
     async with admin.post(f"/api/confirmations/{cid}/decision", json=body) as resp:
         answer = await resp.json()
     assert answer["confirmation"]["status"] == "rejected"

@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from gateway import texts
 from gateway.confirm.model import Risk
 from tests.policy.conftest import Decide
 from tests.webchat.support import base_url, eventually, make_settings, running_gateway
@@ -60,7 +61,7 @@ async def test_a_table_rule_never_makes_an_unreadable_statement_laxer(decide: De
     }
     d = await decide(lax, "sql_modify", {"sql": OPAQUE[0]})
     assert (d.level, d.risk, d.four_eyes) == ("confirm", Risk.CRITICAL, True)
-    assert "never auto" in d.rule
+    assert d.rule == texts.opaque_statement("REPLACE")
     # A statement it can read is not touched by the rule.
     d = await decide(lax, "sql_modify", {"sql": "DELETE FROM orders WHERE id = 1"})
     assert (d.level, d.risk) == ("confirm", Risk.MEDIUM)
@@ -71,7 +72,7 @@ async def test_several_statements_are_never_auto(decide: Decide, levels: dict[st
     policy = {"levels": levels}
     d = await decide(policy, "sql_query", {"sql": "SELECT * FROM orders; SELECT 1"})
     assert d.level == "confirm"
-    assert "2 statements" in d.rule
+    assert d.rule == texts.several_statements(2)
     assert (await decide(policy, "sql_query", {"sql": "SELECT * FROM orders"})).level != "confirm"
 
 
@@ -111,4 +112,4 @@ async def test_through_the_web_chat_several_queries_are_asked_for(tmp_path: Path
         await say(http, "batch", "alice", "/sql SELECT * FROM orders; SELECT 1")
         asked = await wait_for_kind(http, "batch", "confirmation", "pending")
         assert asked["confirmation"]["tool_call"]["name"] == "sql_query"
-        assert "never auto" in asked["confirmation"]["details"]["policy_rule"]
+        assert asked["confirmation"]["details"]["policy_rule"] == texts.several_statements(2)

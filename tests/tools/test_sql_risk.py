@@ -1,6 +1,6 @@
 """Risk from the effect (issue 22): an UPDATE/DELETE that changes every row of its table is
 critical however its WHERE is spelled, and so is one whose rows depend on the clock,
-randomness or session state; what the parser cannot read is critical and unreadable.
+randomness or session state; what the parser cannot read is critical and held.
 
 SQLite, the local PostgreSQL (both ways of sizing a table: COUNT(*) and the planner's
 estimate) and MariaDB; each test has its own table (tests/tools/test_sql_tools.py).
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from gateway import texts
 from gateway.confirm.model import Risk
 from gateway.tools.sql import SqlDatabase, SqlModifyTool
 from gateway.tools.sql_analysis import affects_every_row, analyze_sql
@@ -197,7 +198,7 @@ def test_an_opaque_command_is_critical_and_unreadable(dialect: str, sql: str) ->
 
 
 def test_several_statements_are_unreadable() -> None:
-    assert analyze_sql("SELECT 1; SELECT 2", "sqlite").unreadable == "2 statements"
+    assert analyze_sql("SELECT 1; SELECT 2", "sqlite").unreadable == texts.several_statements(2)
     assert analyze_sql("SELECT 1", "sqlite").unreadable is None
 
 
@@ -206,4 +207,4 @@ async def test_an_opaque_command_is_previewed_as_critical(db: Db) -> None:
     p = await preview(SqlModifyTool(db.sql), f"REPLACE INTO {db.table} VALUES (1, 'x', 1, 0)")
     assert p.error is None
     assert p.risk is Risk.CRITICAL
-    assert p.unreadable is not None
+    assert p.hold == texts.opaque_statement("REPLACE")
