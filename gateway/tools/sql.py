@@ -422,7 +422,7 @@ class SqlModifyTool(_SqlTool):
         written: set[str] = set()
         # Risk from the effect, not the spelling (issue 22: "WHERE id = id" was medium): an
         # UPDATE/DELETE that changes every row of its table, or whose rows could not be
-        # counted, is critical like one without WHERE (docs/model.md, "Risk").
+        # counted, is critical like one without WHERE (docs/model.md, "Risk from the effect").
         effect: str | None = None
         blocked = self.db.functions.disallowed(
             (s.expression for s in analysis.statements), analysis.source

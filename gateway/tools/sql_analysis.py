@@ -197,9 +197,9 @@ class SqlAnalysis:
 
 def affects_every_row(affected: int, total: int, *, estimated: bool) -> bool:
     """Whether an UPDATE/DELETE counted to change ``affected`` rows changes every row of a
-    table holding ``total`` (docs/model.md, "Risk"): all rows of a table of two rows or more;
-    against PostgreSQL's planner estimate (big tables), 90% of it, as the estimate drifts by
-    up to autovacuum's 10% between ANALYZE runs."""
+    table holding ``total`` (docs/model.md, "Risk from the effect"): all rows of a table of
+    two rows or more; against PostgreSQL's planner estimate (big tables), 90% of it, as the
+    estimate drifts by up to autovacuum's 10% between ANALYZE runs."""
     if estimated:
         return affected >= 0.9 * total
     return total >= 2 and affected >= total
