@@ -14,6 +14,7 @@ from config.settings import Settings
 from gateway.app import Gateway
 from gateway.bus import InboundMessage, OutboundKind, OutboundMessage
 from gateway.confirm.model import Confirmation, Status
+from gateway.confirm.service import ConfirmationService
 from gateway.inbox import MemoryInbox
 
 
@@ -153,6 +154,35 @@ async def wait_record(
         if time.monotonic() > deadline:
             raise AssertionError(f"{confirmation_id}: timed out waiting for {what}: {found}")
         await asyncio.sleep(0.02)
+
+
+class ShiftedClock:
+    """Now as a gateway built with ``clock=`` reads it: the wall clock plus an offset the
+    test moves, so a confirmation's deadline passes when the test says (``pass_deadline``),
+    not when a loaded machine gets there. Keep the configured timeout long."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+
+async def pass_deadline(
+    service: ConfirmationService, clock: ShiftedClock, confirmation_id: str
+) -> None:
+    """Let a pending confirmation's deadline pass, as if its timeout had gone by.
+
+    The clock moves past the record's ``expires_at`` and the service's deadline timer is
+    handed the call again (``Deadlines.arm`` fires at once for a time that has passed): the
+    expiry then runs the path a real timeout takes. The call must be waiting for its
+    deadline (pending, asked in this process).
+    """
+    record = await service.get(confirmation_id)
+    assert record is not None and record.status is Status.PENDING, record
+    assert confirmation_id in service.deadlines, f"{confirmation_id} has no deadline armed"
+    clock.offset += max(0.0, record.expires_at - clock()) + 1.0
+    service.deadlines.arm(confirmation_id, record.expires_at)
 
 
 def order_ids(settings: Settings) -> list[int]:

@@ -31,7 +31,7 @@ from tests.channels.feishu.conftest import (
     wait_until,
 )
 from tests.fakes.feishu import FakeFeishu, RecordedRequest, card_action_event, message_event
-from tests.support import wait_record
+from tests.support import ShiftedClock, pass_deadline, wait_record
 
 BOB = "ou_bob"
 CAROL = "ou_carol"
@@ -176,10 +176,9 @@ async def test_critical_call_reaches_approvers_and_expiry_updates_every_copy(
 ) -> None:
     from gateway.app import build
 
-    settings = make_settings(
-        tmp_path, fake, approvers=[BOB, ALICE], confirmation={"timeout_seconds": 1.0}
-    )
-    async with await build(settings) as gw:
+    settings = make_settings(tmp_path, fake, approvers=[BOB, ALICE])
+    clock = ShiftedClock()  # the deadline passes once the copies are out, not on a timer
+    async with await build(settings, clock=clock) as gw:
         await fake.wait_connected()
         fake.send_frame(group_msg(ALICE, "/sql DELETE FROM orders"))
         [conf] = await wait_pending(gw)
@@ -187,6 +186,9 @@ async def test_critical_call_reaches_approvers_and_expiry_updates_every_copy(
         bob_copy = await fake.wait_request(lambda r: r in fake.direct_sends(BOB), what="copy")
         assert fake.direct_sends(ALICE) == []  # the requester is not sent a copy
         assert texts.GRANT_BUTTON not in card_text(bob_copy.content)  # never on critical calls
+        await wait_record(gw, conf.id, lambda c: len(c.prompt_refs) == 2, what="refs")
+        assert gw.confirmations is not None
+        await pass_deadline(gw.confirmations, clock, conf.id)
         await wait_status(gw, conf.id, Status.EXPIRED)
         assert bob_copy.message_id is not None
         await wait_until(

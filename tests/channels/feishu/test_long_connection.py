@@ -23,6 +23,7 @@ from tests.channels.feishu.conftest import (
     wait_until,
 )
 from tests.fakes.feishu import FakeFeishu, card_action_event, message_event
+from tests.support import ShiftedClock, pass_deadline, wait_record
 
 P2P = "oc_p2p_alice"
 GROUP = "oc_group_1"
@@ -237,14 +238,18 @@ async def test_reconnects_after_the_server_drops_the_connection(
 async def test_timeout_patches_open_card_to_expired(tmp_path, fake: FakeFeishu) -> None:  # type: ignore[no-untyped-def]
     from tests.channels.feishu.conftest import make_settings
 
-    settings = make_settings(tmp_path, fake, confirmation={"timeout_seconds": 0.5})
-    async with await build(settings) as gw:
+    settings = make_settings(tmp_path, fake)
+    clock = ShiftedClock()  # the deadline passes once the card is out, not on a timer
+    async with await build(settings, clock=clock) as gw:
         await fake.wait_connected()
         fake.send_frame(
             message_event(chat_id=P2P, sender=ALICE, text="/sql DELETE FROM orders WHERE id = 6")
         )
         [conf] = await wait_pending(gw)
         send = await fake.wait_request(lambda r: r in card_sends(fake), what="card send")
+        await wait_record(gw, conf.id, lambda c: bool(c.prompt_refs), what="the card's ref")
+        assert gw.confirmations is not None
+        await pass_deadline(gw.confirmations, clock, conf.id)
         await wait_status(gw, conf.id, Status.EXPIRED)
         patch = await fake.wait_request(
             lambda r: r.op == "patch" and r.message_id == send.message_id, what="card patch"
