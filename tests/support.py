@@ -171,18 +171,30 @@ class ShiftedClock:
 async def pass_deadline(
     service: ConfirmationService, clock: ShiftedClock, confirmation_id: str
 ) -> None:
-    """Let a pending confirmation's deadline pass, as if its timeout had gone by.
-
-    The clock moves past the record's ``expires_at`` and the service's deadline timer is
-    handed the call again (``Deadlines.arm`` fires at once for a time that has passed): the
-    expiry then runs the path a real timeout takes. The call must be waiting for its
-    deadline (pending, asked in this process).
-    """
+    """Let a pending confirmation's deadline pass, as if its timeout had gone by: the
+    clock moves one second past its ``expires_at`` (``pass_time``)."""
     record = await service.get(confirmation_id)
-    assert record is not None and record.status is Status.PENDING, record
-    assert confirmation_id in service.deadlines, f"{confirmation_id} has no deadline armed"
-    clock.offset += max(0.0, record.expires_at - clock()) + 1.0
-    service.deadlines.arm(confirmation_id, record.expires_at)
+    assert record is not None, confirmation_id
+    await pass_time(service, clock, record.expires_at - clock() + 1.0, [confirmation_id])
+
+
+async def pass_time(
+    service: ConfirmationService, clock: ShiftedClock, seconds: float, confirmation_ids: list[str]
+) -> None:
+    """``seconds`` go by: the clock moves on, and the service's deadline timer is handed
+    each listed call again from its stored ``expires_at`` (``Deadlines.arm``; a time that
+    has passed fires at once), all in one step, as its loop timer would have them by then.
+    The expiries then take the path a real timeout takes. Each call must be pending and
+    waiting for its deadline in this process.
+    """
+    records = [await service.get(cid) for cid in confirmation_ids]
+    for cid, record in zip(confirmation_ids, records, strict=True):
+        assert record is not None and record.status is Status.PENDING, record
+        assert cid in service.deadlines, f"{cid} has no deadline armed"
+    clock.offset += max(0.0, seconds)
+    for record in records:  # no await in between: armed at one instant
+        assert record is not None
+        service.deadlines.arm(record.id, record.expires_at)
 
 
 def order_ids(settings: Settings) -> list[int]:
