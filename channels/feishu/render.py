@@ -34,8 +34,18 @@ STATUS_TEMPLATES = {
 _MARKDOWN = re.compile(r"(^#{1,6}\s|^\s*[-*]\s|^\s*\d+\.\s|```|\*\*|\[[^\]]+\]\([^)]+\))", re.M)
 
 
+# An @ tag: Feishu reads it in text messages and md elements alike, so a value a reply
+# quotes (a table name, a row, a tool result) could ping the whole group (issue 22).
+_AT_TAG = re.compile(r"<(\s*/?\s*at\b)", re.IGNORECASE)
+
+
 def message_content(text: str) -> tuple[str, str]:
-    """(msg_type, content JSON string) for a normal reply: post for Markdown, else text."""
+    """(msg_type, content JSON string) for a normal reply: post for Markdown, else text.
+
+    The agent's reply may be Markdown, never a mention: an @ tag in it is shown with a
+    full-width ``＜`` instead of read (``＜at user_id="all">``).
+    """
+    text = _AT_TAG.sub(r"＜\1", text)
     if _MARKDOWN.search(text):
         post = {"zh_cn": {"title": "", "content": [[{"tag": "md", "text": text}]]}}
         return "post", json.dumps(post, ensure_ascii=False)

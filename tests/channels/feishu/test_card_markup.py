@@ -98,3 +98,26 @@ async def test_a_table_name_and_a_reason_with_markup_stay_text(
     sent = outcome()
     assert sent is not None
     assert any(REASON in text for text in sent_post_texts(sent))
+
+
+async def test_a_reply_quoting_a_mention_does_not_ping(
+    gateway: Gateway, fake: FakeFeishu, settings: Settings
+) -> None:
+    """A query result (an agent's reply, sent as a text message or a Markdown post) that
+    holds a value written as an @-all tag shows it, and mentions nobody."""
+    with sqlite3.connect(settings.data_dir / "demo.db") as db:
+        db.execute("CREATE TABLE notes (body TEXT)")
+        db.execute("""INSERT INTO notes VALUES ('<at user_id="all"></at> hello')""")
+    fake.send_frame(message_event(chat_id=P2P, sender=ALICE, text="/sql SELECT body FROM notes"))
+
+    def answer() -> RecordedRequest | None:
+        for r in fake.requests_for("create", "reply"):
+            if "hello" in json.dumps(r.content, ensure_ascii=False):
+                return r
+        return None
+
+    await wait_until(lambda: answer() is not None, what="the query's answer")
+    sent = answer()
+    assert sent is not None
+    shown = json.dumps(sent.content, ensure_ascii=False)
+    assert "<at" not in shown and 'at user_id=\\"all\\"' in shown, shown

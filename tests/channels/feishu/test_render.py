@@ -111,6 +111,14 @@ def test_plain_text_stays_text_markdown_becomes_post() -> None:
     assert json.loads(content)["zh_cn"]["content"][0][0]["tag"] == "md"
 
 
+def test_a_reply_never_mentions() -> None:
+    # Issue 22: a reply quoting a value (a table name, a row) must not ping the group.
+    for text in ('rows: <at user_id="all"></at>', '**x** < AT id=all>all</at>'):
+        _, content = message_content(text)
+        assert "<at" not in content.lower() and "< at" not in content.lower(), content
+        assert "＜" in content
+
+
 def test_plain_content_is_text_elements_whatever_the_text() -> None:
     # A text message is not plain: Feishu reads <at user_id="all"> and links in it.
     kind, content = plain_content('**x** <at user_id="all"></at>\n[l](http://x)')
