@@ -113,7 +113,7 @@ def test_plain_text_stays_text_markdown_becomes_post() -> None:
 
 def test_a_reply_never_mentions() -> None:
     # Issue 22: a reply quoting a value (a table name, a row) must not ping the group.
-    for text in ('rows: <at user_id="all"></at>', '**x** < AT id=all>all</at>'):
+    for text in ('rows: <at user_id="all"></at>', "**x** < AT id=all>all</at>"):
         _, content = message_content(text)
         assert "<at" not in content.lower() and "< at" not in content.lower(), content
         assert "＜" in content
