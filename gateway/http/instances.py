@@ -1,7 +1,7 @@
 """Instance / replica health: this process, every process the store knows, and the store.
 
 ``GET /api/instances`` (admin, like all of ``/api``) and the admin page's health panel
-(gateway/http/health_html.py) read the same report, so the page shows what the API says.
+(gateway/http/templates/health.html) read the same report, so the page shows what the API says.
 An instance is alive while its heartbeat is younger than the lease
 (``Instance.alive``); a dead one stays listed until a live instance has adopted what it
 left and forgotten it (gateway/confirm/replicas.py).

@@ -191,3 +191,11 @@ async def test_policy_tester_says_what_the_cli_says(admin: aiohttp.ClientSession
         assert "sql_modify" in (await resp.json())["error"]
     async with admin.post("/api/policy/test", json={"tool": "sql_modify", "args": {}}) as resp:
         assert resp.status == 422
+
+
+def test_every_template_escapes_what_it_shows() -> None:
+    """Autoescape does the escaping (issue 23): no template may switch it off for a value."""
+    templates = Path(__file__).resolve().parents[2] / "gateway" / "http" / "templates"
+    for template in templates.glob("*.html"):
+        text = template.read_text(encoding="utf-8").replace(" ", "")
+        assert "|safe" not in text and "autoescapefalse" not in text, template.name
