@@ -45,11 +45,13 @@ from gateway.http.jsonapi import (
     read_body,
     validate,
 )
+from gateway.http.openapi import BAD, Reply, Route, serve
+from gateway.http.openapi_models import Error, ReplyReading
 from gateway.http.server import ADMIN_COOKIE, admin_person
 from gateway.http.sessions import ADMIN_SESSIONS, AdminSessions, LoginLimiter
 from gateway.tools.base import ToolArgumentsError, ToolRegistry
 from gateway.tools.policy import Policy
-from gateway.tools.policy_check import UnknownToolError, explain
+from gateway.tools.policy_check import PolicyReport, UnknownToolError, explain
 
 log = structlog.get_logger(__name__)
 
@@ -150,8 +152,17 @@ class AdminPage:
         app.router.add_get("/admin/part/{name}", self.part)
         app.router.add_get("/admin/confirmations/{id}", self.detail)
         app.router.add_get("/admin/static/{name}", self.static)
-        app.router.add_post("/api/replies/test", self.test_reply)
-        app.router.add_post("/api/policy/test", self.test_policy)
+        serve(app, (
+            Route("post", "/api/replies/test", self.test_reply,
+                  "how a chat reply would be read with the keywords in force",
+                  {200: Reply("the reading", ReplyReading), 400: BAD}, body=ReplyTestBody),
+            Route("post", "/api/policy/test", self.test_policy,
+                  "how the policy would decide a call (nothing runs); as `gateway policy test`",
+                  {200: Reply("the decision", PolicyReport), 400: BAD,
+                   404: Reply("no such tool", Error),
+                   422: Reply("arguments the tool refuses", Error)},
+                  body=PolicyTestBody),
+        ))  # fmt: skip
 
     def actor(self, request: web.Request) -> str | None:
         """Who the page acts as: the login proxy's name for them, else the login's name;
