@@ -24,7 +24,6 @@ import aiohttp_jinja2
 import jinja2
 import structlog
 from aiohttp import web
-from markupsafe import Markup
 
 from config.keywords import KeywordStore
 from gateway import texts
@@ -49,6 +48,7 @@ from gateway.http.openapi import BAD, Reply, Route, serve
 from gateway.http.openapi_models import Error, ReplyReading
 from gateway.http.server import ADMIN_COOKIE, admin_person
 from gateway.http.sessions import ADMIN_SESSIONS, AdminSessions, LoginLimiter
+from gateway.texts.labels import label_functions
 from gateway.tools.base import ToolArgumentsError, ToolRegistry
 from gateway.tools.policy import Policy
 from gateway.tools.policy_check import PolicyReport, UnknownToolError, explain
@@ -70,17 +70,6 @@ PAGE_HEADERS = {
 HISTORY_LIMIT = 100
 MAX_TOKEN_FIELD = 1024
 PARTS = ("pending", "history", "grants", "health", "keywords")
-
-
-def bi(key: str, **fields: object) -> Markup:
-    """A label of texts.ADMIN_LABELS: Chinese first, English beside it (both escaped)."""
-    zh, en = texts.ADMIN_LABELS[key]
-    return Markup('{} <span class="en">{}</span>').format(zh.format(**fields), en.format(**fields))
-
-
-def plain(key: str, sep: str = " ") -> str:
-    """A label as one string, for an attribute or a title."""
-    return sep.join(texts.ADMIN_LABELS[key])
 
 
 def clock(at: float | None) -> str:
@@ -105,8 +94,7 @@ def setup_templates(app: web.Application) -> jinja2.Environment:
         filters={"as_json": as_json},
     )
     env.globals.update(
-        bi=bi,
-        plain=plain,
+        label_functions(texts.ADMIN_LABELS),
         clock=clock,
         statuses=[s.value for s in Status],
         asks_approvers_directly=asks_approvers_directly,

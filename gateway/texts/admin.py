@@ -1,7 +1,8 @@
 """What the /admin page shows: its labels, as (Chinese, English) pairs.
 
 The page's templates (gateway/http/templates/) show a label as 中文 with the English
-beside it, set apart (``bi``), or as one plain string in an attribute (``plain``);
+beside it, set apart (``bi``), or as one plain string in an attribute (``plain``): see
+gateway/texts/labels.py;
 ``{name}`` fields are filled there.
 """
 
@@ -69,6 +70,8 @@ ADMIN_LABELS: dict[str, tuple[str, str]] = {
     "cancel_list": ("取消", "cancel"),
     "file": ("文件", "file"),
     "add": ("添加", "Add"),
+    "word_example": ("好的", "sure"),
+    "reply_example": ("确认 K7Q2", "ok K7Q2"),
     "reply_question": ("这句回复会怎样理解？", "How would this reply be read?"),
     "test": ("测试", "Test"),
     # one record
