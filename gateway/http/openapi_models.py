@@ -69,14 +69,6 @@ class Keywords(Answer):
     last_error: str | None = None
 
 
-class ReplyReading(Answer):
-    intent: Literal["confirm", "cancel", "unclear", "none"]
-    confirmation_id: str | None
-    matched: list[str] = Field(description="the decision words found")
-    reason: str | None = Field(description="a cancel's reason ('取消，太危险了')")
-    why: str
-
-
 class Health(Answer):
     status: str
 

@@ -24,12 +24,14 @@ import aiohttp_jinja2
 import jinja2
 import structlog
 from aiohttp import web
+from pydantic import TypeAdapter
 
 from config.keywords import KeywordStore
 from gateway import texts
 from gateway.confirm.direct import asks_approvers_directly, direct_recipients_told
 from gateway.confirm.grants import grant_offered
 from gateway.confirm.model import Status
+from gateway.confirm.replies import ParsedReply
 from gateway.confirm.service import ConfirmationService
 from gateway.http.admin import MAX_ID_LENGTH, search
 from gateway.http.identity import came_over_tls, client_address, identity_of
@@ -45,7 +47,7 @@ from gateway.http.jsonapi import (
     validate,
 )
 from gateway.http.openapi import BAD, Reply, Route, serve
-from gateway.http.openapi_models import Error, ReplyReading
+from gateway.http.openapi_models import Error
 from gateway.http.server import ADMIN_COOKIE, admin_person
 from gateway.http.sessions import ADMIN_SESSIONS, AdminSessions, LoginLimiter
 from gateway.texts.labels import label_functions
@@ -143,7 +145,7 @@ class AdminPage:
         serve(app, (
             Route("post", "/api/replies/test", self.test_reply,
                   "how a chat reply would be read with the keywords in force",
-                  {200: Reply("the reading", ReplyReading), 400: BAD}, body=ReplyTestBody),
+                  {200: Reply("the reading", ParsedReply), 400: BAD}, body=ReplyTestBody),
             Route("post", "/api/policy/test", self.test_policy,
                   "how the policy would decide a call (nothing runs); as `gateway policy test`",
                   {200: Reply("the decision", PolicyReport), 400: BAD,
@@ -288,15 +290,7 @@ class AdminPage:
         """How the gateway would read ``text`` as a reply to a prompt, with today's words."""
         body = await read_body(request, ReplyTestBody)
         parsed = self.confirmations.parser.parse(body.text)
-        return web.json_response(
-            {
-                "intent": parsed.intent.value,
-                "confirmation_id": parsed.confirmation_id,
-                "matched": list(parsed.matched),
-                "reason": parsed.reason,
-                "why": parsed.why,
-            }
-        )
+        return web.json_response(TypeAdapter(ParsedReply).dump_python(parsed, mode="json"))
 
     async def test_policy(self, request: web.Request) -> web.Response:
         """What ``gateway policy test`` prints, as JSON: nothing runs."""

@@ -1,9 +1,8 @@
 """What the /admin page shows: its labels, as (Chinese, English) pairs.
 
 The page's templates (gateway/http/templates/) show a label as 中文 with the English
-beside it, set apart (``bi``), or as one plain string in an attribute (``plain``): see
-gateway/texts/labels.py;
-``{name}`` fields are filled there.
+beside it, set apart (``bi``), or as one plain string in an attribute (``plain``), both
+from gateway/texts/labels.py; ``{name}`` fields are filled there.
 """
 
 from __future__ import annotations
