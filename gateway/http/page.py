@@ -95,8 +95,10 @@ def setup_templates(app: web.Application) -> jinja2.Environment:
         default_helpers=False,
         filters={"as_json": as_json},
     )
+    env.policies["json.dumps_kwargs"] = {"ensure_ascii": False}
     env.globals.update(
         label_functions(texts.ADMIN_LABELS),
+        script_texts={key: texts.ADMIN_LABELS[key] for key in texts.ADMIN_SCRIPT_LABELS},
         clock=clock,
         statuses=[s.value for s in Status],
         asks_approvers_directly=asks_approvers_directly,

@@ -14,6 +14,9 @@ ADMIN_LABELS: dict[str, tuple[str, str]] = {
     "log_in_to_decide": ("登录后才能决定", "log in to decide"),
     "log_out": ("退出", "Log out"),
     "offline": ("未连接", "offline"),
+    "live": ("实时", "live"),
+    "bad_json": ("参数不是合法 JSON", "the arguments are not valid JSON"),
+    "not_an_object": ("参数须为 JSON 对象", "the arguments must be a JSON object: {...}"),
     "log_in": ("登录", "Log in"),
     "known_as": ("登录代理认定你是", "the login proxy says you are"),
     "your_name": ("你的名字（决定以此署名）", "Your name (decisions are recorded as yours)"),
@@ -103,6 +106,10 @@ ADMIN_LABELS: dict[str, tuple[str, str]] = {
     "started": ("启动于", "started"),
     "last_seen": ("上次心跳 {ago} 秒前", "last seen {ago} s ago"),
 }
+
+
+# What admin.js writes itself, given to it as JSON in the page.
+ADMIN_SCRIPT_LABELS = ("live", "offline", "bad_json", "not_an_object")
 
 
 def admin_line(key: str, **fields: object) -> str:

@@ -200,7 +200,8 @@ def test_every_template_escapes_what_it_shows_and_holds_no_words() -> None:
     The words are gateway/texts' (ADMIN_LABELS): a template holds no Chinese of its own."""
     root = Path(__file__).resolve().parents[2]
     pages = [*(root / "gateway" / "http" / "templates").glob("*.html")]
-    for template in [*pages, root / "channels" / "webchat" / "page.html"]:
+    scripts = [root / "gateway" / "http" / "static" / "admin.js"]
+    for template in [*pages, *scripts, root / "channels" / "webchat" / "page.html"]:
         text = template.read_text(encoding="utf-8")
         assert "|safe" not in text.replace(" ", ""), template.name
         assert "autoescape" not in text, template.name
