@@ -28,7 +28,11 @@ from aiohttp import web
 from cachetools import TTLCache
 from tenacity import RetryCallState
 
+from gateway.http.openapi import Reply, Route, serve
+from gateway.http.openapi_models import DeadLetters as DeadLettersAnswer
 from gateway.runtime import retrying
+
+DEAD_LETTERS = Reply("the dead letters, oldest first", DeadLettersAnswer)
 
 log = structlog.get_logger(__name__)
 
@@ -351,7 +355,8 @@ class DeadLetters:
 
     def register(self, app: web.Application) -> None:
         """Add the GET route (before the server starts: aiohttp freezes the router then)."""
-        app.router.add_get(self.path, self._serve)
+        summary = f"{self.channel} messages that could not be delivered"
+        serve(app, [Route("get", self.path, self._serve, summary, {200: DEAD_LETTERS})])
 
     async def _serve(self, _: web.Request) -> web.Response:
         return web.json_response(

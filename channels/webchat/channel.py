@@ -44,6 +44,7 @@ from gateway.confirm.grants import grant_offered
 from gateway.confirm.model import Decision
 from gateway.http.identity import identity_of
 from gateway.http.jsonapi import DEFAULT_MAX_JSON_DEPTH, ApiError, check_name
+from gateway.http.openapi import chat_routes, serve
 
 if TYPE_CHECKING:
     from config.channel_settings import WebChatSettings
@@ -106,8 +107,7 @@ class WebChatChannel(Channel):
         app.router.add_static("/static/", STATIC_DIR, show_index=False)
         sockets, rest = ChatSockets(self), ChatRest(self)
         app.router.add_get("/ws", sockets.websocket)
-        app.router.add_post("/api/chat/{session}/messages", rest.post_message)
-        app.router.add_get("/api/chat/{session}/messages", rest.get_messages)
+        serve(app, chat_routes(rest.post_message, rest.get_messages))
 
     async def start(self) -> None:
         self._started = True

@@ -1,25 +1,25 @@
-"""The web chat page: page.html filled with its words from gateway/texts (rendered once)."""
+"""The web chat page: the page.html template filled with its words from gateway/texts
+(rendered once), with autoescape like the /admin page."""
 
 from __future__ import annotations
 
-import html
-import json
 from pathlib import Path
-from string import Template
+
+import jinja2
 
 from gateway import texts
-
-TEMPLATE = Path(__file__).resolve().parent / "page.html"
+from gateway.texts.labels import label_functions
 
 
 def render_page() -> str:
     """The page with every label in place and the script's lines as JSON."""
-    fill: dict[str, str] = {}
-    for key, (zh, en) in texts.WEBCHAT_LABELS.items():
-        fill[key] = f'{html.escape(zh)} <span class="en">{html.escape(en)}</span>'
-        fill[f"{key}_plain"] = html.escape(f"{zh} / {en}")
-    fill["title_plain"] = html.escape(" · ".join(texts.WEBCHAT_LABELS["title"]))
-    # In a <script> element only "</" can end it early: escaped, the JSON reads the same.
-    script = json.dumps(texts.WEBCHAT_SCRIPT, ensure_ascii=False)
-    fill["script_texts"] = script.replace("</", "<\\/")
-    return Template(TEMPLATE.read_text(encoding="utf-8")).substitute(fill)
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(Path(__file__).resolve().parent),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+    )
+    env.policies["json.dumps_kwargs"] = {"ensure_ascii": False}
+    env.globals.update(label_functions(texts.WEBCHAT_LABELS))
+    # tojson escapes <, > and & inside the JSON: nothing in it can end the <script> early.
+    return env.get_template("page.html").render(script_texts=texts.WEBCHAT_SCRIPT)

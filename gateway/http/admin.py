@@ -37,7 +37,17 @@ from gateway.http.jsonapi import (
     read_body,
     read_query,
 )
-from gateway.http.openapi import openapi_document
+from gateway.http.openapi import BAD, ID, UNKNOWN_ID, Reply, Route, serve, serve_document
+from gateway.http.openapi_models import (
+    ConfirmationEvents,
+    ConfirmationList,
+    DecisionResult,
+    Error,
+    Health,
+    Keywords,
+    OneConfirmation,
+    Readiness,
+)
 from gateway.http.server import person_behind
 from gateway.metrics import Metrics
 from gateway.tools.edits import CallEditor, EditRefusedError
@@ -106,18 +116,72 @@ class AdminApi:
         self._streams: set[asyncio.Queue[ConfirmationEvent | None]] = set()
 
     def register(self, app: web.Application) -> None:
-        app.router.add_get("/healthz", self.healthz)
-        app.router.add_get("/readyz", self.readyz)
-        app.router.add_get("/metrics", self.get_metrics)
-        app.router.add_get("/api/openapi.json", self.openapi)
-        app.router.add_get("/api/confirmations", self.list_confirmations)
-        app.router.add_get("/api/confirmations/{id}", self.get_confirmation)
-        app.router.add_get("/api/confirmations/{id}/events", self.confirmation_events)
-        app.router.add_post("/api/confirmations/{id}/decision", self.decide)
-        app.router.add_get("/api/events", self.events)
-        app.router.add_get("/api/keywords", self.get_keywords)
-        app.router.add_put("/api/keywords", self.put_keywords)
-        app.router.add_post("/api/keywords/{list}", self.add_keyword)
+        serve(app, (
+            Route("get", "/healthz", self.healthz, "process is alive",
+                  {200: Reply("alive", Health)}),
+            Route("get", "/readyz", self.readyz,
+                  "all channels started and the confirmation store reachable",
+                  {200: Reply("ready", Readiness),
+                   503: Reply("not ready; channels and store say why", Readiness)}),
+            Route("get", "/metrics", self.get_metrics, "Prometheus metrics",
+                  {200: Reply("text exposition format", media="text/plain")}),
+            Route("get", "/api/openapi.json", serve_document, "this API as OpenAPI 3.1",
+                  {200: Reply("this document")}),
+            Route("get", "/api/confirmations", self.list_confirmations,
+                  "list confirmations, newest first",
+                  {200: Reply("the confirmations", ConfirmationList), 400: BAD},
+                  query=ConfirmationQuery),
+            Route("get", "/api/confirmations/{id}", self.get_confirmation, "one confirmation",
+                  {200: Reply("the record", OneConfirmation), 404: UNKNOWN_ID},
+                  path_params=ID),
+            Route("get", "/api/confirmations/{id}/events", self.confirmation_events,
+                  "the audit trail of one confirmation: every transition with its time",
+                  {200: Reply("the events, oldest first", ConfirmationEvents),
+                   404: UNKNOWN_ID},
+                  path_params=ID),
+            Route("post", "/api/confirmations/{id}/decision", self.decide,
+                  "approve (optionally with edited arguments) or reject as a named person "
+                  "(via=admin)",
+                  {200: Reply("decided; the final record", DecisionResult),
+                   400: BAD,
+                   403: Reply("four-eyes and the person deciding is the requester, or the "
+                              "edited call may not be approved (policy deny/manual); the "
+                              "record, still pending", DecisionResult),
+                   404: Reply("unknown id", DecisionResult),
+                   409: Reply("already decided or expired; the record", DecisionResult),
+                   422: Reply("no person named (field actor: required unless the login "
+                              "proxy's header or the /admin login names one), or the edited "
+                              "arguments do not fit the tool (field names the first bad one, "
+                              "arguments.sql); the call still waits", Error)},
+                  body=DecisionBody, path_params=ID,
+                  description="With arguments (approve only) the call runs with them instead "
+                  "of the asked ones: they are checked against the tool's schema and its "
+                  "preview, then the policy again; the chat, the audit trail (an edited event "
+                  "with before and after) and the model are told. See docs/http-api.md."),
+            Route("get", "/api/events", self.events,
+                  "server-sent events: confirmation.requested, .resolved, .executed (every "
+                  "replica's)",
+                  {200: Reply("an event stream", media="text/event-stream")},
+                  description="Each event's data is JSON: id, remote (made by another "
+                  "replica), status, actor, via, reason, session_key, tool and the whole "
+                  "confirmation."),
+            Route("get", "/api/keywords", self.get_keywords, "the confirm/cancel words in force",
+                  {200: Reply("words", Keywords)}),
+            Route("put", "/api/keywords", self.put_keywords,
+                  "replace both lists: validated, written to the file, applied now",
+                  {200: Reply("the new words", Keywords), 400: BAD,
+                   422: Reply("invalid word lists (empty, or a word in both)", Error)},
+                  body=KeywordsBody),
+            Route("post", "/api/keywords/{list}", self.add_keyword,
+                  "add one word to the confirm or cancel list, keeping the file's comments "
+                  "and order",
+                  {200: Reply("the words now in force", Keywords), 400: BAD,
+                   404: Reply("no such list (use confirm or cancel)", Error),
+                   409: Reply("the word is already in that list; nothing changed", Error),
+                   422: Reply("the word is in the other list", Error)},
+                  body=KeywordBody,
+                  path_params={"list": {"type": "string", "enum": ["confirm", "cancel"]}}),
+        ))  # fmt: skip
         app.on_shutdown.append(self._close_streams)
 
     # ------------------------------------------------------------------ health
@@ -151,9 +215,6 @@ class AdminApi:
         return web.Response(
             body=self.metrics.render(), headers={"Content-Type": "text/plain; version=0.0.4"}
         )
-
-    async def openapi(self, _: web.Request) -> web.Response:
-        return web.json_response(openapi_document())
 
     # ------------------------------------------------------------------ confirmations
 

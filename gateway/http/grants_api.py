@@ -14,6 +14,8 @@ from gateway.bus import MessageBus, OutboundMessage
 from gateway.confirm.grants import Grant, GrantBook
 from gateway.confirm.service import ConfirmationService
 from gateway.http.jsonapi import ApiError, RevokeBody, read_body
+from gateway.http.openapi import ID, UNKNOWN_ID, Reply, Route, serve
+from gateway.http.openapi_models import Error, GrantList, OneGrant
 from gateway.http.server import person_behind
 
 log = structlog.get_logger(__name__)
@@ -29,9 +31,18 @@ class GrantsApi:
         self.confirmations = confirmations
 
     def register(self, app: web.Application) -> None:
-        app.router.add_get("/api/grants", self.list_grants)
-        app.router.add_get("/api/grants/{id}", self.get_grant)
-        app.router.add_post("/api/grants/{id}/revoke", self.revoke)
+        serve(app, (
+            Route("get", "/api/grants", self.list_grants, "live grants, oldest first",
+                  {200: Reply("grants", GrantList)}),
+            Route("get", "/api/grants/{id}", self.get_grant,
+                  "one grant and its audit trail (given, used, revoked)",
+                  {200: Reply("the grant", OneGrant), 404: UNKNOWN_ID}, path_params=ID),
+            Route("post", "/api/grants/{id}/revoke", self.revoke,
+                  "end a grant now; its chat is told",
+                  {200: Reply("the revoked grant", OneGrant), 404: UNKNOWN_ID,
+                   409: Reply("already expired or revoked", Error)},
+                  body=RevokeBody, path_params=ID),
+        ))  # fmt: skip
 
     async def list_grants(self, _: web.Request) -> web.Response:
         return web.json_response({"grants": [g.to_dict() for g in await self.grants.live()]})

@@ -1,7 +1,7 @@
 """Instance / replica health: this process, every process the store knows, and the store.
 
 ``GET /api/instances`` (admin, like all of ``/api``) and the admin page's health panel
-(gateway/http/health_html.py) read the same report, so the page shows what the API says.
+(gateway/http/templates/health.html) read the same report, so the page shows what the API says.
 An instance is alive while its heartbeat is younger than the lease
 (``Instance.alive``); a dead one stays listed until a live instance has adopted what it
 left and forgotten it (gateway/confirm/replicas.py).
@@ -16,6 +16,8 @@ from aiohttp import web
 
 from gateway.confirm.model import Instance
 from gateway.confirm.service import ConfirmationService
+from gateway.http.openapi import Reply, Route, serve
+from gateway.http.openapi_models import Instances
 
 log = structlog.get_logger(__name__)
 
@@ -56,7 +58,16 @@ class InstancesApi:
         self.confirmations = confirmations
 
     def register(self, app: web.Application) -> None:
-        app.router.add_get("/api/instances", self.list_instances)
+        serve(app, (
+            Route("get", "/api/instances", self.list_instances,
+                  "this instance, every instance (replica) the store knows, alive or dead, "
+                  "and the store",
+                  {200: Reply("the instances and the store's readiness", Instances)},
+                  description="alive: the instance's heartbeat is younger than lease_seconds. "
+                  "A dead one is listed until a live one has taken over what it left. When "
+                  "the store is down, store.ready is false with the reason and instances is "
+                  "empty."),
+        ))  # fmt: skip
 
     async def list_instances(self, _: web.Request) -> web.Response:
         return web.json_response(await instances_report(self.confirmations))

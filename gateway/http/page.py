@@ -1,5 +1,7 @@
 """The ``/admin`` page: login, the page and the parts its script re-reads, and the two
-testers (reply words, policy) as JSON routes.
+testers (reply words, policy) as JSON routes. The page and its parts are rendered from
+the Jinja2 templates in gateway/http/templates/ with autoescape on, one renderer for both,
+so a refresh looks like a load; their words are ``texts.ADMIN_LABELS``.
 
 Who may see it is decided by ``gateway.http.server.require_admin`` like every admin route:
 the login form turns the token and the person's name into a server-side session
@@ -12,18 +14,25 @@ with. The token is an operator's, never a person: four-eyes is judged on the nam
 from __future__ import annotations
 
 import hmac
+import json
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import aiohttp_jinja2
+import jinja2
 import structlog
 from aiohttp import web
+from pydantic import TypeAdapter
 
 from config.keywords import KeywordStore
+from gateway import texts
+from gateway.confirm.direct import asks_approvers_directly, direct_recipients_told
+from gateway.confirm.grants import grant_offered
 from gateway.confirm.model import Status
+from gateway.confirm.replies import ParsedReply
 from gateway.confirm.service import ConfirmationService
-from gateway.http import health_html, page_html
 from gateway.http.admin import MAX_ID_LENGTH, search
 from gateway.http.identity import came_over_tls, client_address, identity_of
 from gateway.http.instances import instances_report
@@ -37,11 +46,14 @@ from gateway.http.jsonapi import (
     read_body,
     validate,
 )
+from gateway.http.openapi import BAD, Reply, Route, serve
+from gateway.http.openapi_models import Error
 from gateway.http.server import ADMIN_COOKIE, admin_person
 from gateway.http.sessions import ADMIN_SESSIONS, AdminSessions, LoginLimiter
+from gateway.texts.labels import label_functions
 from gateway.tools.base import ToolArgumentsError, ToolRegistry
 from gateway.tools.policy import Policy
-from gateway.tools.policy_check import UnknownToolError, explain
+from gateway.tools.policy_check import PolicyReport, UnknownToolError, explain
 
 log = structlog.get_logger(__name__)
 
@@ -59,6 +71,41 @@ PAGE_HEADERS = {
 }
 HISTORY_LIMIT = 100
 MAX_TOKEN_FIELD = 1024
+PARTS = ("pending", "history", "grants", "health", "keywords")
+
+
+def clock(at: float | None) -> str:
+    return "—" if at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+
+
+def as_json(value: Mapping[str, Any], indent: int | None = 2) -> str:
+    return json.dumps(dict(value), ensure_ascii=False, indent=indent)
+
+
+def setup_templates(app: web.Application) -> jinja2.Environment:
+    """The page's templates (gateway/http/templates/) on ``app``. Autoescape is on: every
+    value from a record or a person (tool arguments, reasons, names) is escaped."""
+    env = aiohttp_jinja2.setup(
+        app,
+        loader=jinja2.PackageLoader("gateway.http"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        default_helpers=False,
+        filters={"as_json": as_json},
+    )
+    env.policies["json.dumps_kwargs"] = {"ensure_ascii": False}
+    env.globals.update(
+        label_functions(texts.ADMIN_LABELS),
+        script_texts={key: texts.ADMIN_LABELS[key] for key in texts.ADMIN_SCRIPT_LABELS},
+        clock=clock,
+        statuses=[s.value for s in Status],
+        asks_approvers_directly=asks_approvers_directly,
+        direct_recipients_told=direct_recipients_told,
+        grant_offered=grant_offered,
+    )
+    return env
 
 
 class AdminPage:
@@ -89,6 +136,7 @@ class AdminPage:
 
     def register(self, app: web.Application) -> None:
         app[ADMIN_SESSIONS] = self.sessions  # require_admin looks the cookie up there
+        setup_templates(app)
         app.router.add_get("/admin", self.page)
         app.router.add_get("/admin/login", self.login_form)
         app.router.add_post("/admin/login", self.login)
@@ -96,8 +144,17 @@ class AdminPage:
         app.router.add_get("/admin/part/{name}", self.part)
         app.router.add_get("/admin/confirmations/{id}", self.detail)
         app.router.add_get("/admin/static/{name}", self.static)
-        app.router.add_post("/api/replies/test", self.test_reply)
-        app.router.add_post("/api/policy/test", self.test_policy)
+        serve(app, (
+            Route("post", "/api/replies/test", self.test_reply,
+                  "how a chat reply would be read with the keywords in force",
+                  {200: Reply("the reading", ParsedReply), 400: BAD}, body=ReplyTestBody),
+            Route("post", "/api/policy/test", self.test_policy,
+                  "how the policy would decide a call (nothing runs); as `gateway policy test`",
+                  {200: Reply("the decision", PolicyReport), 400: BAD,
+                   404: Reply("no such tool", Error),
+                   422: Reply("arguments the tool refuses", Error)},
+                  body=PolicyTestBody),
+        ))  # fmt: skip
 
     def actor(self, request: web.Request) -> str | None:
         """Who the page acts as: the login proxy's name for them, else the login's name;
@@ -112,10 +169,9 @@ class AdminPage:
     def _login_page(
         self, request: web.Request, error: str | None, status: int = 200
     ) -> web.Response:
-        page = page_html.login_page(
-            error, token=self._token is not None, known_as=identity_of(request).user(request)
-        )
-        return _html(page, status=status)
+        known_as = identity_of(request).user(request)
+        context = {"error": error, "token": self._token is not None, "known_as": known_as}
+        return _html(request, "login.html", {**context, "actor": None, "logout": False}, status)
 
     async def login(self, request: web.Request) -> web.Response:
         """Token (when one is set) and name -> a session. Wrong tokens are limited per
@@ -123,10 +179,7 @@ class AdminPage:
         client = client_address(request)
         wait = self.limiter.retry_after(client)
         if wait is not None:
-            message = (
-                f"登录失败次数太多，请 {wait} 秒后再试 / "
-                f"too many wrong logins: try again in {wait} s"
-            )
+            message = texts.admin_line("too_many_logins", wait=wait)
             response = self._login_page(request, message, status=429)
             response.headers["Retry-After"] = str(wait)
             return response
@@ -136,10 +189,10 @@ class AdminPage:
             if not hmac.compare_digest(given.encode("utf-8", "surrogatepass"), self._token):
                 log.info("admin.login_failed", client=client[:100])
                 self.limiter.failed(client)
-                return self._login_page(request, "令牌不对 / wrong token", status=401)
+                return self._login_page(request, texts.admin_line("wrong_token"), status=401)
         name = identity_of(request).user(request) or _field(form, "name", 64)
         if not NAME_PATTERN.fullmatch(name):
-            message = f"请写上你的名字 / your name is needed to decide: {NAME_RULE}"
+            message = texts.admin_line("name_needed", rule=NAME_RULE)
             return self._login_page(request, message, status=422)
         response = _see_other("/admin")
         response.set_cookie(
@@ -166,55 +219,47 @@ class AdminPage:
     # ------------------------------------------------------------------ pages
 
     async def page(self, request: web.Request) -> web.Response:
-        query = self._history_query(request)
-        words = self.keywords.words
-        html = page_html.admin_page(
-            pending=await self._pending(),
-            history=await search(self.confirmations, query),
-            grants=await self.confirmations.grants.live(),
-            query={k: v for k, v in request.query.items() if isinstance(v, str)},
-            words=words.to_dict(),
-            keywords_file=str(self.keywords.path),
-            keywords_error=self.keywords.last_error,
-            tools=self.registry.names,
-            health=await self._health(),
-            actor=self.actor(request),
-            logout=admin_person(request) is not None,
-            now=self.clock(),
-        )
-        return _html(html)
+        query = {k: v for k, v in request.query.items() if isinstance(v, str)}
+        parts = await self._parts(request, PARTS)
+        return _html(request, "admin.html", {**parts, "query": query, "tools": self.registry.names})
 
     async def part(self, request: web.Request) -> web.Response:
         """One part of the page, re-read by the script when an event says it changed."""
         name = request.match_info["name"]
-        if name == "pending":
-            return _html(page_html.pending_list(await self._pending(), self.clock()))
-        if name == "history":
-            found = await search(self.confirmations, self._history_query(request))
-            return _html(page_html.history_list(found))
-        if name == "grants":
-            return _html(page_html.grants_list(await self.confirmations.grants.live()))
-        if name == "health":
-            return _html(await self._health())
-        if name == "keywords":
-            store = self.keywords
-            words = store.words.to_dict()
-            return _html(page_html.keyword_lists(words, str(store.path), store.last_error))
-        raise web.HTTPNotFound()
+        if name not in PARTS:
+            raise web.HTTPNotFound()
+        return _html(request, f"{name}.html", await self._parts(request, (name,)))
+
+    async def _parts(self, request: web.Request, names: tuple[str, ...]) -> dict[str, Any]:
+        """What the named parts of the page show (one renderer: a refresh looks like a load)."""
+        context: dict[str, Any] = {
+            "actor": self.actor(request) or "",
+            "logout": admin_person(request) is not None,
+            "now": self.clock(),
+        }
+        if "pending" in names:
+            context["pending"] = await self._pending()
+        if "history" in names:
+            context["history"] = await search(self.confirmations, self._history_query(request))
+        if "grants" in names:
+            context["grants"] = await self.confirmations.grants.live()
+        if "health" in names:
+            context["channels"] = self.channel_status()
+            context["report"] = await instances_report(self.confirmations)
+        if "keywords" in names:
+            context["words"] = self.keywords.words.to_dict()
+            context["keywords_file"] = str(self.keywords.path)
+            context["keywords_error"] = self.keywords.last_error
+        return context
 
     async def detail(self, request: web.Request) -> web.Response:
         cid = request.match_info["id"]
         found = await self.confirmations.get(cid) if len(cid) <= MAX_ID_LENGTH else None
         if found is None:
             raise web.HTTPNotFound(text=f"no confirmation {cid[:MAX_ID_LENGTH]}")
-        html = page_html.detail_page(
-            found,
-            await self.confirmations.store.events(found.id),
-            actor=self.actor(request),
-            logout=admin_person(request) is not None,
-            now=self.clock(),
-        )
-        return _html(html)
+        context = await self._parts(request, ())
+        events = await self.confirmations.store.events(found.id)
+        return _html(request, "detail.html", {**context, "c": found, "events": events})
 
     async def static(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
@@ -228,10 +273,6 @@ class AdminPage:
                 "Cache-Control": "no-cache",
             },
         )
-
-    async def _health(self) -> str:
-        report = await instances_report(self.confirmations)
-        return health_html.health_panel(self.channel_status(), report)
 
     async def _pending(self) -> list[Any]:
         found = await self.confirmations.list(status=Status.PENDING, limit=1000)
@@ -251,15 +292,7 @@ class AdminPage:
         """How the gateway would read ``text`` as a reply to a prompt, with today's words."""
         body = await read_body(request, ReplyTestBody)
         parsed = self.confirmations.parser.parse(body.text)
-        return web.json_response(
-            {
-                "intent": parsed.intent.value,
-                "confirmation_id": parsed.confirmation_id,
-                "matched": list(parsed.matched),
-                "reason": parsed.reason,
-                "why": parsed.why,
-            }
-        )
+        return web.json_response(TypeAdapter(ParsedReply).dump_python(parsed, mode="json"))
 
     async def test_policy(self, request: web.Request) -> web.Response:
         """What ``gateway policy test`` prints, as JSON: nothing runs."""
@@ -283,7 +316,9 @@ def _see_other(location: str) -> web.Response:
     return web.Response(status=303, headers={"Location": location})
 
 
-def _html(text: str, *, status: int = 200) -> web.Response:
-    return web.Response(
-        text=text, status=status, content_type="text/html", charset="utf-8", headers=PAGE_HEADERS
-    )
+def _html(
+    request: web.Request, template: str, context: Mapping[str, Any], status: int = 200
+) -> web.Response:
+    response = aiohttp_jinja2.render_template(template, request, context, status=status)
+    response.headers.update(PAGE_HEADERS)
+    return response

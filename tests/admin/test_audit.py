@@ -12,7 +12,7 @@ import pytest
 
 from gateway.app import Gateway
 from gateway.confirm.model import AuditEvent, Confirmation, ToolCall
-from gateway.http import openapi
+from gateway.http import openapi_models as openapi
 from tests.admin.conftest import TOKEN
 from tests.admin.test_api import DELETE_3, ask
 from tests.admin.test_cli import run_cli

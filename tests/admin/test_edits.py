@@ -14,7 +14,7 @@ import aiohttp
 import pytest
 
 from gateway.app import Gateway
-from gateway.http import openapi
+from gateway.http import openapi_models as openapi
 from tests.admin.conftest import TOKEN
 from tests.admin.test_api import DELETE_3, ask
 from tests.services import REDIS_URL, redis_prefix

@@ -12,11 +12,12 @@ from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
+from aiohttp import web
 
 from gateway.app import Gateway
 from gateway.confirm.model import Instance
-from gateway.http.health_html import health_panel
 from gateway.http.openapi_models import Instances
+from gateway.http.page import setup_templates
 from tests.admin.conftest import TOKEN
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.services import REDIS_URL, redis_prefix
@@ -176,7 +177,8 @@ def test_the_panel_draws_channels_store_and_dead_instances() -> None:
         ],
     }  # fmt: skip
     channels = [{"name": "webchat", "ready": True}, {"name": "feishu", "ready": False}]
-    html = health_panel(channels, report)
+    health = setup_templates(web.Application()).get_template("health.html")
+    html = health.render(channels=channels, report=report)
     assert 'class="row instance ok this" data-id="a-1-000001" data-alive="true"' in html
     assert 'data-id="b-&lt;2&gt;-000002" data-alive="false"' in html  # escaped
     assert "b&amp;c" in html

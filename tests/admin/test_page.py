@@ -4,6 +4,7 @@ history search (sessions, TLS and the login limit: test_sessions.py). The browse
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import aiohttp
@@ -16,6 +17,7 @@ from tests.admin.test_api import DELETE_3, ask
 from tests.webchat.support import base_url, make_settings, order_exists, running_gateway
 
 CSRF = {"X-Requested-With": "gateway-admin"}
+CJK = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
 
 
 async def login(gateway: Gateway, token: str = TOKEN) -> aiohttp.ClientSession:
@@ -191,3 +193,16 @@ async def test_policy_tester_says_what_the_cli_says(admin: aiohttp.ClientSession
         assert "sql_modify" in (await resp.json())["error"]
     async with admin.post("/api/policy/test", json={"tool": "sql_modify", "args": {}}) as resp:
         assert resp.status == 422
+
+
+def test_every_template_escapes_what_it_shows_and_holds_no_words() -> None:
+    """Autoescape does the escaping (issue 23): no template may switch it off for a value.
+    The words are gateway/texts' (ADMIN_LABELS): a template holds no Chinese of its own."""
+    root = Path(__file__).resolve().parents[2]
+    pages = [*(root / "gateway" / "http" / "templates").glob("*.html")]
+    scripts = [root / "gateway" / "http" / "static" / "admin.js"]
+    for template in [*pages, *scripts, root / "channels" / "webchat" / "page.html"]:
+        text = template.read_text(encoding="utf-8")
+        assert "|safe" not in text.replace(" ", ""), template.name
+        assert "autoescape" not in text, template.name
+        assert not CJK.findall(text), template.name

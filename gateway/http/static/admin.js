@@ -6,6 +6,9 @@
 const HEADERS = { "Content-Type": "application/json", "X-Requested-With": "gateway-admin" };
 
 const $ = (sel, root = document) => root.querySelector(sel);
+// The words this script writes (gateway/texts/admin.py), as [Chinese, English].
+const TEXTS = JSON.parse($("#texts").textContent);
+const line = (key) => TEXTS[key].join(" / ");
 
 function notice(text, bad) {
   const box = $("#notice");
@@ -111,7 +114,11 @@ function connect() {
   const show = (on) => {
     if (!live) return;
     live.className = on ? "live on" : "live off";
-    live.innerHTML = on ? '实时 <span class="en">live</span>' : '未连接 <span class="en">offline</span>';
+    const [zh, en] = TEXTS[on ? "live" : "offline"];
+    const english = document.createElement("span");
+    english.className = "en";
+    english.textContent = en;
+    live.replaceChildren(`${zh} `, english);
   };
   source.onopen = () => {
     show(true);
@@ -149,11 +156,11 @@ async function approveEdited(button) {
   try {
     args = JSON.parse($(".edit-args", editor).value);
   } catch (exc) {
-    showEditError(editor, `参数不是合法 JSON / the arguments are not valid JSON: ${exc.message}`);
+    showEditError(editor, `${line("bad_json")}: ${exc.message}`);
     return;
   }
   if (args === null || typeof args !== "object" || Array.isArray(args)) {
-    showEditError(editor, "参数须为 JSON 对象 / the arguments must be a JSON object: {...}");
+    showEditError(editor, line("not_an_object"));
     return;
   }
   showEditError(editor, "");
