@@ -107,6 +107,11 @@ class ConfirmationSettings(Section):
     redis_pool_timeout_seconds: float = Field(default=5.0, gt=0)
     # Settled records and their audit events are purged this long after their decision.
     retention_days: float = Field(default=30.0, gt=0)
+    # Calls held at once, per session and over all: past them a call is not held (nor run);
+    # the chat and the model are told. Checked before the record is written, so requests
+    # racing each other may pass a cap by a few.
+    max_pending_per_session: int = Field(default=20, ge=1)
+    max_pending: int = Field(default=1000, ge=1)
 
 
 class KeywordsSettings(Section):

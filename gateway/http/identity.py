@@ -83,3 +83,21 @@ def _is_in(remote: str | None, networks: Iterable[Network]) -> bool:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         address = address.ipv4_mapped
     return any(address in net for net in networks)
+
+
+def client_address(request: web.Request) -> str:
+    """The client's address, for per-client caps: the peer, or, on a request from one of
+    ``server.trusted_proxies``, the address that proxy forwarded.
+
+    ``X-Forwarded-For`` is read from the right, past the trusted proxies: the entries left
+    of the first other address are whatever the client sent. Then ``X-Real-IP``.
+    """
+    proxies = identity_of(request).proxies
+    peer = request.remote or ""
+    if not _is_in(peer, proxies):
+        return peer
+    hops = ",".join(request.headers.getall("X-Forwarded-For", [])).split(",")
+    for hop in reversed([h.strip() for h in hops if h.strip()]):
+        if not _is_in(hop, proxies):
+            return hop
+    return request.headers.get("X-Real-IP", "").strip() or peer
