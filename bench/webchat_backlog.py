@@ -121,7 +121,13 @@ def settings(directory: Path) -> Settings:
         server={"host": "127.0.0.1", "port": 0},
         confirmation={"store": "sqlite"},
         keywords={"file": keywords, "watch": False},
-        channels={"webchat": {"enabled": True, "messages_per_minute": 0}},
+        channels={
+            "webchat": {
+                "enabled": True,
+                "messages_per_minute": 0,
+                "messages_per_minute_per_address": 0,
+            }
+        },
     )
 
 

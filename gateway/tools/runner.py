@@ -18,7 +18,7 @@ import structlog
 from gateway import texts
 from gateway.confirm.grants import GrantBook, MemoryGrantStore, covered_call
 from gateway.confirm.model import Confirmation, Status, ToolCall
-from gateway.confirm.service import ConfirmationService
+from gateway.confirm.service import ConfirmationService, PendingLimitReached
 from gateway.confirm.store import StoreUnavailableError
 from gateway.tools.base import ToolArgumentsError, ToolRegistry
 from gateway.tools.executor import Executor, Ran
@@ -39,6 +39,7 @@ OutcomeStatus = Literal[
     "cancelled",
     "unknown_tool",
     "elsewhere",  # approved, but another process won the claim: it runs (ran) there
+    "not_held",  # too many calls already wait for a decision: not asked, not run
 ]
 
 
@@ -109,6 +110,12 @@ class ToolOutcome:
             )
         if self.status == "error":
             return f"Error: {self.output}"
+        if self.status == "not_held":
+            return (
+                f"This call was not held for approval and did not run: {self.output}. "
+                "Too many calls already wait for a decision; do not retry it now, ask the "
+                "user to decide or cancel the waiting ones first."
+            )
         if self.status == "elsewhere":
             return (
                 "This call was approved and is run by another gateway process; its result "
@@ -196,6 +203,10 @@ class ToolRunner:
             except StoreUnavailableError as exc:  # fail closed, and say so (issue 13)
                 await turn.say(texts.STORE_UNAVAILABLE.format(tool=call.name))
                 return ToolOutcome("error", str(exc), decision=decision)
+            except PendingLimitReached as exc:  # nothing stored: said here, once
+                said = texts.PENDING_LIMIT_SESSION if exc.per_session else texts.PENDING_LIMIT_TOTAL
+                await turn.say(said.format(limit=exc.limit, tool=call.name))
+                return ToolOutcome("not_held", str(exc), decision=decision)
             # What was approved is the stored call: the one asked, or the same call (tool
             # and id) with a person's edited arguments (gateway/tools/edits.py).
             same_call = (final.tool_call.name, final.tool_call.call_id) == (call.name, call.call_id)
