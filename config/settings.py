@@ -53,6 +53,9 @@ class ServerSettings(Section):
     # only on requests from trusted_proxies (addresses or networks, e.g. 10.0.0.5, ::1/128).
     trusted_user_header: str | None = Field(default=None, min_length=1, max_length=100)
     trusted_proxies: list[str] = Field(default_factory=list)
+    # Out of file descriptors, a failed accept of the listening socket is logged at most
+    # once per this many seconds, with how many there were (http.accept_failed).
+    accept_error_log_seconds: float = Field(default=60.0, gt=0)
 
     @field_validator("trusted_proxies")
     @classmethod

@@ -206,6 +206,7 @@ async def build(
             max_json_depth=settings.server.max_json_depth,
             trusted_user_header=settings.server.trusted_user_header,
             trusted_proxies=settings.server.trusted_proxies,
+            accept_error_log_seconds=settings.server.accept_error_log_seconds,
         )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     async with contextlib.AsyncExitStack() as opened:
