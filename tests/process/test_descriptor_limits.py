@@ -11,6 +11,7 @@ import json
 import os
 import resource
 import socket
+import subprocess
 import sys
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -18,7 +19,7 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 
-from tests.webchat.support import ServeProcess, eventually, serve
+from tests.webchat.support import GATEWAY_BIN, ServeProcess, eventually, serve
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc, uses prlimit")
 
@@ -121,3 +122,31 @@ async def test_a_websocket_flood_under_the_open_file_limit_leaves_healthz_answer
             finally:
                 for ws in held:
                     await ws.close()
+
+
+def _check_config(tmp_path: Path, open_files: int) -> subprocess.CompletedProcess[str]:
+    def limit() -> None:  # in the child, before exec: a real process under a real limit
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, hard))
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
+    return subprocess.run(
+        [str(GATEWAY_BIN), "check-config"],
+        cwd=tmp_path,
+        env=env | {"GATEWAY_DATA_DIR": str(tmp_path / "data")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        preexec_fn=limit,
+    )
+
+
+def test_check_config_warns_of_an_open_file_limit_below_the_caps(tmp_path: Path) -> None:
+    # systemd's default soft limit: below the 1000 WebSockets + 1000 long polls allowed.
+    low = _check_config(tmp_path, 1024)
+    assert low.returncode == 0, low.stderr
+    assert "warning: the open-file limit is 1024, below the 2256 descriptors" in low.stderr
+    assert "LimitNOFILE" in low.stderr
+    high = _check_config(tmp_path, 8192)
+    assert "open-file limit" not in high.stderr
