@@ -119,7 +119,8 @@ def settings(directory: Path) -> Settings:
     return Settings(
         data_dir=directory / "data",
         server={"host": "127.0.0.1", "port": 0},
-        confirmation={"store": "sqlite"},
+        # 100,000 pending by design: the round trip beside them, not the cap on them.
+        confirmation={"store": "sqlite", "max_pending": 10**9},
         keywords={"file": keywords, "watch": False},
         channels={
             "webchat": {

@@ -111,8 +111,8 @@ class ConfirmationSettings(Section):
     # Settled records and their audit events are purged this long after their decision.
     retention_days: float = Field(default=30.0, gt=0)
     # Calls held at once, per session and over all: past them a call is not held (nor run);
-    # the chat and the model are told. Checked before the record is written, so requests
-    # racing each other may pass a cap by a few.
+    # the chat and the model are told. Counted by the store in the step that writes the
+    # record: exact over every replica.
     max_pending_per_session: int = Field(default=20, ge=1)
     max_pending: int = Field(default=1000, ge=1)
 

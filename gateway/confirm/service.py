@@ -50,26 +50,12 @@ from gateway.confirm.store import (
     Confirmations,
     ConfirmationStore,
     FeedKind,
+    PendingLimits,
     create_with_free_id,
 )
-from gateway.logs import RateLimitedLine
 from gateway.runtime import BackgroundTasks
 
 log = structlog.get_logger(__name__)
-
-
-class PendingLimitReached(Exception):
-    """Too many calls already wait for a decision (in the session, or over all): this one
-    is not held, and nothing is stored. ``setting`` names the cap."""
-
-    def __init__(self, *, setting: str, limit: int) -> None:
-        super().__init__(f"{setting} ({limit}) reached")
-        self.setting = setting
-        self.limit = limit
-
-    @property
-    def per_session(self) -> bool:
-        return self.setting.endswith("_per_session")
 
 
 class ConfirmationService(Deciding):
@@ -108,8 +94,6 @@ class ConfirmationService(Deciding):
         self._listeners = Listeners()
         self.subscribe = self._listeners.subscribe  # (listener) -> unsubscribe
         self._closing = False
-        # A client that keeps asking past a cap must not flood the log instead.
-        self._pending_limit_log = RateLimitedLine("confirm.pending_limit", interval=60.0)
         self.deadlines = Deadlines(on_deadline=self.expire, clock=clock, tasks=self._tasks)
         self._replies = ReplyIntercept(self)
         self._replicas = Replicas(self, tasks=self._tasks)
@@ -188,9 +172,9 @@ class ConfirmationService(Deciding):
         Never returns a pending record. A timeout ends as ``expired``; cancellation of the
         waiting turn or any error ends as ``cancelled`` — never as ``approved``. Raises
         PendingLimitReached, storing nothing, when the session or the gateway already holds
-        as many calls as it may.
+        as many calls as it may (``[confirmation] max_pending_per_session`` / ``max_pending``:
+        the store counts them in the create's own step, on every replica).
         """
-        await self._check_pending_caps(session_key)
         now = self.clock()
         timeout = self.settings.timeout_seconds if timeout is None else timeout
         cid = new_confirmation_id()
@@ -217,6 +201,10 @@ class ConfirmationService(Deciding):
             ),
             events=(
                 ledger.event(self, cid, "requested", actor=requester, at=now, tool=tool_call.name),
+            ),
+            limits=PendingLimits(
+                per_session=self.settings.max_pending_per_session,
+                total=self.settings.max_pending,
             ),
             on_error=self.doubts.create_failed,
         )
@@ -264,19 +252,6 @@ class ConfirmationService(Deciding):
         finally:
             self.deadlines.disarm(conf.id)
             del self._waiters[conf.id]
-
-    async def _check_pending_caps(self, session_key: str) -> None:
-        """Each held call keeps a record, a timer and a turn: one client that rotated typed
-        names held 1,500 in 46 s (issue 22). Counted in the store, so over every replica."""
-        caps = self.settings
-        if len(await self.store.list_pending(session_key)) >= caps.max_pending_per_session:
-            setting, limit = "max_pending_per_session", caps.max_pending_per_session
-        elif await self.store.count(Status.PENDING) >= caps.max_pending:
-            setting, limit = "max_pending", caps.max_pending
-        else:
-            return
-        self._pending_limit_log.hit(session=session_key, setting=f"confirmation.{setting}")
-        raise PendingLimitReached(setting=f"confirmation.{setting}", limit=limit)
 
     async def expire(
         self, confirmation_id: str, *, reason: str = texts.TIMEOUT_REASON

@@ -18,8 +18,9 @@ import structlog
 from gateway import texts
 from gateway.confirm.grants import GrantBook, MemoryGrantStore, covered_call
 from gateway.confirm.model import Confirmation, Status, ToolCall
-from gateway.confirm.service import ConfirmationService, PendingLimitReached
-from gateway.confirm.store import StoreUnavailableError
+from gateway.confirm.service import ConfirmationService
+from gateway.confirm.store import PendingLimitReached, StoreUnavailableError
+from gateway.logs import RateLimitedLine
 from gateway.tools.base import ToolArgumentsError, ToolRegistry
 from gateway.tools.executor import Executor, Ran
 from gateway.tools.policy import Policy, PolicyDecision
@@ -143,6 +144,7 @@ class ToolRunner:
         self.grants = grants or GrantBook(MemoryGrantStore())
         self.executor = executor
         self._on_tool_run = on_tool_run
+        self._pending_limit_log = RateLimitedLine("confirm.pending_limit", interval=60.0)
 
     async def invoke(self, call: ToolCall, turn: TurnContext) -> ToolOutcome:
         await turn.before_effect()
@@ -204,6 +206,8 @@ class ToolRunner:
                 await turn.say(texts.STORE_UNAVAILABLE.format(tool=call.name))
                 return ToolOutcome("error", str(exc), decision=decision)
             except PendingLimitReached as exc:  # nothing stored: said here, once
+                # A client that keeps asking past a cap must not flood the log instead.
+                self._pending_limit_log.hit(session=turn.session_key, setting=exc.setting)
                 said = texts.PENDING_LIMIT_SESSION if exc.per_session else texts.PENDING_LIMIT_TOTAL
                 await turn.say(said.format(limit=exc.limit, tool=call.name))
                 return ToolOutcome("not_held", str(exc), decision=decision)
