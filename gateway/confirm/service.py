@@ -94,6 +94,10 @@ class ConfirmationService(Deciding):
         self._listeners = Listeners()
         self.subscribe = self._listeners.subscribe  # (listener) -> unsubscribe
         self._closing = False
+        # Calls held at once (issue 22: one client held 1,500): counted by the store's create.
+        self._pending_limits = PendingLimits(
+            per_session=settings.max_pending_per_session, total=settings.max_pending
+        )
         self.deadlines = Deadlines(on_deadline=self.expire, clock=clock, tasks=self._tasks)
         self._replies = ReplyIntercept(self)
         self._replicas = Replicas(self, tasks=self._tasks)
@@ -202,10 +206,7 @@ class ConfirmationService(Deciding):
             events=(
                 ledger.event(self, cid, "requested", actor=requester, at=now, tool=tool_call.name),
             ),
-            limits=PendingLimits(
-                per_session=self.settings.max_pending_per_session,
-                total=self.settings.max_pending,
-            ),
+            limits=self._pending_limits,
             on_error=self.doubts.create_failed,
         )
         fut: asyncio.Future[Confirmation] = asyncio.get_running_loop().create_future()
