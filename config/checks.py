@@ -17,6 +17,14 @@ from pydantic import BaseModel
 
 from config.settings import Settings, mask_url
 
+# The Verification Token alone travels in every body: a request built from it would pass
+# (a forged card click, issue 22). Only the Encrypt Key signs requests.
+FEISHU_WEBHOOK_NEEDS_ENCRYPT_KEY = (
+    "channels.feishu webhook mode needs encrypt_key, which signs every request (the"
+    " verification token alone lets anyone who has it forge a card click): set an Encrypt"
+    " Key in the Feishu console and GATEWAY_CHANNELS__FEISHU__ENCRYPT_KEY"
+)
+
 
 def check_channel_settings(settings: Settings) -> list[str]:
     """Problems with enabled channels that stop them from starting, as fix-it sentences."""
@@ -29,12 +37,8 @@ def check_channel_settings(settings: Settings) -> list[str]:
                     f"channels.feishu.{key} is missing: set GATEWAY_CHANNELS__FEISHU__{key.upper()}"
                     f" or [channels.feishu] {key}"
                 )
-        if fs.mode == "webhook" and not (fs.encrypt_key or fs.verification_token):
-            problems.append(
-                "channels.feishu webhook mode needs encrypt_key or verification_token to verify"
-                " requests: set GATEWAY_CHANNELS__FEISHU__ENCRYPT_KEY or [channels.feishu]"
-                " encrypt_key"
-            )
+        if fs.mode == "webhook" and not fs.encrypt_key:
+            problems.append(FEISHU_WEBHOOK_NEEDS_ENCRYPT_KEY)
     ds = settings.channels.dingtalk
     if ds.enabled:
         for key in ("client_id", "client_secret"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import unicodedata
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -31,8 +32,61 @@ class WordExists(KeywordsError):
 
 
 def normalize_word(text: str) -> str:
-    """NFKC, case-folded, inner whitespace collapsed: the form words are compared in."""
+    """NFKC, case-folded, inner whitespace collapsed."""
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
+
+
+# The reply parser's own vocabulary (gateway/confirm/replies.py reads replies with it).
+# Words that add nothing to a decision: "确认吧", "yes please".
+FILLERS_CJK = frozenset({"吧", "了", "啊", "呀", "哦", "噢", "嗯", "哈", "呗", "的", "哟"})
+FILLERS_ASCII = frozenset({"thanks", "thx", "thank", "you"})
+# Request forms: "请确认" / "please confirm" asks someone (often another member) to confirm;
+# it is not the confirm itself. After the word ("yes please") they are mere politeness.
+REQUESTS_CJK = frozenset({"请", "請", "麻烦", "麻煩", "劳驾", "烦请", "恳请", "敬请", "务必"})
+REQUESTS_ASCII = frozenset({"please", "pls", "plz", "kindly"})
+QUESTION_PARTICLES = frozenset({"吗", "么", "嘛", "呢", "吧?"})
+TRAILING = ".。!！~～…·、,，;；"
+QUESTION_MARKS = "?？"
+# One ASCII word of a reply; a configured phrase is such words joined by single spaces.
+ASCII_WORD = r"[a-z0-9]+(?:['’][a-z]+)?"
+_ASCII_PHRASE = re.compile(rf"{ASCII_WORD}(?: {ASCII_WORD})*")
+# A configured word equal to one of these would make the bare filler decide ("请" confirming)
+# or turn "请确认" (a request) into two confirms.
+_PARSER_WORDS = FILLERS_CJK | FILLERS_ASCII | REQUESTS_CJK | REQUESTS_ASCII | QUESTION_PARTICLES
+
+
+def is_cjk(ch: str) -> bool:
+    """A letter of a script written without spaces (Chinese, Japanese kana...)."""
+    return unicodedata.category(ch) == "Lo"
+
+
+def reply_form(text: str) -> str:
+    """The form a reply is read in: normalised, a leading "/" and trailing punctuation gone."""
+    return normalize_word(text).lstrip("/").rstrip(TRAILING + " ")
+
+
+def keyword_form(word: str) -> str:
+    """``word`` as the parser compares it, or KeywordsError saying why no reply could match it.
+
+    Words are validated in this form, so "ok." beside "ok" is one word, not two.
+    """
+    form = reply_form(word)
+    if not form:
+        raise KeywordsError(
+            f"a word is empty{f' once its punctuation is dropped ({word!r})' if word else ''}:"
+            " remove it from the lists"
+        )
+    if form in _PARSER_WORDS:
+        raise KeywordsError(
+            f"{word!r} is a filler, request or question word that replies may contain anyway"
+            " (请, 吧, please, 吗...): it cannot confirm or cancel; remove it"
+        )
+    if not (_ASCII_PHRASE.fullmatch(form) or all(is_cjk(c) for c in form)):
+        raise KeywordsError(
+            f"{word!r} can never match a reply: a word is Chinese characters only, or ASCII"
+            " letters and digits (words joined by single spaces); remove or respell it"
+        )
+    return form
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +98,8 @@ class KeywordSet:
 
     @classmethod
     def build(cls, confirm: Iterable[str], cancel: Iterable[str]) -> KeywordSet:
-        conf = _dedupe(normalize_word(w) for w in confirm)
-        canc = _dedupe(normalize_word(w) for w in cancel)
-        if "" in conf or "" in canc:
-            raise KeywordsError("a word is empty: remove empty strings from the lists")
+        conf = _dedupe(keyword_form(w) for w in confirm)
+        canc = _dedupe(keyword_form(w) for w in cancel)
         if not conf:
             raise KeywordsError("the confirm list is empty: add at least one word")
         if not canc:
@@ -60,14 +112,14 @@ class KeywordSet:
         return cls(confirm=conf, cancel=canc)
 
     def with_word(self, which: ListName, word: str) -> KeywordSet:
-        if normalize_word(word) in getattr(self, which):
+        if keyword_form(word) in getattr(self, which):
             raise WordExists(f"{word!r} is already in the {which} list")
         conf, canc = list(self.confirm), list(self.cancel)
         (conf if which == "confirm" else canc).append(word)
         return KeywordSet.build(conf, canc)
 
     def without_word(self, word: str) -> KeywordSet:
-        w = normalize_word(word)
+        w = reply_form(word)
         if w not in self.confirm and w not in self.cancel:
             raise KeywordsError(f"{word!r} is in neither list")
         return KeywordSet.build(
@@ -164,11 +216,11 @@ def _sync(array: list[object], wanted: tuple[str, ...]) -> None:
     seen: set[str] = set()
     for i in reversed(range(len(array))):
         item = array[i]
-        word = normalize_word(item) if isinstance(item, str) else None
+        word = reply_form(item) if isinstance(item, str) else None
         if word is None or word not in keep:
             del array[i]
     for item in array:
-        seen.add(normalize_word(str(item)))
+        seen.add(reply_form(str(item)))
     # a duplicate spelling ("OK" and "ok") stays as the admin wrote it; dedupe is in KeywordSet
     for word in wanted:
         if word not in seen:

@@ -77,6 +77,11 @@ class AdminSettings(Section):
     # SSE keep-alive comments stop proxies from closing an idle event stream.
     sse_heartbeat_seconds: float = Field(default=15.0, gt=0)
     sse_queue_size: int = Field(default=1000, ge=1)
+    # The /admin page's sign-in: how long a session lasts, how many may be open at once
+    # (past it the oldest ends), and wrong logins allowed per client address per minute.
+    session_hours: float = Field(default=12.0, gt=0)
+    max_sessions: int = Field(default=1000, ge=1)
+    login_attempts_per_minute: int = Field(default=5, ge=1)
 
 
 class LogSettings(Section):
@@ -140,7 +145,12 @@ class SqlToolSettings(Section):
     # None means the demo SQLite database under data_dir, created on first run.
     url: str | None = None
     max_rows: int = Field(default=50, ge=1)
+    # The database stops a statement after this long; reads (queries, preview counts) run
+    # with it set on the server, in a read-only transaction (docs/sql-safety.md).
     statement_timeout_seconds: float = Field(default=30.0, gt=0)
+    # Functions that queries and previews may call before approval, added to the built-in
+    # list for the database (gateway/tools/sql_functions.py); any other function is held.
+    allowed_functions: list[str] = Field(default_factory=list)
 
 
 class ToolsSettings(Section):

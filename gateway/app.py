@@ -38,6 +38,7 @@ from gateway.http.grants_api import GrantsApi
 from gateway.http.instances import InstancesApi
 from gateway.http.page import AdminPage
 from gateway.http.server import HttpServer
+from gateway.http.sessions import AdminSessions, LoginLimiter, open_session_store
 from gateway.inbox import Inbox
 from gateway.metrics import Metrics
 from gateway.parts import (
@@ -228,6 +229,7 @@ async def build(
             settings.sql_url,
             max_rows=settings.tools.sql.max_rows,
             timeout_seconds=settings.tools.sql.statement_timeout_seconds,
+            allowed_functions=settings.tools.sql.allowed_functions,
         )
         opened.push_async_callback(sql_db.close)
         if settings.uses_demo_database:
@@ -302,6 +304,15 @@ async def build(
                 registry=registry,
                 policy=runner.policy,
                 admin_token=http.admin_token,
+                sessions=AdminSessions(
+                    store=open_session_store(settings, store),
+                    admin_token=http.admin_token,
+                    seconds=settings.admin.session_hours * 3600,
+                    clock=clock,
+                ),
+                limiter=LoginLimiter(
+                    attempts=settings.admin.login_attempts_per_minute, clock=clock
+                ),
                 channel_status=channels.status,
                 clock=clock,
             ).register(http.app)

@@ -46,6 +46,12 @@ def require_service(name: str, exc: BaseException) -> NoReturn:
 
 
 REDIS_URL = os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+POSTGRES_URL = os.environ.get(
+    "GATEWAY_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
+)
+MARIADB_URL = os.environ.get(
+    "GATEWAY_TEST_MARIADB_URL", "mysql+aiomysql://root@127.0.0.1:3306/test"
+)
 
 
 @asynccontextmanager

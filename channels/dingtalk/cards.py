@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -134,6 +135,59 @@ def _buttons(c: Confirmation, *, direct: bool) -> list[dict[str, Any]]:
     return buttons
 
 
+# What starts markup anywhere in a line: links and images ([x](url), ![x](url)), <at>
+# and HTML tags, emphasis, code spans, tables, strikethrough; a backslash escapes each.
+_MARKDOWN_SPECIAL = re.compile(r"([\\`*_\[\]()<>!|~{}#])")
+# What starts markup only at the start of a line: lists, setext headings, rules.
+_LINE_START = re.compile(r"^(\s*\d*)([-+=.)])")
+
+
+def escape_markdown(text: str) -> str:
+    """``text`` shown as written in DingTalk markdown (issue 22: a quoted table name put a
+    link on the card). Each line separately: DingTalk needs a blank line between lines."""
+    lines = []
+    for line in text.splitlines():
+        line = _MARKDOWN_SPECIAL.sub(r"\\\1", line)
+        lines.append(_LINE_START.sub(r"\1\\\2", line))
+    return "\n\n".join(line for line in lines if line.strip())
+
+
+def code_fence(code: str, language: str = "sql") -> str:
+    """``code`` in a fenced block no backtick run inside it can end (CommonMark: the
+    closing fence must be at least as long as the opening one)."""
+    longest = max((len(run) for run in re.findall(r"`+", code)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{language}\n{code}\n{fence}"
+
+
+def prompt_markdown(c: Confirmation, *, direct: bool = False, as_text: bool = False) -> str:
+    """A confirmation as DingTalk markdown: values from the request escaped, the statement
+    in a code block. The card's body; ``as_text``: the markdown message sent where a card
+    cannot go, with the title and how to reply (the card has them elsewhere)."""
+    body = [c.summary]
+    if direct and c.status is Status.PENDING:
+        body.insert(0, approver_texts.direct_intro(c))
+    blocks = [escape_markdown(line) for line in body]
+    statement = c.details.get("statement")
+    if statement:
+        blocks.append(code_fence(str(statement)))
+    blocks += [escape_markdown(line) for line in texts.detail_lines(c, statement=False)]
+    if c.status is Status.PENDING:
+        blocks.append(escape_markdown(texts.expires_at(c)))
+        if c.four_eyes:
+            blocks.append(escape_markdown(texts.FOUR_EYES))
+        elif c.is_group:
+            blocks.append(escape_markdown(texts.ONLY_APPROVERS))
+    else:
+        blocks.append("**" + escape_markdown(texts.status_line(c)) + "**")
+    if as_text:
+        blocks.insert(0, "**" + escape_markdown(texts.confirmation_title(c)) + "**")
+        hint = approver_texts.direct_reply_hint(c) if direct else texts.reply_hint(c)
+        blocks.append(escape_markdown(hint))
+    # DingTalk markdown needs a blank line to break a line.
+    return "\n\n".join(block for block in blocks if block)
+
+
 def card_params(
     c: Confirmation, *, now: float | None = None, direct: bool = False
 ) -> dict[str, str]:
@@ -152,19 +206,7 @@ def card_params(
         title = f"{_STATUS_ICONS[c.status]} {texts.status_line(c)}"
         tips = texts.outcome(c)
         buttons = []
-    body = [c.summary, *texts.detail_lines(c)]
-    if pending and direct:
-        body.insert(0, approver_texts.direct_intro(c))
-    if pending:
-        body.append(texts.expires_at(c))
-        if c.four_eyes:
-            body.append(texts.FOUR_EYES)
-        elif c.is_group:
-            body.append(texts.ONLY_APPROVERS)
-    else:
-        body.append(f"**{texts.status_line(c)}**")
-    # DingTalk markdown needs a blank line to break a line.
-    markdown = "\n\n".join(body)
+    markdown = prompt_markdown(c, direct=direct)
     return {
         # The standard (MarkdownButton) template.
         "title": title,

@@ -18,7 +18,12 @@ from cachetools import TTLCache
 
 from channels.base import ChannelSendError
 from channels.dingtalk.api import DingTalkApi, DingTalkApiError
-from channels.dingtalk.cards import STANDARD_TEMPLATE_ID, card_params, out_track_id
+from channels.dingtalk.cards import (
+    STANDARD_TEMPLATE_ID,
+    card_params,
+    out_track_id,
+    prompt_markdown,
+)
 from channels.dingtalk.inbound import ChatbotEvent
 from channels.dingtalk.webhooks import WebhookRule
 from channels.platform import DeadLetters
@@ -40,12 +45,13 @@ WEBHOOK_EXPIRY_MARGIN_SECONDS = 60.0
 
 
 def robot_message(text: str, markdown_title: str | None) -> tuple[str, dict[str, str]]:
-    """The robot API's (msgKey, msgParam): plain text, or markdown under a title."""
+    """The robot API's (msgKey, msgParam): plain text, or markdown under a title.
+
+    With a title ``text`` is markdown already, its values escaped (cards.prompt_markdown).
+    """
     if markdown_title is None:
         return "sampleText", {"content": text}
-    # DingTalk markdown joins single newlines; a blank line keeps them apart.
-    body = "\n\n".join(line for line in text.splitlines() if line.strip())
-    return "sampleMarkdown", {"title": markdown_title, "text": body}
+    return "sampleMarkdown", {"title": markdown_title, "text": text}
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +208,7 @@ class DingTalkSender:
     async def _send_text_prompt(self, msg: OutboundMessage, conf: Confirmation) -> None:
         await self._send_text(
             msg.chat_id,
-            msg.text,
+            prompt_markdown(conf, as_text=True),
             msg.metadata,
             conf,
             markdown_title=texts.confirmation_title(conf),
@@ -279,7 +285,7 @@ class DingTalkSender:
             if carded:  # the typed reply always works, also where cards do not render
                 await self._send_direct_text(carded, approver_texts.direct_reply_hint(conf))
         if as_text:
-            prompt = approver_texts.direct_prompt(conf, self._service.clock())
+            prompt = prompt_markdown(conf, direct=True, as_text=True)
             await self._send_direct_text(as_text, prompt, title=texts.confirmation_title(conf))
             for staff_id in as_text:
                 await self._service.set_prompt_ref(conf.id, dm_ref(CHANNEL, staff_id), TEXT_COPY)

@@ -26,6 +26,7 @@ from channels.feishu.webhook import WebhookReceiver
 from channels.feishu.ws import LongConnection
 from channels.platform import DeadLetters, until_it_works
 from channels.receive import ReceiveRules, Verdict
+from config.checks import FEISHU_WEBHOOK_NEEDS_ENCRYPT_KEY
 from config.settings import ConfigError
 from gateway import texts
 from gateway.bus import OutboundMessage
@@ -108,14 +109,15 @@ class FeishuChannel(Channel):
         # Why the API cannot be used right now (no token, no answer); None when it can.
         self._api_problem: str | None = None
         if settings.mode == "webhook":
-            encrypt = settings.encrypt_key.get_secret_value() if settings.encrypt_key else None
+            if not settings.encrypt_key:  # also a start-up problem (config/checks.py)
+                raise ConfigError(FEISHU_WEBHOOK_NEEDS_ENCRYPT_KEY)
             token = (
                 settings.verification_token.get_secret_value()
                 if settings.verification_token
                 else None
             )
             self._webhook = WebhookReceiver(
-                encrypt_key=encrypt,
+                encrypt_key=settings.encrypt_key.get_secret_value(),
                 verification_token=token,
                 replay_window_seconds=settings.replay_window_seconds,
                 max_json_depth=context.settings.server.max_json_depth,

@@ -42,14 +42,31 @@ def message_content(text: str) -> tuple[str, str]:
     return "text", json.dumps({"text": text}, ensure_ascii=False)
 
 
-def _code_block(statement: str) -> str:
-    # A statement containing a fence would end the block early and render as Markdown.
-    return "```sql\n" + statement.replace("```", "'''") + "\n```"
+def plain_content(text: str) -> tuple[str, str]:
+    """(msg_type, content) that shows ``text`` as written: a post of text elements.
+
+    Not a text message: Feishu reads ``<at user_id="all">`` and ``[..](..)`` links in
+    those, so a table name or a reason could ping the whole group (issue 22). For texts
+    that carry values from a request: confirmation prompts, outcomes, direct copies.
+    """
+    lines = [[{"tag": "text", "text": line}] for line in text.split("\n")]
+    return "post", json.dumps({"zh_cn": {"title": "", "content": lines}}, ensure_ascii=False)
 
 
-def _md(content: str) -> dict[str, Any]:
-    return {"tag": "markdown", "content": content}
+def _text(content: str, *, element_id: str | None = None, **style: str) -> dict[str, Any]:
+    """Text shown as written: a plain_text div, never lark_md (issue 22: a quoted table
+    name put ``<at id=all></at>`` and a link on the card). Every value on a confirmation
+    card comes from a request (statement, tables, summary, reason, names, arguments), so
+    the card has no markdown element at all."""
+    element: dict[str, Any] = {"tag": "div", "text": {"tag": "plain_text", "content": content}}
+    element["text"].update(style)
+    if element_id is not None:
+        element["element_id"] = element_id
+    return element
 
+
+# The element_id of the statement's element (Feishu: unique in the card, at most 20 chars).
+STATEMENT_ELEMENT = "statement"
 
 # What a button's callback value says; a grant button adds the minutes it grants.
 GRANT_MINUTES = "grant_minutes"
@@ -99,31 +116,31 @@ def confirmation_card(
     """
     now = time.time() if now is None else now
     pending = c.status is Status.PENDING
-    # The statement gets a code block of its own below.
+    # The statement gets an element of its own below.
     lines = texts.detail_lines(c, statement=False)
     elements: list[dict[str, Any]] = []
     if pending and direct:
-        elements.append(_md(approver_texts.direct_intro(c)))
-    elements.append(_md(c.summary))
+        elements.append(_text(approver_texts.direct_intro(c)))
+    elements.append(_text(c.summary))
     statement = c.details.get("statement")
     if statement:
-        elements.append(_md(_code_block(str(statement))))
-    elements.append(_md("\n".join(lines)))
+        elements.append(_text(str(statement), element_id=STATEMENT_ELEMENT))
+    elements.append(_text("\n".join(lines)))
     if pending:
         template = RISK_TEMPLATES.get(c.risk, "orange")
         title = texts.confirmation_title(c)
-        elements.append(_md(texts.time_left(c, now)))
+        elements.append(_text(texts.time_left(c, now)))
         decisions = _decisions(c, direct=direct)
         elements.append(_row([_button(c, decision) for decision in decisions]))
         if Decision.APPROVE in decisions and grant_offered(c):
             elements.append(_row([_button(c, Decision.APPROVE, grant=True)]))
         # The typed reply always works, also where a client cannot show the buttons.
         hint = approver_texts.direct_reply_hint(c) if direct else texts.reply_hint(c)
-        elements.append(_md(hint))
+        elements.append(_text(hint))
     else:
         template = STATUS_TEMPLATES.get(c.status, "grey")
         title = texts.status_line(c)
-        elements.append(_md("**" + texts.outcome(c) + "**"))
+        elements.append(_text(texts.outcome(c), text_size="heading"))
     return {
         "schema": "2.0",
         # update_multi: one shared card for everyone in the chat, so a patch reaches all.

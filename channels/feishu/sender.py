@@ -81,7 +81,10 @@ class FeishuSender:
         reply_to: str | None = None,
         receive_id_type: str = "chat_id",
     ) -> str | None:
-        msg_type, content = render.message_content(text)
+        # Only the agent's replies may be Markdown; a prompt or an outcome carries values
+        # from the request (table names, reasons, names) and is shown as written.
+        plain = msg.kind is not OutboundKind.TEXT
+        msg_type, content = (render.plain_content if plain else render.message_content)(text)
         result = await self.outbox.send(
             chat_id=receiver,
             msg_type=msg_type,

@@ -6,6 +6,12 @@ dict (lower-cased names, as proxies send them, crash it with a TypeError), check
 timestamp age nor nonce reuse, and is synchronous. The SDK's ``AESCipher`` decrypts;
 ``channels.feishu.inbound`` reads the verified body.
 
+Webhook mode needs the Encrypt Key: the Verification Token travels inside every body, so a
+request built from the token alone (a forged card click) would pass, and a captured one
+could be replayed (issue 22). Every event and card callback must be encrypted, carry a
+valid ``X-Lark-Signature`` over timestamp + nonce + encrypt_key + body, a timestamp inside
+the replay window and a nonce not used before within it.
+
 Order of checks: parse → decrypt → url_verification (token only, as Feishu does not sign
 it) → signature → replay window → nonce → verification token → dispatch. Bad input is 400,
 failed authentication 401; nothing unverified reaches the bus.
@@ -50,14 +56,16 @@ class WebhookReceiver:
     def __init__(
         self,
         *,
-        encrypt_key: str | None,
+        encrypt_key: str,
         verification_token: str | None,
         replay_window_seconds: float,
         max_json_depth: int,
         on_message: MessageSink,
         on_card: CardHandler,
     ) -> None:
-        self._encrypt_key = encrypt_key or None
+        if not encrypt_key:
+            raise ValueError("Feishu webhook mode needs an encrypt_key")
+        self._encrypt_key = encrypt_key
         self._max_depth = max_json_depth
         self._token = verification_token or None
         self._window = replay_window_seconds
@@ -65,7 +73,7 @@ class WebhookReceiver:
         self._on_card = on_card
         # Nonces seen inside the window; older ones fail the timestamp check anyway.
         self._nonces = UsedOnce(seconds=max(2 * replay_window_seconds, 1.0))
-        self._cipher = AESCipher(self._encrypt_key) if self._encrypt_key else None
+        self._cipher = AESCipher(encrypt_key)
 
     async def handle(self, request: web.Request) -> web.Response:
         try:
@@ -87,12 +95,8 @@ class WebhookReceiver:
         if not isinstance(outer, dict):
             raise _Reject(400, "body is not a JSON object")
         encrypted = outer.get("encrypt")
-        if self._cipher is None:
-            if encrypted is not None:
-                raise _Reject(400, "encrypted body but no encrypt_key configured")
-            return outer
         if not isinstance(encrypted, str):
-            raise _Reject(400, "expected an encrypted body (an encrypt_key is configured)")
+            raise _Reject(400, "expected an encrypted body (set the Encrypt Key in Feishu)")
         try:
             decrypted = self._cipher.decrypt_str(encrypted)
         except (ValueError, UnicodeDecodeError) as exc:
@@ -112,23 +116,23 @@ class WebhookReceiver:
             raise _Reject(401, "invalid verification token")
 
     def _check_signature(self, request: web.Request, raw: bytes) -> None:
+        """The one check of events and card callbacks: signed, fresh, and used once."""
         # aiohttp's headers are case-insensitive, unlike the SDK's RawRequest dict.
         ts = request.headers.get("X-Lark-Request-Timestamp", "")
         nonce = request.headers.get("X-Lark-Request-Nonce", "")
         sig = request.headers.get("X-Lark-Signature", "")
-        if self._encrypt_key is not None:
-            if not (ts and nonce and sig):
-                raise _Reject(401, "missing signature headers")
-            signed = (ts + nonce + self._encrypt_key).encode("utf-8", "surrogatepass") + raw
-            if not same_secret(sig, hashlib.sha256(signed).hexdigest()):
-                raise _Reject(401, "bad signature")
-        if ts:
-            # Digits only: float() would take "nan", whose age compares as inside any window.
-            if not (ts.isascii() and ts.isdigit()):
-                raise _Reject(400, "bad timestamp")
-            if abs(time.time() - int(ts)) > self._window:
-                raise _Reject(401, "timestamp outside the replay window")
-        if nonce and not self._nonces.first_use(nonce):
+        if not (ts and nonce and sig):
+            raise _Reject(401, "missing signature headers")
+        signed = (ts + nonce + self._encrypt_key).encode("utf-8", "surrogatepass") + raw
+        if not same_secret(sig, hashlib.sha256(signed).hexdigest()):
+            raise _Reject(401, "bad signature")
+        # Digits only: float() would take "nan", whose age compares as inside any window.
+        if not (ts.isascii() and ts.isdigit()):
+            raise _Reject(400, "bad timestamp")
+        if abs(time.time() - int(ts)) > self._window:
+            raise _Reject(401, "timestamp outside the replay window")
+        # Only after the signature: a forger cannot use up Feishu's nonces.
+        if not self._nonces.first_use(nonce):
             raise _Reject(401, "nonce already used")
 
     async def _handle(self, request: web.Request) -> web.Response:

@@ -1,6 +1,8 @@
 """``gateway confirmations list | show ID | approve ID | reject ID --reason TEXT``.
 
 ``approve ID --arguments JSON`` approves the call with edited arguments (gateway/tools/edits.py).
+``approve`` and ``reject`` need ``--actor NAME``: the token is an operator's, the decision a
+person's.
 
 Talks to a running daemon's admin API. The URL defaults to the configured server
 (``[server] host/port``), the token to ``[admin] token`` / ``GATEWAY_ADMIN__TOKEN``.
@@ -305,7 +307,14 @@ def register(subparsers: Any) -> None:
             name, parents=[common], help=f"{name} a pending confirmation as the operator"
         )
         a.add_argument("id")
-        a.add_argument("--actor", default="admin", help="name recorded as the decider")
+        # Required, no default: four-eyes compares the decider with the requester, and a
+        # default (the old "admin", or $USER, often root) would pass for anyone (issue 22).
+        a.add_argument(
+            "--actor",
+            required=True,
+            help="your name as the requester's chat knows people (recorded as the decider; "
+            "four-eyes refuses the requester's own approval)",
+        )
         a.add_argument("--reason", required=name == "reject", help="why (required to reject)")
     approve = actions.choices["approve"]
     approve.add_argument(

@@ -25,13 +25,17 @@ HEADER = """\
 data_dir = {data_dir}
 
 [server]                  # one HTTP server: web chat, admin API, platform webhooks
-host = "127.0.0.1"        # beyond loopback, an admin token is required
+host = "127.0.0.1"        # beyond loopback, a strong admin token is required
 port = 8080
-# Behind a reverse proxy, add the public name it forwards:
+# Behind a reverse proxy, add the public name it forwards (this too needs the token), and
+# the proxy's sign-in header (docs/deploy.md):
 # allowed_hosts = ["localhost", "127.0.0.1", "::1", "chat.example.com"]
+# trusted_proxies = ["127.0.0.1", "::1"]
+# trusted_user_header = "X-Forwarded-User"
 
 [admin]
-# Bearer token for the admin API; set GATEWAY_ADMIN__TOKEN (24+ characters) instead.
+# Bearer token for the admin API; set GATEWAY_ADMIN__TOKEN instead (32+ characters, 8+
+# distinct: openssl rand -hex 32).
 
 [confirmation]
 timeout_seconds = 300                      # a timeout always cancels, never approves
@@ -62,7 +66,7 @@ enabled = true
 mode = "ws"               # ws (long connection, no public URL) | webhook
 app_id = "cli_xxxxxxxxxxxxxxxx"   # from the Feishu developer console
 # app_secret: set GATEWAY_CHANNELS__FEISHU__APP_SECRET
-# webhook mode also needs GATEWAY_CHANNELS__FEISHU__ENCRYPT_KEY and __VERIFICATION_TOKEN
+# webhook mode also needs GATEWAY_CHANNELS__FEISHU__ENCRYPT_KEY (it signs every request)
 domain = "feishu"         # feishu | lark
 allow_from = []           # [] nobody, ["*"] everyone, or open_ids
 group_policy = "mention"  # answer in groups only when @-mentioned | "open"

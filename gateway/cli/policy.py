@@ -59,6 +59,7 @@ async def _test(settings: Settings, name: str, call_args: dict[str, Any], *, as_
         settings.sql_url,
         max_rows=settings.tools.sql.max_rows,
         timeout_seconds=settings.tools.sql.statement_timeout_seconds,
+        allowed_functions=settings.tools.sql.allowed_functions,
     )
     try:
         if settings.uses_demo_database:

@@ -7,6 +7,7 @@ compare-and-set in the service's ``_finish``, the one way every confirmation end
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -31,6 +32,21 @@ if TYPE_CHECKING:
     from gateway.confirm.doubts import Doubts
 
 log = structlog.get_logger(__name__)
+
+
+def same_person(a: str, b: str) -> bool:
+    """Whether two names are one person's, leniently (NFKC, case, spaces): used only to
+    refuse, so ``Alice`` typed on the admin API cannot approve ``alice``'s call."""
+    return _folded(a) == _folded(b)
+
+
+def _folded(name: str) -> str:
+    return "".join(unicodedata.normalize("NFKC", name).casefold().split())
+
+
+def self_approval(c: Confirmation, actor: str, decision: Decision) -> bool:
+    """The requester approving their own four-eyes call: refused on every path."""
+    return c.four_eyes and decision is Decision.APPROVE and same_person(actor, c.requester)
 
 
 class Deciding:
@@ -62,9 +78,9 @@ class Deciding:
 
     def may_decide(self, c: Confirmation, actor: str, decision: Decision) -> tuple[bool, str]:
         """Requester and approvers may decide; with four-eyes the requester may only reject."""
+        if self_approval(c, actor, decision):
+            return False, texts.FOUR_EYES
         if actor == c.requester:
-            if c.four_eyes and decision is Decision.APPROVE:
-                return False, texts.FOUR_EYES
             return True, ""
         if actor in c.approvers or actor in self.settings.approvers:
             return True, ""
@@ -122,9 +138,9 @@ class Deciding:
                 DecideOutcome.ALREADY_DECIDED, settled, texts.already_decided(settled)
             )
         if via == "admin":
-            # The token vouches for an operator, not for a second person: four-eyes holds.
-            self_approval = current.four_eyes and actor == current.requester
-            allowed, why = (not (self_approval and decision is Decision.APPROVE), texts.FOUR_EYES)
+            # The token vouches for an operator, not for a second person: four-eyes holds,
+            # judged on the person the admin API named (gateway/http/server.person_behind).
+            allowed, why = not self_approval(current, actor, decision), texts.FOUR_EYES
         else:
             allowed, why = self.may_decide(current, actor, decision)
         if not allowed:

@@ -3,7 +3,10 @@
 Two scopes, both with an expiry:
 
 - ``session``: the same tool, asked for by the same person in the same session, for N
-  minutes (reply ``确认 30分钟``). Any arguments of that tool.
+  minutes (reply ``确认 30分钟``), on the same scope: what the tool's preview puts in
+  ``details["grant_scope"]`` (SQL: the same statement kinds on the same tables, so a grant
+  given on ``DELETE FROM orders WHERE id = 3`` covers DELETEs on ``orders``, nothing else).
+  Any arguments of a tool whose preview gives no scope.
 - ``call``: exactly this call (same tool, same normalised arguments) in any session.
 
 A grant never covers a ``critical`` call, a four-eyes call (a second person must look at
@@ -57,6 +60,11 @@ def args_key(args: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
+def _same_scope(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
+    """Scopes compared as stored (JSON): a tuple read back is a list."""
+    return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Grant:
     """Permission to run calls without asking, given on one confirmation, until a time."""
@@ -71,6 +79,9 @@ class Grant:
     args_key: str | None  # a call grant covers only these arguments
     args: Mapping[str, Any]  # the arguments it was given on, for people to read
     risk: Risk  # the highest risk it covers
+    # What calls of the tool it covers: the grant_scope of the call it was given on (SQL:
+    # its statement kinds and tables); None for a tool that gives none (any arguments).
+    covers: Mapping[str, Any] | None = None
     granted_by: str
     granted_via: str
     confirmation_id: str
@@ -86,6 +97,7 @@ class Grant:
         data = asdict(self)
         data["args"] = dict(self.args)
         data["risk"] = self.risk.value
+        data["covers"] = None if self.covers is None else dict(self.covers)
         return data
 
     @classmethod
@@ -174,11 +186,19 @@ def grant_offered(c: Confirmation) -> bool:
     return c.risk is not Risk.CRITICAL and not c.four_eyes
 
 
-def covered_call(call: ToolCall, session_key: str, requester: str, decision: Any) -> dict[str, Any]:
-    """``GrantBook.covering``'s arguments for a call the policy wants confirmed."""
+def covered_call(
+    call: ToolCall,
+    session_key: str,
+    requester: str,
+    decision: Any,
+    details: Mapping[str, Any],
+) -> dict[str, Any]:
+    """``GrantBook.covering``'s arguments for a call the policy wants confirmed (``details``:
+    its preview's)."""
     return {
         "tool": call.name,
         "args": call.args,
+        "scope": details.get("grant_scope"),
         "session_key": session_key,
         "requester": requester,
         "risk": decision.risk,
@@ -259,6 +279,7 @@ class GrantBook:
             args_key=args_key(c.tool_call.args) if scope == "call" else None,
             args=dict(c.tool_call.args),
             risk=c.risk,
+            covers=c.details.get("grant_scope"),
             granted_by=by,
             granted_via=via,
             confirmation_id=c.id,
@@ -276,13 +297,18 @@ class GrantBook:
         *,
         tool: str,
         args: Mapping[str, Any],
+        scope: Mapping[str, Any] | None,
         session_key: str,
         requester: str,
         risk: Risk,
         four_eyes: bool,
         call_id: str,
     ) -> Grant | None:
-        """The live grant that lets this call run without asking (recorded as used), or None."""
+        """The live grant that lets this call run without asking (recorded as used), or None.
+
+        ``scope`` is the call's ``grant_scope`` (its preview's details); a grant covers only
+        calls of the scope it was given on.
+        """
         if risk is Risk.CRITICAL or four_eyes:
             return None
         now = self.clock()
@@ -296,6 +322,8 @@ class GrantBook:
             return None
         for grant in live:
             if grant.tool != tool or RISK_ORDER[risk] > RISK_ORDER[grant.risk]:
+                continue
+            if not _same_scope(grant.covers, scope):
                 continue
             if grant.scope == "call" and grant.args_key != key:
                 continue

@@ -13,11 +13,22 @@ from __future__ import annotations
 
 import functools
 import re
-import unicodedata
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from config.keywords import KeywordSet, normalize_word
+from config.keywords import (
+    ASCII_WORD,
+    FILLERS_ASCII,
+    FILLERS_CJK,
+    QUESTION_MARKS,
+    QUESTION_PARTICLES,
+    REQUESTS_ASCII,
+    REQUESTS_CJK,
+    TRAILING,
+    KeywordSet,
+    is_cjk,
+    reply_form,
+)
 from gateway.confirm.ids import ID_ALPHABET, canonical_id
 
 
@@ -38,16 +49,6 @@ class ParsedReply:
     grant_minutes: int | None = None  # "确认 30分钟": approve, and skip asking for 30 min
 
 
-# Words that add nothing to a decision: "确认吧", "yes please".
-FILLERS_CJK = frozenset({"吧", "了", "啊", "呀", "哦", "噢", "嗯", "哈", "呗", "的", "哟"})
-FILLERS_ASCII = frozenset({"thanks", "thx", "thank", "you"})
-# Request forms: "请确认" / "please confirm" asks someone (often another member) to confirm;
-# it is not the confirm itself. After the word ("yes please") they are mere politeness.
-REQUESTS_CJK = frozenset({"请", "請", "麻烦", "麻煩", "劳驾", "烦请", "恳请", "敬请", "务必"})
-REQUESTS_ASCII = frozenset({"please", "pls", "plz", "kindly"})
-QUESTION_PARTICLES = frozenset({"吗", "么", "嘛", "呢", "吧?"})
-TRAILING = ".。!！~～…·、,，;；"
-QUESTION_MARKS = "?？"
 # A separator after a cancel word that introduces a reason: "取消，太危险了" / "no: wrong table".
 REASON_SEPARATORS = frozenset(",，:：;；。.-—")
 
@@ -60,10 +61,6 @@ _DURATION = re.compile(
     r"(?<![0-9a-z])(?:(\d{1,4})\s*(分钟|分|min|mins|minutes|小时|hours?)|(\d{1,2})\s*(h))$"
 )
 _HOURS = frozenset({"小时", "h", "hour", "hours"})
-
-
-def _is_cjk(ch: str) -> bool:
-    return unicodedata.category(ch) == "Lo"
 
 
 def _looks_like_id(token: str) -> bool:
@@ -84,7 +81,7 @@ class _Token:
     end: int
 
 
-_ASCII_WORD = re.compile(r"[a-z0-9]+(?:['’][a-z]+)?")
+_ASCII_WORD = re.compile(ASCII_WORD)
 
 
 class ReplyParser:
@@ -94,7 +91,7 @@ class ReplyParser:
         self.words = words
         self._confirm = frozenset(words.confirm)
         self._cancel = frozenset(words.cancel)
-        cjk = {w for w in (*words.confirm, *words.cancel) if w and _is_cjk(w[0])}
+        cjk = {w for w in (*words.confirm, *words.cancel) if w and is_cjk(w[0])}
         self._cjk_vocab = cjk | FILLERS_CJK | REQUESTS_CJK | QUESTION_PARTICLES
         self._cjk_max = max((len(w) for w in self._cjk_vocab), default=1)
         # Multi-word ASCII phrases ("go ahead") are matched over token runs.
@@ -163,9 +160,9 @@ class ReplyParser:
         i = 0
         while i < len(text):
             ch = text[i]
-            if _is_cjk(ch):
+            if is_cjk(ch):
                 j = i
-                while j < len(text) and _is_cjk(text[j]):
+                while j < len(text) and is_cjk(text[j]):
                     j += 1
                 tokens.extend(self._segment_cjk(text[i:j], i))
                 i = j
@@ -218,9 +215,7 @@ class ReplyParser:
         return self._remembered(text)
 
     def _parse_text(self, text: str) -> ParsedReply:
-        norm = normalize_word(text)
-        norm = norm.lstrip("/")
-        stripped = norm.rstrip(TRAILING + " ")
+        stripped = reply_form(text)
         duration = _DURATION.search(stripped)
         if duration is not None and duration.start() > 0:
             parsed = self._parse(stripped[: duration.start()].rstrip(TRAILING + " "))
@@ -287,7 +282,7 @@ class ReplyParser:
         after = text[first.end :]
         gap = after[: len(after) - len(after.lstrip(" " + "".join(REASON_SEPARATORS)))]
         has_separator = any(c in REASON_SEPARATORS for c in gap)
-        cjk_space = _is_cjk(first.text[0]) and gap.startswith(" ")
+        cjk_space = is_cjk(first.text[0]) and gap.startswith(" ")
         if not (has_separator or cjk_space):
             return None
         rest = after[len(gap) :]

@@ -28,7 +28,6 @@ from gateway.confirm.service import (
 )
 from gateway.confirm.store import ConfirmationStore
 from gateway.http.grants_api import say_in
-from gateway.http.identity import identity_of
 from gateway.http.jsonapi import (
     ApiError,
     ConfirmationQuery,
@@ -39,12 +38,18 @@ from gateway.http.jsonapi import (
     read_query,
 )
 from gateway.http.openapi import openapi_document
+from gateway.http.server import person_behind
 from gateway.metrics import Metrics
 from gateway.tools.edits import CallEditor, EditRefusedError
 
 log = structlog.get_logger(__name__)
 
 MAX_ID_LENGTH = 32
+ACTOR_REQUIRED = (
+    "actor is required: name the person deciding (the admin token is an operator's, not a "
+    "person's; four-eyes compares the person with the requester), or log in on /admin, or "
+    "send the login proxy's user header"
+)
 # Seen after a decision: HTTP status for each outcome of ConfirmationService.decide.
 DECISION_STATUS = {
     DecideOutcome.DECIDED: 200,
@@ -181,13 +186,17 @@ class AdminApi:
     async def decide(self, request: web.Request) -> web.Response:
         cid = request.match_info["id"]
         body = await read_body(request, DecisionBody)
-        # A login proxy's name for the operator wins over what the body says.
-        actor = identity_of(request).user(request) or (body.actor or "").strip() or "admin"
+        # Four-eyes is judged on the person, so every decision names one: a login proxy's
+        # name wins, then the page's login, then the body. Never a default (issue 22: the
+        # requester holding the token approved their own call by leaving actor out).
+        actor = person_behind(request, body.actor)
+        if actor is None:
+            raise ApiError(422, ACTOR_REQUIRED, field="actor")
         reason = (body.reason or "").strip() or None
         if len(cid) > MAX_ID_LENGTH:
             raise ApiError(404, f"no confirmation {cid[:MAX_ID_LENGTH]}", field="id")
         # The bearer token authenticates the operator, so via="admin" skips the
-        # requester/approver check that chat decisions go through.
+        # requester/approver check that chat decisions go through; four-eyes still holds.
         if body.arguments is not None:
             result = await self._approve_edited(cid, body, actor=actor, reason=reason)
         else:

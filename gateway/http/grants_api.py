@@ -13,8 +13,8 @@ from gateway import texts
 from gateway.bus import MessageBus, OutboundMessage
 from gateway.confirm.grants import Grant, GrantBook
 from gateway.confirm.service import ConfirmationService
-from gateway.http.identity import identity_of
 from gateway.http.jsonapi import ApiError, RevokeBody, read_body
+from gateway.http.server import person_behind
 
 log = structlog.get_logger(__name__)
 
@@ -46,7 +46,7 @@ class GrantsApi:
     async def revoke(self, request: web.Request) -> web.Response:
         grant = await self._find(request)
         body = await read_body(request, RevokeBody) if request.can_read_body else RevokeBody()
-        actor = identity_of(request).user(request) or (body.actor or "").strip() or "admin"
+        actor = person_behind(request, body.actor) or "admin"
         done = await self.grants.revoke(grant.id, by=actor)
         if done is None:
             raise ApiError(409, f"grant {grant.id} has already ended (expired or revoked)")

@@ -107,7 +107,13 @@ class DecisionBody(JsonBody):
 
     decision: Literal["approve", "reject"]
     actor: str | None = Field(
-        default=None, max_length=128, description="recorded as the decider; default admin"
+        default=None,
+        max_length=128,
+        description=(
+            "the person deciding, recorded as the decider; four-eyes compares it with the "
+            "requester. Required unless the login proxy's header or the /admin login names "
+            "the person (those win)"
+        ),
     )
     reason: str | None = Field(default=None, max_length=1000)
     arguments: dict[str, Any] | None = Field(

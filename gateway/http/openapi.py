@@ -135,20 +135,21 @@ ROUTES = (
     Route(
         "post",
         "/api/confirmations/{id}/decision",
-        "approve (optionally with edited arguments) or reject as the operator (via=admin)",
+        "approve (optionally with edited arguments) or reject as a named person (via=admin)",
         {
             200: Reply("decided; the final record", DecisionResult),
             400: BAD,
             403: Reply(
-                "the edited call may not be approved (policy deny/manual, or four-eyes and "
-                "the decider is the requester); the record, still pending",
+                "four-eyes and the person deciding is the requester, or the edited call may "
+                "not be approved (policy deny/manual); the record, still pending",
                 DecisionResult,
             ),
             404: Reply("unknown id", DecisionResult),
             409: Reply("already decided or expired; the record", DecisionResult),
             422: Reply(
-                "the edited arguments do not fit the tool; field names the first bad one "
-                "(arguments.sql); the call still waits",
+                "no person named (field actor: required unless the login proxy's header or "
+                "the /admin login names one), or the edited arguments do not fit the tool "
+                "(field names the first bad one, arguments.sql); the call still waits",
                 Error,
             ),
         },

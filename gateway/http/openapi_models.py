@@ -121,6 +121,10 @@ class GrantView(Answer):
     args_key: str | None = Field(description="call scope: hash of the arguments it covers")
     args: dict[str, Any]
     risk: Risk = Field(description="the highest risk it covers")
+    covers: dict[str, Any] | None = Field(
+        description="what calls of the tool it covers (SQL: statement kinds and tables); "
+        "null: any arguments"
+    )
     granted_by: str
     granted_via: str
     confirmation_id: str

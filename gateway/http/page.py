@@ -2,15 +2,18 @@
 testers (reply words, policy) as JSON routes.
 
 Who may see it is decided by ``gateway.http.server.require_admin`` like every admin route:
-the login form turns the token into the page's cookie, and nothing else here checks it.
-Decisions from the page go through the admin API (``POST /api/confirmations/{id}/decision``).
+the login form turns the token and the person's name into a server-side session
+(gateway/http/sessions.py) whose id is the page's cookie; nothing else here checks it.
+Decisions from the page go through the admin API (``POST /api/confirmations/{id}/decision``)
+and are taken as the person: the login proxy's name for them, else the name they logged in
+with. The token is an operator's, never a person: four-eyes is judged on the name.
 """
 
 from __future__ import annotations
 
 import hmac
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +25,11 @@ from gateway.confirm.model import Status
 from gateway.confirm.service import ConfirmationService
 from gateway.http import health_html, page_html
 from gateway.http.admin import MAX_ID_LENGTH, search
-from gateway.http.identity import identity_of
+from gateway.http.identity import came_over_tls, client_address, identity_of
 from gateway.http.instances import instances_report
 from gateway.http.jsonapi import (
+    NAME_PATTERN,
+    NAME_RULE,
     ApiError,
     ConfirmationQuery,
     PolicyTestBody,
@@ -32,7 +37,8 @@ from gateway.http.jsonapi import (
     read_body,
     validate,
 )
-from gateway.http.server import ADMIN_COOKIE, ADMIN_COOKIE_SECONDS, admin_cookie
+from gateway.http.server import ADMIN_COOKIE, admin_person
+from gateway.http.sessions import ADMIN_SESSIONS, AdminSessions, LoginLimiter
 from gateway.tools.base import ToolArgumentsError, ToolRegistry
 from gateway.tools.policy import Policy
 from gateway.tools.policy_check import UnknownToolError, explain
@@ -66,6 +72,8 @@ class AdminPage:
         registry: ToolRegistry,
         policy: Policy,
         admin_token: str | None,
+        sessions: AdminSessions,
+        limiter: LoginLimiter,
         channel_status: Callable[[], list[dict[str, Any]]],
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -74,10 +82,13 @@ class AdminPage:
         self.registry = registry
         self.policy = policy
         self._token = admin_token.encode("utf-8", "surrogatepass") if admin_token else None
+        self.sessions = sessions
+        self.limiter = limiter
         self.channel_status = channel_status
         self.clock = clock
 
     def register(self, app: web.Application) -> None:
+        app[ADMIN_SESSIONS] = self.sessions  # require_admin looks the cookie up there
         app.router.add_get("/admin", self.page)
         app.router.add_get("/admin/login", self.login_form)
         app.router.add_post("/admin/login", self.login)
@@ -88,44 +99,67 @@ class AdminPage:
         app.router.add_post("/api/replies/test", self.test_reply)
         app.router.add_post("/api/policy/test", self.test_policy)
 
-    def actor(self, request: web.Request) -> str:
-        """Who the page acts as: the login proxy's name for them, else "admin"."""
-        return identity_of(request).user(request) or "admin"
+    def actor(self, request: web.Request) -> str | None:
+        """Who the page acts as: the login proxy's name for them, else the login's name;
+        None (not logged in, no token on loopback): the page cannot decide."""
+        return identity_of(request).user(request) or admin_person(request)
 
     # ------------------------------------------------------------------ login
 
-    async def login_form(self, _: web.Request) -> web.Response:
-        if self._token is None:  # loopback without a token: nothing to log in to
-            raise web.HTTPSeeOther("/admin")
-        return _html(page_html.login_page(None))
+    async def login_form(self, request: web.Request) -> web.Response:
+        return self._login_page(request, None)
+
+    def _login_page(
+        self, request: web.Request, error: str | None, status: int = 200
+    ) -> web.Response:
+        page = page_html.login_page(
+            error, token=self._token is not None, known_as=identity_of(request).user(request)
+        )
+        return _html(page, status=status)
 
     async def login(self, request: web.Request) -> web.Response:
-        if self._token is None:
-            raise web.HTTPSeeOther("/admin")
+        """Token (when one is set) and name -> a session. Wrong tokens are limited per
+        client address: past the limit, 429 with Retry-After, before the token is read."""
+        client = client_address(request)
+        wait = self.limiter.retry_after(client)
+        if wait is not None:
+            message = (
+                f"登录失败次数太多，请 {wait} 秒后再试 / "
+                f"too many wrong logins: try again in {wait} s"
+            )
+            response = self._login_page(request, message, status=429)
+            response.headers["Retry-After"] = str(wait)
+            return response
         form = await request.post()
-        given = form.get("token")
-        if not isinstance(given, str) or len(given) > MAX_TOKEN_FIELD:
-            given = ""
-        if not hmac.compare_digest(given.strip().encode("utf-8", "surrogatepass"), self._token):
-            log.info("admin.login_failed", remote=request.remote)
-            page = page_html.login_page("令牌不对 / wrong token")
-            return _html(page, status=401)
-        expires = int(self.clock()) + ADMIN_COOKIE_SECONDS
+        if self._token is not None:
+            given = _field(form, "token", MAX_TOKEN_FIELD)
+            if not hmac.compare_digest(given.encode("utf-8", "surrogatepass"), self._token):
+                log.info("admin.login_failed", client=client[:100])
+                self.limiter.failed(client)
+                return self._login_page(request, "令牌不对 / wrong token", status=401)
+        name = identity_of(request).user(request) or _field(form, "name", 64)
+        if not NAME_PATTERN.fullmatch(name):
+            message = f"请写上你的名字 / your name is needed to decide: {NAME_RULE}"
+            return self._login_page(request, message, status=422)
         response = _see_other("/admin")
         response.set_cookie(
             ADMIN_COOKIE,
-            admin_cookie(self._token, expires),
-            max_age=ADMIN_COOKIE_SECONDS,
+            await self.sessions.login(name),
+            max_age=int(self.sessions.seconds),
             path="/",
             httponly=True,  # the page's script never needs it: a script injection cannot read it
             samesite="Strict",  # never sent on a request another site starts (CSRF)
-            secure=request.secure,
+            # Over TLS (ours, or a listed proxy's X-Forwarded-Proto: https) the browser must
+            # never send it over plain HTTP.
+            secure=came_over_tls(request),
         )
-        log.info("admin.login", remote=request.remote)
+        log.info("admin.login", client=client[:100], name=name)
         return response
 
-    async def logout(self, _: web.Request) -> web.Response:
-        response = _see_other("/admin/login" if self._token else "/admin")
+    async def logout(self, request: web.Request) -> web.Response:
+        """Ends the session on the server: a copy of the cookie no longer works either."""
+        await self.sessions.logout(request.cookies.get(ADMIN_COOKIE, ""))
+        response = _see_other("/admin/login")
         response.del_cookie(ADMIN_COOKIE, path="/")
         return response
 
@@ -145,7 +179,7 @@ class AdminPage:
             tools=self.registry.names,
             health=await self._health(),
             actor=self.actor(request),
-            logout=self._token is not None,
+            logout=admin_person(request) is not None,
             now=self.clock(),
         )
         return _html(html)
@@ -177,7 +211,7 @@ class AdminPage:
             found,
             await self.confirmations.store.events(found.id),
             actor=self.actor(request),
-            logout=self._token is not None,
+            logout=admin_person(request) is not None,
             now=self.clock(),
         )
         return _html(html)
@@ -237,6 +271,12 @@ class AdminPage:
         except ToolArgumentsError as exc:
             raise ApiError(422, str(exc), field="args") from exc
         return web.json_response(report.to_dict())
+
+
+def _field(form: Mapping[str, object], name: str, longest: int) -> str:
+    """A text field of the login form, stripped; "" when missing or too long."""
+    value = form.get(name)
+    return value.strip() if isinstance(value, str) and len(value) <= longest else ""
 
 
 def _see_other(location: str) -> web.Response:

@@ -38,6 +38,8 @@ def layout(title: str, body: str, *, actor: str | None = None, logout: bool = Fa
     who = ""
     if actor:
         who = f'<span class="actor">{bi("操作人", "acting as")} <b>{e(actor)}</b></span>'
+    elif actor is not None:  # "": the page is open but nobody said who they are
+        who = f'<a class="actor" href="/admin/login">{bi("登录后才能决定", "log in to decide")}</a>'
     out = (
         '<form method="post" action="/admin/logout" class="logout">'
         f'<button type="submit">{bi("退出", "Log out")}</button></form>'
@@ -65,18 +67,34 @@ def layout(title: str, body: str, *, actor: str | None = None, logout: bool = Fa
 """
 
 
-def login_page(error: str | None) -> str:
+def login_page(error: str | None, *, token: bool, known_as: str | None) -> str:
+    """The login form: the person's name (decisions are theirs, four-eyes compares it with
+    the requester), unless the login proxy names them; and the admin token, if one is set."""
     problem = f'<p class="error" role="alert">{e(error)}</p>' if error else ""
+    if known_as:
+        says = bi("登录代理认定你是", "the login proxy says you are")
+        name = f"<p>{says} <b>{e(known_as)}</b></p>"
+    else:
+        label = bi("你的名字（决定以此署名）", "Your name (decisions are recorded as yours)")
+        name = f"""<label>{label}
+<input type="text" name="name" autocomplete="username" maxlength="64" required autofocus></label>"""
+    secret = ""
+    if token:
+        secret = f"""<label>{bi("管理令牌", "Admin token")}
+<input type="password" name="token" autocomplete="current-password" required></label>"""
+    hint = ""
+    if token:
+        hint = f"""<p class="hint">{bi("令牌即", "the token is")} <code>[admin] token</code> /
+<code>GATEWAY_ADMIN__TOKEN</code></p>"""
     body = f"""<section class="panel login">
 <h2>{bi("登录", "Log in")}</h2>
 {problem}
 <form method="post" action="/admin/login">
-<label>{bi("管理令牌", "Admin token")}
-<input type="password" name="token" autocomplete="current-password" required autofocus></label>
+{name}
+{secret}
 <button type="submit">{bi("登录", "Log in")}</button>
 </form>
-<p class="hint">{bi("令牌即", "the token is")} <code>[admin] token</code> /
-<code>GATEWAY_ADMIN__TOKEN</code></p>
+{hint}
 </section>"""
     return layout("登录 · Log in", body)
 
@@ -95,7 +113,7 @@ def admin_page(
     keywords_error: str | None,
     tools: Sequence[str],
     health: str,
-    actor: str,
+    actor: str | None,
     logout: bool,
     now: float,
 ) -> str:
@@ -127,7 +145,7 @@ def admin_page(
 <h2>{bi("实例与渠道", "Instances and channels")}</h2>
 <div id="health-body">{health}</div>
 </section>"""
-    return layout("网关管理 · Gateway admin", body, actor=actor, logout=logout)
+    return layout("网关管理 · Gateway admin", body, actor=actor or "", logout=logout)
 
 
 def pending_list(items: Sequence[Confirmation], now: float) -> str:
@@ -353,7 +371,7 @@ def audit_trail(events: Sequence[AuditEvent]) -> str:
 
 
 def detail_page(
-    c: Confirmation, events: Sequence[AuditEvent], *, actor: str, logout: bool, now: float
+    c: Confirmation, events: Sequence[AuditEvent], *, actor: str | None, logout: bool, now: float
 ) -> str:
     record = json.dumps(c.to_dict(), ensure_ascii=False, indent=2)
     fields = [
@@ -387,4 +405,4 @@ def detail_page(
 {audit_trail(events)}
 <details><summary>{bi("完整记录", "the whole record")}</summary><pre>{e(record)}</pre></details>
 </section>"""
-    return layout(f"{c.id} · Gateway admin", body, actor=actor, logout=logout)
+    return layout(f"{c.id} · Gateway admin", body, actor=actor or "", logout=logout)

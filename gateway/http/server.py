@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import logging
-import time
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,7 +25,13 @@ from aiohttp.typedefs import Handler, Middleware
 
 from config.settings import LOOPBACK_NAMES, ConfigError
 from gateway.http.accept_errors import AcceptErrorLog
-from gateway.http.identity import TRUSTED_IDENTITY, TrustedIdentity
+from gateway.http.hosts import host_name, is_loopback
+from gateway.http.identity import (
+    TRUSTED_IDENTITY,
+    TrustedIdentity,
+    identity_of,
+    refuse_duplicate_user_header,
+)
 from gateway.http.jsonapi import (
     DEFAULT_MAX_JSON_DEPTH,
     MAX_JSON_DEPTH,
@@ -35,6 +39,7 @@ from gateway.http.jsonapi import (
     json_errors,
     one_line,
 )
+from gateway.http.sessions import ADMIN_SESSIONS, AdminSession
 
 log = structlog.get_logger(__name__)
 
@@ -42,20 +47,11 @@ PUBLIC_API_PREFIXES = ("/api/chat/", "/api/openapi.json")
 PUBLIC_ADMIN_PAGES = ("/admin/login", "/admin/logout")
 UNAUTHORIZED = "missing or wrong bearer token: send Authorization: Bearer <admin token>"
 ADMIN_COOKIE = "gateway_admin"
-ADMIN_COOKIE_SECONDS = 12 * 3600
+SIGNED_IN = web.RequestKey("signed_in", AdminSession)
 # Sent by the admin page's script with every request that changes something.
 CSRF_HEADER = "X-Requested-With"
 CSRF_VALUE = "gateway-admin"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-
-
-def is_loopback(host: str) -> bool:
-    if host in ("localhost", ""):
-        return host == "localhost"
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def needs_admin(path: str) -> bool:
@@ -79,34 +75,38 @@ def bearer_matches(header: str, token: bytes) -> bool:
     return hmac.compare_digest(given.strip().encode("utf-8", "surrogatepass"), token)
 
 
-def admin_cookie(token: bytes, expires: int) -> str:
-    """The admin page's cookie: its expiry and an HMAC of it under the admin token.
-
-    Not the token itself, so the cookie (which the browser stores) cannot be replayed as
-    a bearer token, and it ends at ``expires`` even if a browser keeps it longer. Changing
-    the token invalidates every cookie.
-    """
-    mac = hmac.new(token, f"gateway-admin-cookie:{expires}".encode(), "sha256").hexdigest()
-    return f"{expires}.{mac}"
+async def signed_in(request: web.Request) -> AdminSession | None:
+    """The admin page's session of this request (its cookie), if it is a live one."""
+    sessions = request.config_dict.get(ADMIN_SESSIONS)
+    cookie = request.cookies.get(ADMIN_COOKIE, "")
+    if sessions is None or not cookie:
+        return None
+    return await sessions.find(cookie)
 
 
-def cookie_matches(value: str, token: bytes, now: float) -> bool:
-    expires, _, _ = value.partition(".")
-    if not (expires.isascii() and expires.isdigit() and len(expires) < 12):
-        return False
-    if int(expires) <= now:
-        return False
-    given = value.encode("utf-8", "surrogatepass")
-    return hmac.compare_digest(admin_cookie(token, int(expires)).encode(), given)
+def admin_person(request: web.Request) -> str | None:
+    """The name the admin page's login gave, for a request its session authenticated."""
+    session = request.get(SIGNED_IN)
+    return session.name if session is not None else None
+
+
+def person_behind(request: web.Request, typed: str | None) -> str | None:
+    """The person behind an admin request: the login proxy's name for them, else the name
+    the admin page's login gave, else the name the request typed (``actor``); None when
+    nobody is named. The admin token is an operator's, never a person's."""
+    named = identity_of(request).user(request) or admin_person(request)
+    return named or (typed or "").strip() or None
 
 
 def require_admin(token: str | None) -> Middleware:
-    """The one admin check: a bearer header, or the admin page's cookie.
+    """The one admin check: a bearer header, or the admin page's session cookie.
 
-    No token configured (loopback only) means nothing to check. A cookie is sent by the
-    browser on its own, so a request it authenticates is open to cross-site request
-    forgery; it is refused unless (a) the cookie is ``SameSite=Strict`` (set by the login
-    form), so browsers do not attach it to requests started by another site at all, and
+    No token configured (loopback only) means nothing to check. The cookie is a session id
+    (gateway/http/sessions.py): logging out ends it on the server, so a copy of it stops
+    working at once. A cookie is sent by the browser on its own, so a request it
+    authenticates is open to cross-site request forgery; it is refused unless (a) the
+    cookie is ``SameSite=Strict`` (set by the login form), so browsers do not attach it to
+    requests started by another site at all, and
     (b) a request that changes something carries ``X-Requested-With: gateway-admin``.
     Another site's page can only add a custom header through a CORS preflight, which this
     server never grants. A custom header was chosen over a double-submit token because it
@@ -118,11 +118,19 @@ def require_admin(token: str | None) -> Middleware:
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if expected is None or not needs_admin(_route_path(request)):
+        if not needs_admin(_route_path(request)):
+            return await handler(request)
+        if expected is None:
+            # Loopback without a token: open, but a login still says who is deciding.
+            session = await signed_in(request)
+            if session is not None:
+                request[SIGNED_IN] = session
             return await handler(request)
         if bearer_matches(request.headers.get("Authorization", ""), expected):
             return await handler(request)
-        if cookie_matches(request.cookies.get(ADMIN_COOKIE, ""), expected, time.time()):
+        session = await signed_in(request)
+        if session is not None:
+            request[SIGNED_IN] = session
             if request.method in SAFE_METHODS or request.headers.get(CSRF_HEADER) == CSRF_VALUE:
                 return await handler(request)
             log.info("admin.csrf_refused", path=request.path[:200])
@@ -150,16 +158,6 @@ def _route_path(request: web.Request) -> str:
     """
     resource = request.match_info.route.resource
     return resource.canonical if resource is not None else request.path
-
-
-def host_name(header: str) -> str:
-    """The name in a Host header, lowercased, without port, brackets or trailing dot."""
-    host = header.strip().lower()
-    if host.startswith("["):  # [::1]:8080
-        host = host[1:].partition("]")[0]
-    elif host.count(":") == 1:  # name:8080; more colons is a bare IPv6 address
-        host = host.partition(":")[0]
-    return host.rstrip(".")
 
 
 def allowed_hosts(names: Iterable[str]) -> Middleware:
@@ -204,40 +202,55 @@ async def same_origin(request: web.Request, handler: Handler) -> web.StreamRespo
     return await handler(request)
 
 
-MIN_EXPOSED_TOKEN_LENGTH = 24
+# A strong admin token: long, and not one character (or a word) repeated. What
+# GENERATE_TOKEN prints (43 characters of 64 kinds) is far beyond both.
+MIN_EXPOSED_TOKEN_LENGTH = 32
+MIN_EXPOSED_TOKEN_KINDS = 8
 GENERATE_TOKEN = 'python -c "import secrets; print(secrets.token_urlsafe(32))"'
+STRONG_TOKEN = (
+    f"a strong token (at least {MIN_EXPOSED_TOKEN_LENGTH} characters, at least "
+    f"{MIN_EXPOSED_TOKEN_KINDS} different ones), e.g. from {GENERATE_TOKEN}"
+)
 
 
 def admin_token_problem(
     host: str, token: str | None, allowed_host_names: Iterable[str] = ()
 ) -> str | None:
-    """Why the admin API would be open to guessing on ``host``, or None.
+    """Why the admin API would be open to guessing or to anyone, or None.
 
-    On loopback no token is needed; beyond it, a token is required and must be long
-    enough that guessing it is hopeless ("token" and "a" were accepted before). A Host
-    allow-list of "*" without a token lets any web page reach it by DNS rebinding.
+    Served on loopback only, no token is needed. Bound beyond loopback, or answering a
+    Host name that is not loopback (a reverse proxy publishes it: the gateway sees only
+    the proxy's loopback connection), or any Host ("*", reachable by DNS rebinding), it
+    needs a strong token ("token", "a" and 24 times "k" were accepted before).
     """
-    if "*" in allowed_host_names and not token:
-        return (
-            'server.allowed_hosts is "*" and admin.token is not set, so any web page can '
-            "reach the admin API through a DNS name that resolves here: list the host names, "
-            f"or set GATEWAY_ADMIN__TOKEN ({GENERATE_TOKEN})"
+    names = [*allowed_host_names]
+    if "*" in names:
+        where = (
+            'server.allowed_hosts is "*", so any web page can reach the admin API through '
+            "a DNS name that resolves here"
         )
-    if is_loopback(host):
-        return None
+    elif not is_loopback(host):
+        where = f"server.host is {host!r}, which is reachable from other machines"
+    else:
+        public = [name for name in names if not is_loopback(host_name(name))]
+        if not public:
+            return None
+        where = (
+            f"server.allowed_hosts lists {public[0][:100]!r}, so a reverse proxy publishes "
+            "the admin API"
+        )
     if not token:
-        return (
-            f"server.host is {host!r}, which is reachable from other machines, and "
-            "admin.token is not set: set GATEWAY_ADMIN__TOKEN (or [admin] token) to a long "
-            f"random string ({GENERATE_TOKEN}), or bind 127.0.0.1"
-        )
-    if len(token) < MIN_EXPOSED_TOKEN_LENGTH:
-        return (
-            f"admin.token is {len(token)} characters, too short for server.host {host!r}, "
-            f"which is reachable from other machines: use at least {MIN_EXPOSED_TOKEN_LENGTH}, "
-            f"e.g. from {GENERATE_TOKEN}, in GATEWAY_ADMIN__TOKEN"
-        )
-    return None
+        weakness = "admin.token is not set"
+    elif len(token) < MIN_EXPOSED_TOKEN_LENGTH:
+        weakness = f"admin.token is only {len(token)} characters"
+    elif len(set(token)) < MIN_EXPOSED_TOKEN_KINDS:
+        weakness = f"admin.token uses only {len(set(token))} distinct characters"
+    else:
+        return None
+    return (
+        f"{where}, and {weakness}: set GATEWAY_ADMIN__TOKEN (or [admin] token) to "
+        f"{STRONG_TOKEN}, or bind 127.0.0.1 and list only loopback names in server.allowed_hosts"
+    )
 
 
 class ProtocolErrorLog(logging.LoggerAdapter[logging.Logger]):
@@ -302,9 +315,10 @@ class HttpServer:
             client_max_size=client_max_size,
             middlewares=[
                 allowed_hosts(names),
+                refuse_duplicate_user_header,
                 same_origin,
+                json_errors,  # outside require_admin: its session lookup may find Redis down
                 require_admin(self.admin_token),
-                json_errors,
             ],
         )
         self.app[MAX_JSON_DEPTH] = max_json_depth

@@ -24,14 +24,25 @@ def grant_used(tool: str, grant: Grant) -> str:
     )
 
 
+def _covers(grant: Grant) -> str:
+    """What calls of its tool a grant covers: `` (DELETE orders)`` for SQL."""
+    if not grant.covers:
+        return ""
+    parts = [
+        ", ".join(map(str, v)) if isinstance(v, list | tuple) else str(v)
+        for v in grant.covers.values()
+    ]
+    return f" ({' '.join(p for p in parts if p)})"
+
+
 def grant_given(grant: Grant) -> str:
     if grant.scope == "session":
         return (
             f"🔓 {grant.granted_by} 授权：{_until(grant.expires_at)} 前 "
-            f"{grant.requester} 在本会话的 {grant.tool} 调用免确认（critical 除外）/ "
-            f"{grant.granted_by} granted: "
-            f"{grant.requester}'s {grant.tool} calls here run without asking until "
-            f"{_until(grant.expires_at)} (never critical ones)"
+            f"{grant.requester} 在本会话的 {grant.tool}{_covers(grant)} 调用免确认"
+            f"（critical 除外）/ {grant.granted_by} granted: "
+            f"{grant.requester}'s {grant.tool}{_covers(grant)} calls here run without asking "
+            f"until {_until(grant.expires_at)} (never critical ones)"
         )
     return (
         f"🔓 {grant.granted_by} 授权：{_until(grant.expires_at)} 前完全相同的 {grant.tool} "

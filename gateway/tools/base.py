@@ -23,10 +23,18 @@ class ToolPreview:
     """What a call would do, worked out before any policy or person sees it."""
 
     summary: str
+    # Shown with the call and stored with its confirmation; ``grant_scope`` in it is what a
+    # grant given on the call covers besides the tool (gateway/confirm/grants.py).
     details: Mapping[str, Any] = field(default_factory=dict)
     risk: Risk | None = None
     # Set when the call is refused outright (e.g. SQL the parser cannot read).
     error: str | None = None
+    # Set when the call must not run without a person whatever its level says: the tool
+    # cannot vouch for what it does (SQL calling a function off the allow-list, an opaque
+    # command, several statements). Fail closed (tools/policy.py): auto/notify become
+    # confirm, every rule's ``tables`` condition holds, no rule lowers its risk, and no
+    # grant covers it (tools/runner.py).
+    hold: str | None = None
 
 
 class ToolArgumentsError(ValueError):

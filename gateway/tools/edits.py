@@ -25,6 +25,7 @@ from typing import Any, Literal
 import structlog
 
 from gateway import texts
+from gateway.confirm.deciding import self_approval
 from gateway.confirm.ids import canonical_id
 from gateway.confirm.model import (
     CallEdit,
@@ -168,7 +169,7 @@ class CallEditor:
         self, current: Confirmation, edited: Confirmation, *, actor: str, via: str
     ) -> None:
         """The approval needs what the call needs before and after the edit."""
-        if edited.four_eyes and actor == current.requester:
+        if self_approval(edited, actor, Decision.APPROVE):
             raise EditRefusedError("forbidden", texts.EDIT_FOUR_EYES, confirmation=current)
         if via == "admin":
             return  # the admin token authenticates the operator (as for any decision)

@@ -17,6 +17,12 @@ Risk is set the same way (most specific matching rule that sets a risk), else th
 preview (SQL: parsed statement), else the tool's declared risk. Four-eyes (the requester
 may reject but not approve) follows the most specific rule that sets ``four_eyes``, else
 the risk: ``four_eyes_risks`` and ``four_eyes_for_critical``.
+
+A call whose preview says it must be held (``ToolPreview.hold``: SQL calling a function
+not on the allow-list, SQL the parser kept as an opaque command, several statements) fails
+closed: it is ``confirm`` where the level would be ``auto`` or ``notify``, every rule's
+``tables`` condition holds for it (so a table ``deny`` denies it), and no rule lowers its
+risk below the tool's or turns off the four-eyes that risk brings.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import Any
 
 from config.policy_settings import PolicyRule, PolicySettings
 from config.settings import Settings
+from gateway.confirm.grants import RISK_ORDER
 from gateway.confirm.model import Risk
 from gateway.tools.base import Level, Tool, ToolPreview
 
@@ -216,7 +223,10 @@ class Policy:
             if not all(condition_holds(_lookup(args, k), c) for k, c in rule.spec.when.items()):
                 continue
             if not all(
-                condition_holds(facts.get(k, _MISSING), c) for k, c in rule.spec.sql.items()
+                # What the tool cannot read may touch any table: every table rule matches.
+                (k == "tables" and preview.hold is not None)
+                or condition_holds(facts.get(k, _MISSING), c)
+                for k, c in rule.spec.sql.items()
             ):
                 continue
             found.append(rule)
@@ -243,6 +253,9 @@ class Policy:
             rule = with_level.label
         else:
             level, rule = self._default_level(tool)
+        if preview.hold and level in ("auto", "notify"):
+            # Running it would have an effect nobody approved (issue 22): ask instead.
+            level, rule = "confirm", preview.hold
 
         risk_from = next((r for r in matched if r.spec.risk is not None), None)
         risk_rule: str | None = None
@@ -258,6 +271,13 @@ class Policy:
             four_eyes = bool(eyes_from.spec.four_eyes)
         else:
             four_eyes = risk in self._four_eyes
+        if preview.hold is not None:
+            # Fail closed: table rules matched it only because what it touches is unknown,
+            # so none of them may make it laxer than the tool's own reading of it.
+            least = preview.risk or tool.risk
+            if RISK_ORDER[risk] < RISK_ORDER[least]:
+                risk, risk_rule = least, None
+            four_eyes = four_eyes or risk in self._four_eyes
         return PolicyDecision(
             level=level, risk=risk, rule=rule, four_eyes=four_eyes, risk_rule=risk_rule
         )

@@ -7,7 +7,8 @@ async URLs (aiosqlite, asyncpg, aiomysql).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, ClassVar
@@ -15,8 +16,10 @@ from typing import Any, ClassVar
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import event
-from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.engine import Connection, CursorResult, make_url
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import PoolResetState
 from sqlglot import exp
 
 from gateway import texts
@@ -26,25 +29,51 @@ from gateway.tools.sql_analysis import (
     SQL_DIALECTS,
     SqlAnalysis,
     SqlStatement,
+    affects_every_row,
     analyze_sql,
     batch_problem,
 )
+from gateway.tools.sql_functions import FunctionAllowList
 
 log = structlog.get_logger(__name__)
+
+# Above this many rows (PostgreSQL's planner estimate, pg_class.reltuples) a table's size
+# is the estimate rather than a COUNT(*), which reads the whole table (docs/model.md).
+ESTIMATE_ROWS_ABOVE = 1_000_000
+
+# The database stops a read at timeout_seconds and says so; the client gives up only this
+# much later, as a backstop for a database that does not answer at all.
+_CLIENT_GRACE_SECONDS = 2.0
+
+
+class StatementTimeoutError(TimeoutError):
+    """A read (query or preview count) ran past ``[tools.sql] statement_timeout_seconds``."""
 
 
 class SqlDatabase:
     """One database behind the SQL tools."""
 
-    def __init__(self, url: str, *, max_rows: int = 50, timeout_seconds: float = 30.0) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_rows: int = 50,
+        timeout_seconds: float = 30.0,
+        estimate_rows_above: int = ESTIMATE_ROWS_ABOVE,
+        allowed_functions: Iterable[str] = (),
+    ) -> None:
         self.url = url
         self.engine: AsyncEngine = create_async_engine(url)
         self.backend = make_url(url).get_backend_name()
         if self.backend == "sqlite":
             _transactional_sqlite(self.engine)
         self.dialect = SQL_DIALECTS.get(self.backend, self.backend)
+        _reset_on_return(self.engine, self.dialect)
         self.max_rows = max_rows
         self.timeout_seconds = timeout_seconds
+        self.estimate_rows_above = estimate_rows_above
+        # What auto queries and previews may call (sql_functions.py, docs/sql-safety.md).
+        self.functions = FunctionAllowList(self.dialect, allowed_functions)
 
     async def close(self) -> None:
         await self.engine.dispose()
@@ -81,28 +110,56 @@ class SqlDatabase:
 
     @asynccontextmanager
     async def read_only(self) -> AsyncIterator[AsyncConnection]:
-        """A connection in a read-only transaction, rolled back afterwards.
+        """A connection in a read-only transaction with a statement timeout, rolled back.
 
         The database enforces it, not the classifier: a function with side effects, a
-        sequence or a locking read inside a "SELECT" fails instead of writing.
+        sequence or a locking read inside a "SELECT" fails instead of writing, and a
+        statement running past ``timeout_seconds`` is stopped by the server. What the
+        session keeps (the timeout, a lock a function took) is undone when the connection
+        goes back to the pool (``_reset_on_return``).
         """
+        seconds = self.timeout_seconds
         async with self.engine.connect() as conn:
             if self.backend == "sqlite":
                 await conn.exec_driver_sql("PRAGMA query_only = ON")
+                # SQLite has no statement timeout: a progress handler stops the statement
+                # (sqlite3 raises "interrupted") once the deadline has passed.
+                deadline = time.monotonic() + seconds
+                driver = (await conn.get_raw_connection()).driver_connection
+                assert driver is not None  # a checked-out connection has one
+                await driver.set_progress_handler(lambda: time.monotonic() > deadline, 1000)
             elif self.backend == "postgresql":
                 await conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+                await conn.exec_driver_sql(f"SET LOCAL statement_timeout = {int(seconds * 1000)}")
             elif self.dialect == "mysql":
                 await conn.rollback()
+                if getattr(conn.dialect, "is_mariadb", False):
+                    await conn.exec_driver_sql(f"SET SESSION max_statement_time = {seconds:g}")
+                else:  # MySQL: SELECT statements only, in milliseconds
+                    await conn.exec_driver_sql(
+                        f"SET SESSION max_execution_time = {int(seconds * 1000)}"
+                    )
                 # Applies to the next transaction, which the first statement below starts.
                 await conn.exec_driver_sql("SET TRANSACTION READ ONLY")
             try:
                 yield conn
             finally:
                 await conn.rollback()
-                if self.backend == "sqlite":
-                    # query_only is per connection and the connection goes back to the pool.
-                    await conn.exec_driver_sql("PRAGMA query_only = OFF")
-                    await conn.commit()
+
+    async def _read(self, conn: AsyncConnection, sql: str) -> CursorResult[Any]:
+        """One statement on a ``read_only`` connection; a timeout says which setting to raise."""
+        try:
+            return await asyncio.wait_for(
+                conn.exec_driver_sql(sql), timeout=self.timeout_seconds + _CLIENT_GRACE_SECONDS
+            )
+        except TimeoutError as exc:
+            raise StatementTimeoutError(texts.statement_timed_out(self.timeout_seconds)) from exc
+        except DBAPIError as exc:
+            if _timed_out(exc):
+                raise StatementTimeoutError(
+                    texts.statement_timed_out(self.timeout_seconds)
+                ) from exc
+            raise
 
     async def count_affected(self, statement: SqlStatement) -> int | None:
         """Rows an UPDATE/DELETE would touch: SELECT COUNT(*) with the same table and WHERE.
@@ -137,18 +194,38 @@ class SqlDatabase:
             limit = int(literal.this)
         sql = query.sql(dialect=self.dialect)
         async with self.read_only() as conn:
-            result = await asyncio.wait_for(conn.exec_driver_sql(sql), timeout=self.timeout_seconds)
-            value = int(result.scalar_one())
+            value = int((await self._read(conn, sql)).scalar_one())
         return value if limit is None else min(value, limit)
+
+    async def table_rows(self, statement: SqlStatement) -> tuple[int, bool] | None:
+        """Rows in the table an UPDATE/DELETE changes, and whether that is an estimate.
+
+        COUNT(*), except on PostgreSQL for a table the planner estimates above
+        ``estimate_rows_above`` rows: then the estimate (counting would read it all).
+        ``None`` for what count_affected does not count either.
+        """
+        e = statement.target if statement.target is not None else statement.expression
+        table = e.this if isinstance(e, exp.Update | exp.Delete) else None
+        if not isinstance(table, exp.Table):
+            return None
+        table = table.copy()
+        table.set("alias", None)
+        async with self.read_only() as conn:
+            if self.backend == "postgresql":
+                name = exp.Literal.string(table.sql(dialect=self.dialect)).sql(self.dialect)
+                sql = f"SELECT reltuples FROM pg_class WHERE oid = to_regclass({name})"
+                reltuples = (await self._read(conn, sql)).scalar_one_or_none()
+                if reltuples is not None and reltuples > self.estimate_rows_above:
+                    return int(reltuples), True
+            count = exp.select("COUNT(*)").from_(table).sql(dialect=self.dialect)
+            return int((await self._read(conn, count)).scalar_one()), False
 
     async def query(self, analysis: SqlAnalysis) -> str:
         """Run read-only statements inside a read-only transaction; a text table back."""
         outputs = []
         async with self.read_only() as conn:
             for s in analysis.statements:
-                result = await asyncio.wait_for(
-                    conn.exec_driver_sql(s.sql), timeout=self.timeout_seconds
-                )
+                result = await self._read(conn, s.sql)
                 columns = list(result.keys())
                 rows = result.fetchmany(self.max_rows + 1)
                 outputs.append(_format_rows(columns, rows, self.max_rows))
@@ -167,6 +244,13 @@ class SqlDatabase:
         return "; ".join(counts)
 
 
+def _hold(blocked: Sequence[str], analysis: SqlAnalysis) -> str | None:
+    """Why a SQL call must wait for a person whatever its level: it calls a function off
+    the allow-list, or the gateway cannot fully read it (tools/policy.py fails closed)."""
+    reasons = [texts.functions_not_allowed(blocked) if blocked else None, analysis.unreadable]
+    return " · ".join(r for r in reasons if r) or None
+
+
 def _transactional_sqlite(engine: AsyncEngine) -> None:
     """Make SQLite transactions real: BEGIN at the start, DDL included.
 
@@ -182,6 +266,61 @@ def _transactional_sqlite(engine: AsyncEngine) -> None:
     @event.listens_for(engine.sync_engine, "begin")
     def _begin(conn: Connection) -> None:
         conn.exec_driver_sql("BEGIN")
+
+
+def _timed_out(exc: DBAPIError) -> bool:
+    """Whether the database stopped the statement for running past its timeout."""
+    orig = exc.orig
+    if getattr(orig, "sqlstate", None) == "57014":  # PostgreSQL: query_canceled
+        return True
+    code = orig.args[0] if orig is not None and orig.args else None
+    # MariaDB: max_statement_time exceeded; MySQL: max_execution_time exceeded.
+    if code in (1969, 3024):
+        return True
+    # SQLite: the progress handler of read_only stopped it.
+    return str(orig) == "interrupted"
+
+
+# PostgreSQL's DISCARD ALL without its DEALLOCATE ALL: the driver (asyncpg) keeps prepared
+# statements of its own, which DEALLOCATE ALL would pull out from under it.
+_POSTGRES_RESET = (
+    "CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; UNLISTEN *; "
+    "SELECT pg_advisory_unlock_all(); DISCARD PLANS; DISCARD TEMP; DISCARD SEQUENCES"
+)
+
+
+def _reset_on_return(engine: AsyncEngine, dialect: str) -> None:
+    """Every connection goes back to the pool as a new session would start.
+
+    A query or preview may leave session state behind that the next call on the pooled
+    connection would inherit: the read-only statement timeout, a lock a function took
+    (``pg_advisory_lock``, ``GET_LOCK``), settings, SQLite's ``query_only``. This is the
+    one place that undoes it, for every connection; a reset that fails makes the pool
+    close the connection instead of reusing it.
+    """
+
+    @event.listens_for(engine.sync_engine, "reset")
+    def _reset(dbapi_connection: Any, _record: Any, state: PoolResetState) -> None:
+        if state.terminate_only or not state.asyncio_safe:
+            return  # the connection is closed, not reused: nothing of it survives
+        dbapi_connection.rollback()
+        if dialect == "postgres":
+            # The driver's own connection: one simple query, outside any transaction.
+            dbapi_connection.run_async(lambda c: c.execute(_POSTGRES_RESET))
+            return
+        cursor = dbapi_connection.cursor()
+        try:
+            if dialect == "mysql":
+                cursor.execute("DO RELEASE_ALL_LOCKS()")
+                if getattr(engine.dialect, "is_mariadb", False):
+                    cursor.execute("SET SESSION max_statement_time = DEFAULT")
+                else:
+                    cursor.execute("SET SESSION max_execution_time = DEFAULT")
+            elif dialect == "sqlite":
+                cursor.execute("PRAGMA query_only = OFF")
+                dbapi_connection.run_async(lambda c: c.set_progress_handler(None, 0))
+        finally:
+            cursor.close()
 
 
 def _format_rows(columns: list[str], rows: Any, max_rows: int) -> str:
@@ -231,14 +370,23 @@ class SqlQueryTool(_SqlTool):
                 error=f"sql_query 只读，{analysis.kind} 请用 sql_modify / sql_query is read-only; "
                 f"{analysis.kind} needs sql_modify",
             )
+        details: dict[str, Any] = {
+            "statement": analysis.text.strip(),
+            "kind": analysis.kind,
+            "tables": list(analysis.tables),
+            "grant_scope": analysis.grant_scope,
+        }
+        # Runs with nobody asked only if it calls nothing outside the allow-list.
+        blocked = self.db.functions.disallowed(
+            (s.expression for s in analysis.statements), analysis.source
+        )
+        if blocked:
+            details["functions_not_allowed"] = list(blocked)
         return ToolPreview(
             summary=f"查询 query {', '.join(analysis.tables) or '-'}",
-            details={
-                "statement": analysis.text.strip(),
-                "kind": analysis.kind,
-                "tables": list(analysis.tables),
-            },
+            details=details,
             risk=Risk.LOW,
+            hold=_hold(blocked, analysis),
         )
 
     async def run(self, args: BaseModel) -> str:
@@ -272,17 +420,34 @@ class SqlModifyTool(_SqlTool):
             return ToolPreview(summary=analysis.text, error=problem)
         rows: int | None = 0
         written: set[str] = set()
+        # Risk from the effect, not the spelling (issue 22: "WHERE id = id" was medium): an
+        # UPDATE/DELETE that changes every row of its table, or whose rows could not be
+        # counted, is critical like one without WHERE (docs/model.md, "Risk from the effect").
+        effect: str | None = None
+        blocked = self.db.functions.disallowed(
+            (s.expression for s in analysis.statements), analysis.source
+        )
+        not_counted: dict[str, None] = {}
         for s in analysis.statements:
             n: int | None = None
+            sweeping: str | None = texts.sql_uncounted(s.kind)  # until it is counted
             # A count taken before the batch runs is wrong for a table an earlier statement
             # of the same batch changes: say "unknown" rather than show a wrong number.
             if s.kind in ("UPDATE", "DELETE") and not written.intersection(s.tables):
+                # The count runs before anyone approved: not when the statement calls a
+                # function outside the allow-list (pg_terminate_backend in a WHERE would
+                # run in the COUNT).
+                calls = self.db.functions.disallowed([s.expression], analysis.source)
+                not_counted.update(dict.fromkeys(calls))
                 try:
-                    n = await self.db.count_affected(s)
+                    n = None if calls else await self.db.count_affected(s)
+                    if n is not None:
+                        sweeping = await self._every_row(s, n)
                 except Exception as exc:  # any driver error just means "unknown"
                     log.info("sql.count_failed", error=str(exc).splitlines()[0])
             if s.kind in ("UPDATE", "DELETE"):
                 rows = None if (n is None or rows is None) else rows + n
+                effect = effect or sweeping
             written.update(s.tables)
         if not any(s.kind in ("UPDATE", "DELETE") for s in analysis.statements):
             rows = None
@@ -295,15 +460,35 @@ class SqlModifyTool(_SqlTool):
             "has_where": all(
                 s.has_where for s in analysis.statements if s.kind in ("UPDATE", "DELETE")
             ),
+            "grant_scope": analysis.grant_scope,
         }
-        if analysis.warning:
-            details["warning"] = analysis.warning
+        notes = [w for w in (analysis.warning or effect,) if w]
+        if blocked:
+            details["functions_not_allowed"] = list(blocked)
+        if not_counted:
+            notes.append(texts.not_previewed(list(not_counted)))
+        if notes:
+            details["warning"] = " · ".join(notes)
         rows_text = f"，影响 {texts.rows(rows)}" if rows is not None else ""
         return ToolPreview(
             summary=f"{analysis.kind} {', '.join(analysis.tables) or ''}{rows_text}".strip(),
             details=details,
-            risk=analysis.risk,
+            risk=Risk.CRITICAL if effect else analysis.risk,
+            hold=_hold(blocked, analysis),
         )
+
+    async def _every_row(self, s: SqlStatement, n: int) -> str | None:
+        """The warning when changing ``n`` rows changes every row of the table, else None."""
+        if n < 2:  # never every row (affects_every_row): no need to size the table
+            return None
+        size = await self.db.table_rows(s)
+        if size is None:
+            return texts.sql_uncounted(s.kind)
+        total, estimated = size
+        if not affects_every_row(n, total, estimated=estimated):
+            return None
+        table = s.target.this.name if s.target is not None else s.tables[0]
+        return texts.sql_every_row(s.kind, table, total, estimated=estimated)
 
     async def run(self, args: BaseModel) -> str:
         analysis = self.analyze(args)

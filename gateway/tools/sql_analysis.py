@@ -1,7 +1,9 @@
 """What a SQL text does, read with sqlglot before anyone is asked about it.
 
 Several statements, comments, CTEs and executable comments are classified; what cannot be
-parsed is refused with the parser's message.
+parsed is refused with the parser's message. What sqlglot keeps as an opaque command is
+``opaque``: its tables and effect are unknown, so it is critical and matches every table
+rule (docs/model.md, "What the gateway cannot read").
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from sqlglot.dialects.dialect import Dialect
 from sqlglot.errors import SqlglotError
 from sqlglot.optimizer.simplify import simplify
 
+from gateway import texts
 from gateway.confirm.model import Risk
 
 SQL_DIALECTS = {"sqlite": "sqlite", "postgresql": "postgres", "mysql": "mysql", "mariadb": "mysql"}
@@ -57,6 +60,38 @@ _TRANSACTION_COMMANDS = {"END", "ABORT", "SAVEPOINT", "RELEASE", "START", "BEGIN
 # rolled back as a whole.
 _MYSQL_IMPLICIT_COMMIT_KINDS = {"CREATE", "DROP", "ALTER", "TRUNCATE", "GRANT", "COMMAND"}
 
+# Functions whose value changes between the preview and the run (the clock, randomness,
+# sequences, session state): a statement whose rows depend on one may change other rows
+# than the ones counted when it was approved (issue 22: "... OR unixepoch() > T" counted
+# 1 row and deleted every row once T had passed). Risk, not an allow-list: what may be
+# called at all is gateway/tools/sql_functions.py's business.
+VOLATILE_FUNCTIONS = frozenset(
+    {
+        # the clock
+        "now", "current_timestamp", "current_date", "current_time", "current_datetime",
+        "localtime", "localtimestamp", "sysdate", "sysdatetime", "getdate", "getutcdate",
+        "utc_timestamp", "utc_date", "utc_time", "curdate", "curtime", "clock_timestamp",
+        "statement_timestamp", "transaction_timestamp", "timeofday",
+        # randomness
+        "random", "rand", "randn", "randomblob", "random_bytes", "gen_random_uuid",
+        "gen_random_bytes", "uuid", "uuid_short", "uuid_generate_v1", "uuid_generate_v1mc",
+        "uuid_generate_v4", "uuidv4", "uuidv7", "newid", "sys_guid", "setseed",
+        # sequences and the last statement's effects
+        "nextval", "currval", "lastval", "setval", "last_insert_id", "last_insert_rowid",
+        "changes", "total_changes", "row_count", "found_rows",
+        # session state (differs between pooled connections)
+        "current_setting", "set_config", "pg_backend_pid", "connection_id", "txid_current",
+        "pg_current_xact_id",
+    }
+)  # fmt: skip
+# Clock functions only when called without a time value: date() is today, date(x) is not.
+_CLOCK_WHEN_BARE = frozenset(
+    {"date", "time", "datetime", "julianday", "unixepoch", "unix_timestamp"}
+)
+# Date strings SQLite and PostgreSQL read as the current time ('now'::timestamp,
+# datetime('now'), PostgreSQL's 'today').
+_CLOCK_WORDS = frozenset({"now", "today", "tomorrow", "yesterday"})
+
 
 @dataclass(frozen=True, slots=True)
 class SqlStatement:
@@ -72,6 +107,13 @@ class SqlStatement:
     target: exp.Expression | None = field(default=None, repr=False, compare=False)
     # An UPDATE/DELETE anywhere in the statement has no effective WHERE.
     unbounded: bool = False
+    # The parser could not fully read it (sqlglot kept it as an opaque command): its tables
+    # and effect are unknown. Fail closed: critical, and held (SqlAnalysis.unreadable), so
+    # never auto and matched by every table rule. (A function off the allow-list holds a
+    # statement the same way, from gateway/tools/sql_functions.py, without making it opaque.)
+    opaque: bool = False
+    # The clock/random/session function the rows it changes depend on, if any.
+    volatile: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +121,11 @@ class SqlAnalysis:
     text: str
     statements: tuple[SqlStatement, ...] = ()
     error: str | None = None
+
+    @property
+    def source(self) -> str:
+        """The text analyze_sql parsed: the statements' node positions index into it."""
+        return self.text.strip()
 
     @property
     def read_only(self) -> bool:
@@ -94,10 +141,21 @@ class SqlAnalysis:
         return tuple(dict.fromkeys(t for s in self.statements for t in s.tables))
 
     @property
+    def unreadable(self) -> str | None:
+        """Why the gateway cannot be sure what this text touches, if it cannot: the call is
+        then held (ToolPreview.hold: never auto, matched by every table rule)."""
+        opaque = [s.sql.split(None, 1)[0].upper() for s in self.statements if s.opaque]
+        if opaque:
+            return texts.opaque_statement(opaque[0])
+        if len(self.statements) > 1:
+            return texts.several_statements(len(self.statements))
+        return None
+
+    @property
     def risk(self) -> Risk:
         risk = Risk.LOW if self.read_only else Risk.MEDIUM
         for s in self.statements:
-            if s.kind in ("DROP", "TRUNCATE") or s.unbounded:
+            if s.kind in ("DROP", "TRUNCATE") or s.unbounded or s.opaque or s.volatile:
                 return Risk.CRITICAL
             if s.kind in (
                 "ALTER",
@@ -123,7 +181,28 @@ class SqlAnalysis:
                 )
             if s.kind in ("DROP", "TRUNCATE"):
                 return f"{s.kind} 不可撤销 / {s.kind} cannot be undone"
+            if s.opaque:
+                return texts.SQL_OPAQUE
+            if s.volatile:
+                return texts.sql_volatile(s.kind, s.volatile)
         return None
+
+    @property
+    def grant_scope(self) -> dict[str, list[str]]:
+        """What a grant given on this text covers: the same statement kinds on the same
+        tables, as written (``public.orders`` is not ``orders``); docs/grants.md."""
+        tables = {q for s in self.statements for q in _qualified_tables(s.expression)}
+        return {"kind": sorted({s.kind for s in self.statements}), "tables": sorted(tables)}
+
+
+def affects_every_row(affected: int, total: int, *, estimated: bool) -> bool:
+    """Whether an UPDATE/DELETE counted to change ``affected`` rows changes every row of a
+    table holding ``total`` (docs/model.md, "Risk from the effect"): all rows of a table of
+    two rows or more; against PostgreSQL's planner estimate (big tables), 90% of it, as the
+    estimate drifts by up to autovacuum's 10% between ANALYZE runs."""
+    if estimated:
+        return affected >= 0.9 * total
+    return total >= 2 and affected >= total
 
 
 def _kind_of(e: exp.Expression) -> str:
@@ -178,6 +257,54 @@ def _transaction_control(e: exp.Expression) -> bool:
         return str(e.this).upper() in _TRANSACTION_COMMANDS
     # SET autocommit = 1 commits what came before it (MySQL).
     return isinstance(e, exp.Set) and "AUTOCOMMIT" in e.sql().upper()
+
+
+def _function_name(node: exp.Expr) -> str | None:
+    if isinstance(node, exp.Anonymous):
+        return node.name.lower()
+    if isinstance(node, exp.Func):
+        return node.sql_name().lower()
+    return None
+
+
+def _sets_values(node: exp.Expr) -> bool:
+    """An UPDATE's SET item or an INSERT's VALUES: what it writes, not which rows."""
+    parent = node.parent
+    return (isinstance(parent, exp.Update) and node.arg_key == "expressions") or (
+        isinstance(parent, exp.Insert) and isinstance(node, exp.Values)
+    )
+
+
+def _volatile(e: exp.Expression) -> str | None:
+    """The first clock, random or session-dependent value among what picks the rows
+    (WHERE, joins, subqueries, an INSERT's SELECT); values written are left out, since
+    ``SET updated_at = now()`` changes the same rows whenever it runs."""
+    for node in e.walk(prune=_sets_values):
+        name = _function_name(node)
+        if name in VOLATILE_FUNCTIONS:
+            return f"{name}()"
+        if name in _CLOCK_WHEN_BARE and not any(
+            v for k, v in node.args.items() if k != "this" or not isinstance(v, str)
+        ):
+            return f"{name}()"
+        if isinstance(node, exp.Parameter | exp.SessionParameter):
+            return node.sql()  # MySQL @x / @@x: set per connection
+        if (
+            isinstance(node, exp.Literal)
+            and node.is_string
+            and node.this.strip().lower() in _CLOCK_WORDS
+        ):
+            return f"'{node.this}'"
+    return None
+
+
+def _qualified_tables(e: exp.Expression) -> tuple[str, ...]:
+    ctes = {c.alias_or_name for c in e.find_all(exp.CTE)}
+    return tuple(
+        ".".join(part.name for part in t.parts)
+        for t in e.find_all(exp.Table)
+        if t.name and t.name not in ctes
+    )
 
 
 def _tables(e: exp.Expression) -> tuple[str, ...]:
@@ -247,6 +374,8 @@ def analyze_sql(text: str, dialect: str = "sqlite") -> SqlAnalysis:
                 expression=e,
                 target=target,
                 unbounded=unbounded,
+                opaque=e.find(exp.Command) is not None,
+                volatile=_volatile(e),
             )
         )
     return SqlAnalysis(text, statements=tuple(statements))

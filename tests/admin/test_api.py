@@ -157,12 +157,12 @@ async def test_admin_may_decide_what_a_stranger_in_chat_may_not(
     # The token authenticates the operator: no requester/approver check for via=admin.
     cid = await ask(admin, "ops", "alice", DELETE_3)
     async with admin.post(
-        f"/api/confirmations/{cid}/decision", json={"decision": "reject"}
+        f"/api/confirmations/{cid}/decision", json={"decision": "reject", "actor": "oncall"}
     ) as resp:
         assert resp.status == 200
         c = (await resp.json())["confirmation"]
     assert c["status"] == "rejected"
-    assert c["decided_by"] == "admin"
+    assert c["decided_by"] == "oncall"
 
 
 @pytest.mark.parametrize(
@@ -316,7 +316,7 @@ async def test_metrics_count_messages_and_decisions(admin: aiohttp.ClientSession
         text = await resp.text()
     assert "gateway_pending_confirmations 1.0" in text
     async with admin.post(
-        f"/api/confirmations/{cid}/decision", json={"decision": "reject"}
+        f"/api/confirmations/{cid}/decision", json={"decision": "reject", "actor": "oncall"}
     ) as resp:
         assert resp.status == 200
     async with admin.get("/metrics") as resp:
@@ -369,8 +369,12 @@ async def test_answers_match_their_openapi_models(
     await check(openapi.ConfirmationEvents, "GET", f"/api/confirmations/{cid}/events")
     await check(openapi.ChatHistory, "GET", "/api/chat/doc/messages", params={"user": "alice"})
     decision = f"/api/confirmations/{cid}/decision"
-    await check(openapi.DecisionResult, "POST", decision, json={"decision": "approve"})
-    await check(openapi.DecisionResult, "POST", decision, json={"decision": "reject"})
+    await check(
+        openapi.DecisionResult, "POST", decision, json={"decision": "approve", "actor": "oncall"}
+    )
+    await check(
+        openapi.DecisionResult, "POST", decision, json={"decision": "reject", "actor": "oncall"}
+    )
     await check(openapi.Keywords, "GET", "/api/keywords")
     await check(openapi.Health, "GET", "/healthz")
     await check(openapi.Readiness, "GET", "/readyz")

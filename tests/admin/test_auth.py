@@ -45,6 +45,7 @@ async def gateway(tmp_path: Path, fakes: tuple[FakeFeishu, FakeDingTalk]) -> Asy
                 "app_id": feishu.app_id,
                 "app_secret": feishu.app_secret,
                 "domain": feishu.url,
+                "encrypt_key": "feishu-encrypt-key",
                 "verification_token": "feishu-verification-token",
             },
             "dingtalk": {

@@ -43,7 +43,9 @@ async def test_list_show_approve_and_the_second_decision_fails(
     assert await run_cli("confirmations", "approve", cid, "--url", url, "--actor", "oncall") == 0
     assert "approved by oncall" in capsys.readouterr().out
 
-    code = await run_cli("confirmations", "reject", cid, "--reason", "late", "--url", url)
+    code = await run_cli(
+        "confirmations", "reject", cid, "--reason", "late", "--url", url, "--actor", "oncall"
+    )
     assert code == 1
     assert "already approved" in capsys.readouterr().err
 
@@ -66,9 +68,22 @@ async def test_reject_needs_a_reason_and_records_it(
     url = base_url(gateway)
     cid = await ask(admin, "cli", "alice", DELETE_3)
     with pytest.raises(SystemExit):
-        await run_cli("confirmations", "reject", cid, "--url", url)
+        await run_cli("confirmations", "reject", cid, "--url", url, "--actor", "oncall")
     capsys.readouterr()
-    assert await run_cli("confirmations", "reject", cid, "--reason", "wrong id", "--url", url) == 0
+    assert (
+        await run_cli(
+            "confirmations",
+            "reject",
+            cid,
+            "--reason",
+            "wrong id",
+            "--url",
+            url,
+            "--actor",
+            "oncall",
+        )
+        == 0
+    )
     async with admin.get(f"/api/confirmations/{cid}") as resp:
         c = (await resp.json())["confirmation"]
     assert c["status"] == "rejected"

@@ -94,7 +94,9 @@ async def test_an_edited_approval_runs_the_edited_call_once_and_the_audit_shows_
     assert "oncall" in told and "with edited arguments" in told
     assert "id = 3" in told and "id = 4" in told
     # Deciding again is the usual 409, with or without arguments.
-    status, again = await decide(admin, cid, {"decision": "approve", "arguments": {"sql": "x"}})
+    status, again = await decide(
+        admin, cid, {"decision": "approve", "actor": "oncall", "arguments": {"sql": "x"}}
+    )
     assert status == 409 and again["outcome"] == "already_decided"
 
 
@@ -123,7 +125,9 @@ async def test_arguments_that_do_not_fit_are_refused_and_the_call_still_waits(
     needle: str,
 ) -> None:
     cid = await ask(admin, "bad", "alice", DELETE_3)
-    got, answer = await decide(admin, cid, {"decision": "approve", "arguments": arguments})
+    got, answer = await decide(
+        admin, cid, {"decision": "approve", "actor": "oncall", "arguments": arguments}
+    )
     assert got == status, answer
     openapi.Error.model_validate(answer)
     assert answer["field"] == field
@@ -136,7 +140,7 @@ async def test_arguments_that_do_not_fit_are_refused_and_the_call_still_waits(
 
 async def test_arguments_only_with_approve(admin: aiohttp.ClientSession) -> None:
     cid = await ask(admin, "rej", "alice", DELETE_3)
-    body = {"decision": "reject", "arguments": {"sql": DELETE_4}}
+    body = {"decision": "reject", "actor": "oncall", "arguments": {"sql": DELETE_4}}
     status, answer = await decide(admin, cid, body)
     assert (status, answer["field"]) == (400, "arguments")
     assert (await record(admin, cid))["status"] == "pending"
@@ -231,7 +235,9 @@ async def test_an_edit_racing_a_cancel_has_one_winner(any_store_gateway: Gateway
             room = f"race{n}"
             cid = await ask(admin, room, "alice", f"/sql DELETE FROM orders WHERE id = {asked}")
             sql = f"DELETE FROM orders WHERE id = {edited}"
-            edit = decide(admin, cid, {"decision": "approve", "arguments": {"sql": sql}})
+            edit = decide(
+                admin, cid, {"decision": "approve", "actor": "oncall", "arguments": {"sql": sql}}
+            )
             if n % 2 == 0:
                 cancel = {"decision": "reject", "actor": "alice", "reason": "changed my mind"}
                 answers = await asyncio.gather(edit, decide(admin, cid, cancel))

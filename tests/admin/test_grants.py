@@ -5,6 +5,8 @@ grant does not cover."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -14,7 +16,15 @@ from gateway.app import Gateway
 from gateway.cli.main import main
 from tests.admin.conftest import TOKEN
 from tests.admin.test_api import ask
-from tests.webchat.support import base_url, eventually, is_kind, next_frame, order_exists
+from tests.webchat.support import (
+    base_url,
+    eventually,
+    is_kind,
+    make_settings,
+    next_frame,
+    order_exists,
+    running_gateway,
+)
 
 
 def said(text: str) -> object:
@@ -78,17 +88,17 @@ async def test_an_admin_call_grant_covers_exactly_that_call_until_revoked(
 ) -> None:
     same = "/sql DELETE FROM orders WHERE id = 6"
     cid = await ask(admin, "exact", "alice", same)
-    body = {"decision": "approve", "grant": {"scope": "call", "minutes": 60}}
+    body = {"decision": "approve", "actor": "oncall", "grant": {"scope": "call", "minutes": 60}}
     async with admin.post(f"/api/confirmations/{cid}/decision", json=body) as resp:
         assert resp.status == 200
         grant = (await resp.json())["grant"]
-    assert grant["scope"] == "call" and grant["granted_by"] == "admin"
+    assert grant["scope"] == "call" and grant["granted_by"] == "oncall"
 
     # The exact same call, by someone else in another room: runs without asking.
     async with aiohttp.ClientSession(base_url=base_url(gateway)) as http:
         ws = await http.ws_connect("/ws?session=elsewhere&user=carol")
         await ws.send_json({"type": "message", "text": same})
-        await next_frame(ws, said("✅ 已按 admin 的授权"))
+        await next_frame(ws, said("✅ 已按 oncall 的授权"))
         # Other arguments are asked for.
         await ws.send_json({"type": "message", "text": "/sql DELETE FROM orders WHERE id = 7"})
         await next_frame(ws, is_kind("confirmation", "pending"))
@@ -119,11 +129,15 @@ async def test_a_grant_on_a_reject_or_a_bad_length_is_refused(
     gateway: Gateway, admin: aiohttp.ClientSession
 ) -> None:
     cid = await ask(admin, "nogrant", "alice", "/sql DELETE FROM orders WHERE id = 8")
-    body = {"decision": "approve", "grant": {"scope": "session", "minutes": 100000}}
+    body = {
+        "decision": "approve",
+        "actor": "oncall",
+        "grant": {"scope": "session", "minutes": 100000},
+    }
     async with admin.post(f"/api/confirmations/{cid}/decision", json=body) as resp:
         assert resp.status == 400
         assert (await resp.json())["field"] == "grant"
-    body = {"decision": "reject", "grant": {"scope": "session", "minutes": 30}}
+    body = {"decision": "reject", "actor": "oncall", "grant": {"scope": "session", "minutes": 30}}
     async with admin.post(f"/api/confirmations/{cid}/decision", json=body) as resp:
         answer = await resp.json()
     assert answer["confirmation"]["status"] == "rejected"
@@ -131,3 +145,64 @@ async def test_a_grant_on_a_reject_or_a_bad_length_is_refused(
     async with admin.get("/api/grants") as resp:
         assert (await resp.json())["grants"] == []
     assert texts.GRANT_BUTTON
+
+
+async def test_a_grant_covers_the_same_kind_on_the_same_table_never_every_row(
+    tmp_path: Path,
+) -> None:
+    """Issue 22: a grant given on ``DELETE … WHERE id = 3`` ran ``DELETE FROM orders WHERE
+    id = id`` without asking and emptied the table, and under four_eyes_for_critical the
+    requester could approve such a statement alone. Now the grant covers DELETEs on
+    ``orders`` only, and a WHERE true of every row is critical: asked again, four-eyes."""
+    settings = make_settings(
+        tmp_path,
+        policy={"four_eyes_for_critical": True},
+        channels={"webchat": {"approvers": ["carol"]}},
+    )
+    data = settings.data_dir
+    async with (
+        running_gateway(settings) as gw,
+        aiohttp.ClientSession(base_url=base_url(gw)) as http,
+    ):
+        alice = await http.ws_connect("/ws?session=scope&user=alice")
+        await alice.send_json({"type": "message", "text": "/sql DELETE FROM orders WHERE id = 3"})
+        await next_frame(alice, is_kind("confirmation", "pending"))
+        await alice.send_json({"type": "message", "text": "确认 30分钟"})
+        given = await next_frame(alice, said("🔓 alice"))
+        assert "sql_modify (DELETE orders)" in given["text"]
+
+        # Another DELETE on orders: covered, runs without asking.
+        await alice.send_json({"type": "message", "text": "/sql DELETE FROM orders WHERE id = 4"})
+        await next_frame(alice, said("✅ 已按 alice 的授权"))
+        await eventually(lambda: _gone(data, 4))
+
+        # Another kind on the same table, or the same kind on another table: asked.
+        with sqlite3.connect(data / "demo.db") as db:
+            db.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY)")
+            db.execute("INSERT INTO notes (id) VALUES (1), (2)")
+        for sql in ("UPDATE orders SET status = 9 WHERE id = 5", "DELETE FROM notes WHERE id = 1"):
+            await alice.send_json({"type": "message", "text": f"/sql {sql}"})
+            card = await next_frame(alice, is_kind("confirmation", "pending"))
+            assert card["confirmation"]["tool_call"]["args"] == {"sql": sql}
+            assert card["confirmation"]["risk"] == "medium"
+            await alice.send_json({"type": "message", "text": "取消"})
+            await next_frame(alice, is_kind("confirmation_update", "rejected"))
+
+        # Every row, spelled so that no syntax check sees it: asked, critical, four-eyes.
+        await alice.send_json({"type": "message", "text": "/sql DELETE FROM orders WHERE id = id"})
+        card = await next_frame(alice, is_kind("confirmation", "pending"))
+        asked = card["confirmation"]
+        assert (asked["risk"], asked["four_eyes"]) == ("critical", True)
+        assert asked["details"]["rows_affected"] == 6
+        assert card["can_decide"]["approve"]["allowed"] is False
+        await alice.send_json({"type": "decide", "id": asked["id"], "decision": "approve"})
+        refused = await next_frame(alice, lambda f: f["type"] == "decision")
+        assert refused["outcome"] == "forbidden"
+        pending = await gw.confirmations.list_pending("webchat:scope")
+        assert [p.id for p in pending] == [asked["id"]]
+        assert all(order_exists(data, i) for i in (1, 2, 5, 6, 7, 8))
+        await alice.close()
+
+
+async def _gone(data: Path, order_id: int) -> bool:
+    return not order_exists(data, order_id)

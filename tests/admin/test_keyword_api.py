@@ -58,3 +58,27 @@ async def test_put_keeps_comments(gateway: Gateway, admin: aiohttp.ClientSession
         assert r.status == 200
     assert comments(gateway.keywords.path) == comments(SHIPPED_KEYWORDS_FILE)
     assert gateway.keywords.words.confirm == ("ok", "行")
+
+
+async def test_words_are_validated_as_replies_are_read(
+    gateway: Gateway, admin: aiohttp.ClientSession
+) -> None:
+    """Issue 22: ``ok.`` beside the cancel word ``ok``, or ``请`` as a confirm word, were
+    accepted; a reply ``ok`` then cancelled and a bare ``请`` confirmed."""
+    path = gateway.keywords.path
+    before = path.read_bytes()
+    async with admin.post("/api/keywords/cancel", json={"word": "ok."}) as resp:
+        assert resp.status == 422
+        assert "both lists: ok" in (await resp.json())["error"]
+    async with admin.post("/api/keywords/confirm", json={"word": "请"}) as resp:
+        assert resp.status == 422
+        assert "'请' is a filler" in (await resp.json())["error"]
+    body = {"confirm": ["ok", "请"], "cancel": ["no"]}
+    async with admin.put("/api/keywords", json=body) as resp:
+        assert resp.status == 422
+        assert "'请'" in (await resp.json())["error"]
+    assert path.read_bytes() == before
+    async with admin.post("/api/replies/test", json={"text": "ok"}) as resp:
+        assert (await resp.json())["intent"] == "confirm"
+    async with admin.post("/api/replies/test", json={"text": "请"}) as resp:
+        assert (await resp.json())["intent"] == "none"

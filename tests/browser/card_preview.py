@@ -56,6 +56,13 @@ def _button(button: dict[str, Any]) -> str:
 
 
 def _element(el: dict[str, Any]) -> str:
+    if el.get("tag") == "div" and el["text"].get("tag") == "plain_text":
+        text = escape(str(el["text"]["content"]))
+        if el.get("element_id") == "statement":
+            return f"<pre>{text}</pre>"
+        if el["text"].get("text_size") == "heading":
+            return f'<div class="md"><b>{text}</b></div>'
+        return f'<div class="md">{text.replace(chr(10), "<br>")}</div>'
     if el.get("tag") == "markdown":
         return f'<div class="md">{_markdown(str(el["content"]))}</div>'
     if el.get("tag") == "column_set":

@@ -65,6 +65,7 @@ async def open_admin(browser: Browser, url: str, errors: list[str]) -> Page:
     )
     await page.goto(f"{url}/admin")
     await expect(page.locator('input[name="token"]')).to_be_visible()
+    await page.locator('input[name="name"]').fill("oncall")
     await page.locator('input[name="token"]').fill(TOKEN)
     await page.locator('button[type="submit"]').click()
     await expect(page.locator("#live.on")).to_be_visible()
@@ -105,7 +106,7 @@ async def test_a_pending_call_appears_live_and_approving_it_runs_it(
     await expect(page.locator("#pending-list .card")).to_have_count(0)
     row = page.locator(f'#history-list .row[data-id="{cid}"]')
     await expect(row).to_have_attribute("data-status", "approved")
-    await expect(row.locator(".decider")).to_contain_text("admin")
+    await expect(row.locator(".decider")).to_contain_text("oncall")
 
     async def row_gone() -> bool:
         return not order_exists(gateway.settings.data_dir, 3)
@@ -126,7 +127,7 @@ async def test_a_pending_call_appears_live_and_approving_it_runs_it(
     # Its audit trail: asked, decided on the page, then claimed, run and finished.
     trail = page.locator(".audit .event")
     await expect(trail.first).to_have_attribute("data-kind", "requested")
-    await expect(page.locator('.audit .event[data-kind="decided"]')).to_contain_text("admin")
+    await expect(page.locator('.audit .event[data-kind="decided"]')).to_contain_text("oncall")
     await expect(page.locator('.audit .event[data-kind="finished"]')).to_be_visible()
     await page.screenshot(path=str(ARTIFACTS / "admin-360-detail.png"), full_page=True)
     await page.context.close()
@@ -265,7 +266,7 @@ async def test_edit_arguments_then_approve_runs_the_edited_call(
     chat = await page.context.new_page()
     await chat.goto(f"{url}/?session=ops4&user=dave")
     chat_card = chat.locator(f'.card[data-id="{cid}"]')
-    await expect(chat_card.locator(".outcome")).to_contain_text("approved by admin with edited")
+    await expect(chat_card.locator(".outcome")).to_contain_text("approved by oncall with edited")
     await expect(chat_card).to_contain_text("DELETE FROM orders WHERE id = 4")
     await expect(chat_card).to_contain_text("修改前 Asked")
     await chat.close()

@@ -32,6 +32,19 @@ def test_the_admin_api_exposed_without_a_token(tmp_path: Path) -> None:
     assert "secrets.token_urlsafe(32)" in problem
 
 
+def test_a_public_host_name_without_a_strong_token(tmp_path: Path) -> None:
+    """Behind a reverse proxy the gateway binds loopback, yet the admin API is public."""
+    public = {"GATEWAY_SERVER__ALLOWED_HOSTS": '["localhost", "chat.example.com"]'}
+    for weak in ({}, {"GATEWAY_ADMIN__TOKEN": "token"}):
+        out = gateway("check-config", cwd=tmp_path, env={**public, **weak})
+        assert out.returncode == 2
+        [problem] = problems_of(out.stderr)
+        assert "'chat.example.com'" in problem
+        assert "at least 32 characters" in problem
+    out = gateway("check-config", cwd=tmp_path, env={**public, "GATEWAY_ADMIN__TOKEN": TOKEN})
+    assert out.returncode == 0, out.stderr
+
+
 def test_any_host_allowed_without_a_token(tmp_path: Path) -> None:
     out = gateway("check-config", cwd=tmp_path, env={"GATEWAY_SERVER__ALLOWED_HOSTS": '["*"]'})
     assert out.returncode == 2
@@ -115,3 +128,22 @@ def test_variables_under_a_table_setting_and_whole_sections_are_known() -> None:
     assert malformed == [
         "GATEWAY_LOG must be a JSON table, e.g. GATEWAY_LOG='{\"key\": \"value\"}' (got 'debug')"
     ]
+
+
+def test_feishu_webhook_mode_needs_the_encrypt_key(tmp_path: Path) -> None:
+    # Issue 22: the verification token alone let anyone who had it forge a card click.
+    env = {
+        "GATEWAY_CHANNELS__FEISHU__ENABLED": "true",
+        "GATEWAY_CHANNELS__FEISHU__MODE": "webhook",
+        "GATEWAY_CHANNELS__FEISHU__APP_ID": "cli_x",
+        "GATEWAY_CHANNELS__FEISHU__APP_SECRET": "s",
+        "GATEWAY_CHANNELS__FEISHU__ALLOW_FROM": '["*"]',
+        "GATEWAY_CHANNELS__FEISHU__VERIFICATION_TOKEN": "t",
+    }
+    out = gateway("check-config", cwd=tmp_path, env=env)
+    assert out.returncode == 2
+    [problem] = problems_of(out.stderr)
+    assert "encrypt_key" in problem
+    assert "GATEWAY_CHANNELS__FEISHU__ENCRYPT_KEY" in problem
+    env["GATEWAY_CHANNELS__FEISHU__ENCRYPT_KEY"] = "k"
+    assert gateway("check-config", cwd=tmp_path, env=env).returncode == 0

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from gateway.confirm.grants import (
+    Grant,
     GrantBook,
     GrantRefusedError,
     GrantStore,
@@ -26,6 +27,7 @@ from tests.confirm.conftest import REDIS_URL, redis_client
 
 Opener = Callable[[], Awaitable[GrantStore]]
 DELETE = {"sql": "DELETE FROM orders WHERE id = 3"}
+ORDERS_DELETES = {"kind": ["DELETE"], "tables": ["orders"]}  # sql_modify's grant_scope
 
 
 @pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.services)])
@@ -82,6 +84,7 @@ def confirmation(**overrides: Any) -> Confirmation:
         "is_group": True,
         "tool_call": ToolCall("sql_modify", DELETE, "call_1"),
         "summary": "DELETE orders",
+        "details": {"statement": DELETE["sql"], "grant_scope": ORDERS_DELETES},
         "created_at": 1.0,
         "expires_at": 2.0,
         "risk": Risk.MEDIUM,
@@ -93,6 +96,7 @@ def ask(book: GrantBook, **overrides: Any) -> Awaitable[Any]:
     call: dict[str, Any] = {
         "tool": "sql_modify",
         "args": DELETE,
+        "scope": ORDERS_DELETES,
         "session_key": "webchat:ops",
         "requester": "alice",
         "risk": Risk.MEDIUM,
@@ -145,7 +149,7 @@ async def test_what_a_grant_never_covers(opener: Opener) -> None:
         await book.give(confirmation(), scope="session", minutes=24 * 60 + 1, by="b", via="t")
 
     await book.give(confirmation(), scope="session", minutes=30, by="bob", via="text")
-    assert await ask(book, args={"sql": "DELETE FROM orders"}) is not None  # any args
+    assert await ask(book, args={"sql": "DELETE FROM orders WHERE id > 4"}) is not None
     assert await ask(book, tool="sql_query") is None
     assert await ask(book, session_key="webchat:other") is None
     assert await ask(book, requester="mallory") is None
@@ -161,3 +165,43 @@ async def test_a_call_grant_covers_exactly_that_call_anywhere(opener: Opener) ->
     assert await ask(book, args=reordered, session_key="feishu:x", requester="z") is not None
     assert await ask(book, args={"sql": "DELETE FROM orders WHERE id = 4"}) is None
     assert await ask(book, tool="other_tool") is None
+
+
+async def test_a_session_grant_covers_only_the_scope_it_was_given_on(opener: Opener) -> None:
+    """Issue 22: a grant given on ``DELETE FROM orders WHERE id = 3`` covers DELETEs on
+    ``orders``, not every call of sql_modify; the scope is stored with the grant."""
+    book = GrantBook(await opener(), clock=Clock())
+    other = GrantBook(await opener(), clock=Clock())
+    grant = await book.give(confirmation(), scope="session", minutes=30, by="bob", via="text")
+    stored = await other.get(grant.id)
+    assert stored is not None and stored.covers == ORDERS_DELETES
+    assert [g.covers for g in await other.live()] == [ORDERS_DELETES]
+    update = {"kind": ["UPDATE"], "tables": ["orders"]}
+    assert await ask(other, scope=update) is None
+    assert await ask(other, scope={"kind": ["DELETE"], "tables": ["customers"]}) is None
+    assert await ask(other, scope={"kind": ["DELETE"], "tables": ["customers", "orders"]}) is None
+    assert await ask(other, scope={"kind": ["DELETE"], "tables": ["public.orders"]}) is None
+    assert await ask(other, scope=None) is None
+    assert await ask(other) == stored
+
+    # A tool whose preview gives no scope: a grant on it covers any of its arguments.
+    plain = confirmation(tool_call=ToolCall("refund", {"amount": 5}, "call_1"), details={})
+    given = await book.give(plain, scope="session", minutes=30, by="bob", via="text")
+    assert given.covers is None
+    assert await ask(other, tool="refund", args={"amount": 9}, scope=None) is not None
+
+
+async def test_a_grant_stored_without_a_scope_covers_no_scoped_call(opener: Opener) -> None:
+    """A grant written before grants had scopes reads back with none, and then covers no
+    SQL call (docs/grants.md): upgrading never widens a live grant."""
+    book = GrantBook(await opener(), clock=Clock())
+    grant = await book.give(confirmation(), scope="session", minutes=30, by="bob", via="text")
+    old = grant.to_dict()
+    del old["covers"]
+    legacy = Grant.from_dict({**old, "id": "gold0001"})
+    assert legacy.covers is None
+    store = await opener()
+    await store.revoke(grant.id, by="upgrade", now=Clock().now)
+    await store.add(legacy)
+    assert [g.id for g in await book.live()] == ["gold0001"]
+    assert await ask(book) is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ from config.keywords import KeywordsError, KeywordSet, KeywordStore, load_keywor
 from config.settings import ConfirmationSettings
 from gateway.bus import MessageBus
 from gateway.confirm.memory_store import MemoryConfirmationStore
-from gateway.confirm.replies import ReplyIntent
+from gateway.confirm.replies import ReplyIntent, ReplyParser
 from gateway.confirm.service import ConfirmationService
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -22,6 +23,44 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_word_in_both_lists_is_refused() -> None:
     with pytest.raises(KeywordsError, match="both lists: ok"):
         KeywordSet.build(["ok", "确认"], ["OK", "取消"])  # case-folded before comparing
+
+
+@pytest.mark.parametrize(
+    ("confirm", "cancel", "refused"),
+    [
+        # Issue 22: "ok." was kept beside "ok" and a reply "ok" then read as a cancel.
+        (["ok.", "确认"], ["ok", "取消"], "both lists: ok"),
+        (["确认。"], ["确认!", "取消"], "both lists: 确认"),
+        (["/Yes"], ["YES", "no"], "both lists: yes"),
+    ],
+)
+def test_words_are_compared_as_the_parser_reads_them(
+    confirm: list[str], cancel: list[str], refused: str
+) -> None:
+    with pytest.raises(KeywordsError, match=refused):
+        KeywordSet.build(confirm, cancel)
+
+
+@pytest.mark.parametrize("word", ["请", "please", "吧", "吗", "thanks", "麻烦"])
+def test_a_filler_or_request_word_is_refused(word: str) -> None:
+    # Issue 22: "请" as a confirm word made a bare "请" confirm, and "请确认" (a request
+    # to someone else) read as two confirms.
+    with pytest.raises(KeywordsError, match=f"'{word}' is a filler, request or question word"):
+        KeywordSet.build(["确认", word], ["取消"])
+
+
+@pytest.mark.parametrize("word", ["go-ahead", "ok了", "确 认", "да", "!!", "ok?"])
+def test_a_word_no_reply_can_match_is_refused(word: str) -> None:
+    with pytest.raises(KeywordsError, match=re.escape(repr(word))):
+        KeywordSet.build(["确认", word], ["取消"])
+
+
+def test_words_are_kept_in_the_form_replies_are_read() -> None:
+    words = KeywordSet.build(["OK.", "确认！", "go ahead", "don't stop"], ["取消"])
+    assert words.confirm == ("ok", "确认", "go ahead", "don't stop")
+    parser = ReplyParser(words)
+    assert parser.parse("ok").intent is ReplyIntent.CONFIRM
+    assert parser.parse("Go  ahead!").intent is ReplyIntent.CONFIRM
 
 
 def test_empty_list_is_refused() -> None:

@@ -102,21 +102,32 @@ def test_stop_grace_period_covers_a_clean_stop() -> None:
     assert GATEWAY["stop_grace_period"] == "30s"
 
 
-def test_docker_compose_accepts_the_file(tmp_path: Any) -> None:
+def compose_command() -> list[str] | None:
+    """The Compose v2 plugin when there is one, else Debian's docker-compose (v1.29, which
+    validates the file against the Compose schema without an engine)."""
     docker = shutil.which("docker")
-    version = (
-        subprocess.run([docker, "compose", "version"], capture_output=True, timeout=30)
-        if docker
-        else None
-    )
-    if version is None or version.returncode != 0:
-        pytest.skip("no docker compose plugin: compose.yaml checked only as YAML")
+    if docker:
+        version = subprocess.run([docker, "compose", "version"], capture_output=True, timeout=30)
+        if version.returncode == 0:
+            return [docker, "compose"]
+    legacy = shutil.which("docker-compose")
+    return [legacy] if legacy else None
+
+
+def test_docker_compose_accepts_the_file(tmp_path: Any) -> None:
+    compose = compose_command()
+    if compose is None:
+        # scripts/test.sh installs Debian's docker-compose; without it, YAML checks only.
+        if os.environ.get("GATEWAY_TEST_REQUIRE_SERVICES") == "1":
+            pytest.fail("no docker compose: install Debian's docker-compose (scripts/test.sh)")
+        pytest.skip("no docker compose: compose.yaml checked only as YAML")
     out = subprocess.run(
-        [docker, "compose", "-f", str(ROOT / "compose.yaml"), "--profile", "postgres", "config"],
+        [*compose, "-f", str(ROOT / "compose.yaml"), "--profile", "postgres", "config"],
         env=clean_env(GATEWAY_ADMIN__TOKEN="t" * 32),
         capture_output=True,
         text=True,
         timeout=60,
+        cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr
 

@@ -51,6 +51,7 @@ def webhook_settings(
                 "app_id": feishu.app_id,
                 "app_secret": feishu.app_secret,
                 "domain": feishu.url,
+                "encrypt_key": "feishu-encrypt-key",
                 "verification_token": "feishu-verification-token",
                 "allow_from": ["*"],
             },

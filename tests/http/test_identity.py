@@ -11,6 +11,8 @@ from typing import Any
 import aiohttp
 import pydantic
 import pytest
+import structlog
+from multidict import CIMultiDict
 
 from config.settings import ConfigError
 from gateway import texts
@@ -150,3 +152,89 @@ async def test_a_header_without_proxies_is_refused_at_start(tmp_path: Path) -> N
         await build(bad)
     with pytest.raises(pydantic.ValidationError, match="not an IP address"):
         make_settings(tmp_path, server={"trusted_proxies": ["proxy.example"]})
+
+
+# ------------------------------------------- issue 22: who is deciding behind a proxy
+
+
+async def decide_on_socket(http: aiohttp.ClientSession, room: str, typed: str) -> dict[str, Any]:
+    """Ask as ``typed`` (DELETE_3), then try to approve on the socket; the answer frame."""
+    async with http.ws_connect(f"/ws?session={room}&user={typed}") as ws:
+        hello = await next_frame(ws, lambda f: f["type"] == "hello")
+        await ws.send_json({"type": "message", "text": DELETE_3})
+        card = await next_frame(ws, is_kind("confirmation"))
+        cid = card["confirmation"]["id"]
+        await ws.send_json({"type": "decide", "id": cid, "decision": "approve"})
+        answer = await next_frame(ws, lambda f: f["type"] == "decision")
+        return {"hello": hello, "card": card, "answer": answer}
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        # nginx's proxy_set_header Host $http_host: the public name, no forwarding header.
+        {"Host": "chat.example.com"},
+        {"Via": "1.1 proxy"},
+        {"X-Forwarded-Proto": "https"},
+        {"X-Forwarded-Host": "chat.example.com"},
+        # The user header itself, from a loopback address that is not a listed proxy.
+        {HEADER: "alice"},
+    ],
+    ids=["public-host", "via", "proto", "fwd-host", "user-header-unlisted"],
+)
+async def test_a_typed_name_decides_only_on_a_truly_local_connection(
+    tmp_path: Path, headers: dict[str, str]
+) -> None:
+    """A proxy on this machine connects from loopback: what it passes on is not local."""
+    options = settings(tmp_path, ["10.9.9.9"])
+    options.server.allowed_hosts.append("chat.example.com")
+    async with (
+        running_gateway(options) as gw,
+        aiohttp.ClientSession(base_url=base_url(gw), headers=headers) as http,
+    ):
+        seen = await decide_on_socket(http, "typed", "alice")
+        assert seen["hello"]["identity"] == "self-declared"
+        assert seen["card"]["can_decide"]["approve"]["allowed"] is False
+        assert seen["answer"]["outcome"] == "forbidden"
+        still = await gw.confirmations.get(seen["card"]["confirmation"]["id"])
+        assert still is not None and still.status is Status.PENDING
+
+
+@pytest.mark.parametrize("user_header", [None, ""], ids=["absent", "empty"])
+async def test_a_proxied_request_without_the_header_is_not_identified(
+    behind_proxy: Gateway, user_header: str | None
+) -> None:
+    """From the listed proxy but nobody signed in: can chat, cannot decide. Caddy's
+    header_up sends the header empty then."""
+    headers = {**FORWARDED, **({HEADER: user_header} if user_header is not None else {})}
+    async with aiohttp.ClientSession(base_url=base_url(behind_proxy), headers=headers) as http:
+        seen = await decide_on_socket(http, "nobody", "alice")
+    assert seen["hello"] == {**seen["hello"], "user": "alice", "identity": "self-declared"}
+    assert seen["answer"]["outcome"] == "forbidden"
+    c = await behind_proxy.confirmations.get(seen["card"]["confirmation"]["id"])
+    assert c is not None and c.status is Status.PENDING and c.requester == "alice"
+
+
+@pytest.mark.parametrize(
+    "copies",
+    [
+        [("X-Forwarded-User", "mallory"), ("X-Forwarded-User", "alice")],
+        [(HEADER, "mallory, alice")],
+    ],
+    ids=["two-copies", "comma-joined"],
+)
+@pytest.mark.parametrize("path", ["/api/chat/dup/messages", "/ws?session=dup&user=x", "/healthz"])
+async def test_a_duplicated_user_header_from_the_proxy_is_refused_and_logged_once(
+    behind_proxy: Gateway, copies: list[tuple[str, str]], path: str
+) -> None:
+    headers = CIMultiDict(copies)
+    async with aiohttp.ClientSession(base_url=base_url(behind_proxy)) as http:
+        with structlog.testing.capture_logs() as logs:
+            method = "POST" if path.startswith("/api/") else "GET"
+            body = {"user": "x", "text": DELETE_3} if method == "POST" else None
+            async with http.request(method, path, headers=headers, json=body) as resp:
+                assert resp.status == 400
+                assert "came more than once" in (await resp.json())["error"]
+    duplicates = [e for e in logs if e["event"] == "identity.duplicate_header"]
+    assert len(duplicates) == 1 and duplicates[0]["header"] == HEADER
+    assert await behind_proxy.confirmations.list_pending("webchat:dup") == []

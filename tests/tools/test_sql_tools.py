@@ -6,7 +6,6 @@ PostgreSQL and MariaDB skip when unreachable, or fail with GATEWAY_TEST_REQUIRE_
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -20,14 +19,7 @@ from gateway.confirm.model import Risk
 from gateway.tools.base import ToolPreview
 from gateway.tools.sql import SqlDatabase, SqlModifyTool, SqlQueryTool
 from gateway.tools.sql_analysis import analyze_sql
-from tests.services import mask_url, require_service
-
-POSTGRES_URL = os.environ.get(
-    "GATEWAY_TEST_POSTGRES_URL", "postgresql+asyncpg://postgres@127.0.0.1:5432/test"
-)
-MARIADB_URL = os.environ.get(
-    "GATEWAY_TEST_MARIADB_URL", "mysql+aiomysql://root@127.0.0.1:3306/test"
-)
+from tests.services import MARIADB_URL, POSTGRES_URL, mask_url, require_service
 
 ROWS = [
     (1, "Alice", "120.50", 0),

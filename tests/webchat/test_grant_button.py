@@ -60,7 +60,10 @@ async def test_the_grant_button_approves_grants_and_the_next_same_call_runs_unas
         update = await next_frame(bob, is_kind("confirmation_update", "approved"))
         assert update["confirmation"]["decided_by"] == "alice"
         given = await next_frame(bob, said("🔓 alice"))
-        assert "alice's sql_modify calls here run without asking until" in given["text"]
+        assert (
+            "alice's sql_modify (DELETE orders) calls here run without asking until"
+            in given["text"]
+        )
 
         [grant] = await live_grants(http)
         assert (grant["scope"], grant["tool"], grant["requester"]) == (

@@ -101,14 +101,17 @@ async def test_cli_against_the_daemon(daemon: ServeProcess) -> None:
         cid = await eventually(pending, timeout=15)
     done = await asyncio.to_thread(
         subprocess.run,
-        [str(GATEWAY_BIN), "confirmations", "reject", cid, "--reason", "no", "--url", daemon.url],
+        [
+            *(str(GATEWAY_BIN), "confirmations", "reject", cid, "--reason", "no"),
+            *("--actor", "oncall", "--url", daemon.url),
+        ],
         env=env,
         capture_output=True,
         text=True,
         timeout=30,
     )
     assert done.returncode == 0, done.stderr
-    assert "cancelled by admin" in done.stdout
+    assert "cancelled by oncall" in done.stdout
 
 
 def test_daemon_stops_cleanly_and_logs_no_errors(tmp_path: Path) -> None:

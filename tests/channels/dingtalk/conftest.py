@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -74,13 +75,18 @@ async def gateway(settings: Settings, fake: FakeDingTalk) -> AsyncIterator[Gatew
         yield gw
 
 
+def shown(markdown: str) -> str:
+    """What a person reads in DingTalk markdown: the backslash escapes undone."""
+    return re.sub(r"\\(.)", r"\1", markdown)
+
+
 def webhook_texts(fake: FakeDingTalk) -> list[str]:
-    """Texts sent through session webhooks, in order (text and markdown alike)."""
+    """Texts sent through session webhooks, in order (text and markdown as shown)."""
     out = []
     for r in fake.requests("/robot/sendBySession"):
         body = r.body or {}
         if body.get("msgtype") == "text":
             out.append(body["text"]["content"])
         elif body.get("msgtype") == "markdown":
-            out.append(body["markdown"]["text"])
+            out.append(shown(body["markdown"]["text"]))
     return out

@@ -27,6 +27,7 @@ from gateway.texts import approvers as approver_texts
 from tests.channels.dingtalk.conftest import (
     make_settings,
     order_ids,
+    shown,
     wait_pending,
     wait_status,
     webhook_texts,
@@ -72,7 +73,7 @@ async def test_four_eyes_call_reaches_each_approver_and_one_dm_settles_every_car
         [(got, params)] = fake.cards_in(f"dtv1.card//IM_ROBOT.{who}").items()
         assert got == track
         assert button_ids(params) == ["approve", "reject"]
-        assert approver_texts.direct_intro(conf) in params["markdown"]
+        assert approver_texts.direct_intro(conf) in shown(params["markdown"])
         assert params["tips"] == approver_texts.direct_reply_hint(conf)
     # The typed-reply line went to both in one robot one-to-one send.
     [hint] = await fake.wait_until(lambda: fake.one_to_one_sends(), what="the reply line")
@@ -147,7 +148,7 @@ async def test_http_mode_sends_text_copies_and_tells_them_the_outcome(
         [conf] = await wait_pending(gw)
         [copy] = await fake.wait_until(lambda: fake.one_to_one_sends("bob"), what="bob's copy")
         assert copy["msgKey"] == "sampleMarkdown"
-        assert approver_texts.direct_intro(conf) in copy["msgParam"]["text"]
+        assert approver_texts.direct_intro(conf) in shown(copy["msgParam"]["text"])
         await wait_record(
             gw, conf.id, lambda c: c.prompt_refs.get("dingtalk_dm:bob") == "text", what="ref"
         )

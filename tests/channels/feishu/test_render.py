@@ -7,7 +7,13 @@ import time
 
 import pytest
 
-from channels.feishu.render import card_content, confirmation_card, message_content
+from channels.feishu.render import (
+    STATEMENT_ELEMENT,
+    card_content,
+    confirmation_card,
+    message_content,
+    plain_content,
+)
 from gateway import texts
 from gateway.confirm.model import Confirmation, Risk, Status, ToolCall
 from gateway.texts import approvers as approver_texts
@@ -45,8 +51,12 @@ def test_pending_card_has_both_buttons_hint_and_risk_colour() -> None:
     assert values[2]["grant_minutes"] == texts.GRANT_MINUTES_BUTTON
     assert buttons(card)[2]["text"]["content"] == texts.GRANT_BUTTON
     assert texts.reply_hint(_conf()) in card_text(card)
-    # A fence inside the statement cannot end the code block early.
-    assert card_text(card).count("```") == 2
+    # The statement is shown as written, in a plain_text element of its own (issue 22).
+    [statement] = [
+        el for el in card["body"]["elements"] if el.get("element_id") == STATEMENT_ELEMENT
+    ]
+    assert statement["text"] == {"tag": "plain_text", "content": "DELETE FROM t WHERE a = '```'"}
+    assert all(el.get("tag") != "markdown" for el in card["body"]["elements"])
 
 
 @pytest.mark.parametrize(
@@ -99,3 +109,13 @@ def test_plain_text_stays_text_markdown_becomes_post() -> None:
     kind, content = message_content("**bold** and a [link](http://x)")
     assert kind == "post"
     assert json.loads(content)["zh_cn"]["content"][0][0]["tag"] == "md"
+
+
+def test_plain_content_is_text_elements_whatever_the_text() -> None:
+    # A text message is not plain: Feishu reads <at user_id="all"> and links in it.
+    kind, content = plain_content('**x** <at user_id="all"></at>\n[l](http://x)')
+    assert kind == "post"
+    assert json.loads(content)["zh_cn"]["content"] == [
+        [{"tag": "text", "text": '**x** <at user_id="all"></at>'}],
+        [{"tag": "text", "text": "[l](http://x)"}],
+    ]

@@ -11,8 +11,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from config.settings import Settings
-from gateway.app import Gateway
+from config.settings import ConfigError, Settings
+from gateway.app import Gateway, build
 from gateway.confirm.model import Status
 from tests.channels.feishu.conftest import (
     ALICE,
@@ -236,3 +236,87 @@ async def test_deep_or_broken_json_inside_the_encryption_is_400(
     pending = message_event(chat_id=P2P, sender=ALICE, text="/pending", token=TOKEN)
     assert (await post(http, pending))[0] == 200
     await wait_until(lambda: any("没有待确认" in t for t in sent_texts(fake)), what="/pending")
+
+
+# ---------------------------------------------------------------- issue 22, item 8
+
+
+def approve_click(conf_id: str, message_id: str) -> dict[str, Any]:
+    return card_action_event(
+        operator=ALICE,
+        value={"confirmation_id": conf_id, "decision": "approve"},
+        open_message_id=message_id,
+        open_chat_id=P2P,
+        token=TOKEN,
+    )
+
+
+async def test_a_card_click_forged_from_the_token_alone_is_refused(
+    gateway: Gateway, fake: FakeFeishu, http: tuple[aiohttp.ClientSession, str]
+) -> None:
+    # Issue 22: the Verification Token travels in every body, so anyone who saw one request
+    # can build a click. Without the Encrypt Key's signature it is refused, plain or not.
+    assert (await post(http, delete_event(5)))[0] == 200
+    [conf] = await wait_pending(gateway)
+    send = await fake.wait_request(lambda r: r in card_sends(fake), what="card send")
+    assert send.message_id is not None
+    click = approve_click(conf.id, send.message_id)
+    session, base = http
+    async with session.post(base + CARD_PATH, json=click) as resp:
+        assert resp.status == 400
+    # Encrypted with the key but not signed (no headers), or signed with a guess.
+    body = json.dumps({"encrypt": encrypt(json.dumps(click), ENCRYPT_KEY)}).encode()
+    async with session.post(base + CARD_PATH, data=body) as resp:
+        assert resp.status == 401
+    assert (await post(http, click, path=CARD_PATH, bad_signature=True))[0] == 401
+    assert gateway.confirmations is not None
+    current = await gateway.confirmations.get(conf.id)
+    assert current is not None and current.status is Status.PENDING
+
+
+async def test_a_replayed_signed_card_click_is_refused(
+    gateway: Gateway,
+    fake: FakeFeishu,
+    settings: Settings,
+    http: tuple[aiohttp.ClientSession, str],
+) -> None:
+    assert (await post(http, delete_event(6)))[0] == 200
+    [conf] = await wait_pending(gateway)
+    send = await fake.wait_request(lambda r: r in card_sends(fake), what="card send")
+    assert send.message_id is not None
+    # A click with a reject captured on the wire, replayed: the same headers and body.
+    headers, body = webhook_request(
+        card_action_event(
+            operator=ALICE,
+            value={"confirmation_id": conf.id, "decision": "reject"},
+            open_message_id=send.message_id,
+            open_chat_id=P2P,
+            token=TOKEN,
+        ),
+        encrypt_key=ENCRYPT_KEY,
+    )
+    session, base = http
+    async with session.post(base + CARD_PATH, data=body, headers=headers) as resp:
+        assert resp.status == 200
+    await wait_status(gateway, conf.id, Status.REJECTED)
+    for path in (CARD_PATH, EVENT_PATH):
+        async with session.post(base + path, data=body, headers=headers) as resp:
+            assert resp.status == 401
+            assert (await resp.json())["msg"] == "nonce already used"
+    # A click signed long ago (outside the replay window) is refused too.
+    old = int(time.time()) - 2 * settings.channels.feishu.replay_window_seconds
+    assert (
+        await post(
+            http, approve_click(conf.id, send.message_id), path=CARD_PATH, timestamp=int(old)
+        )
+    )[0] == 401
+
+
+async def test_webhook_mode_without_an_encrypt_key_does_not_start(
+    tmp_path: Path, fake: FakeFeishu
+) -> None:
+    # It used to start with only the verification token, and take forged clicks.
+    settings = make_settings(tmp_path, fake, mode="webhook", verification_token=TOKEN)
+    with pytest.raises(ConfigError, match="encrypt_key") as refused:
+        await build(settings)
+    assert "GATEWAY_CHANNELS__FEISHU__ENCRYPT_KEY" in str(refused.value)

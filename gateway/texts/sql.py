@@ -1,0 +1,83 @@
+"""What the SQL tools tell a person about a statement: what it would do (its effect, beside
+its risk), and why it did not run by itself (docs/model.md, docs/sql-safety.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def _names(functions: Sequence[str]) -> str:
+    return ", ".join(functions)
+
+
+def functions_not_allowed(functions: Sequence[str]) -> str:
+    """Why a query that would have run by itself waits for a person."""
+    names = _names(functions)
+    return (
+        f"调用了不在允许列表中的函数 {names}，需要确认 / "
+        f"calls {names}, which is not on the function allow-list, so a person must approve it"
+    )
+
+
+def not_previewed(functions: Sequence[str]) -> str:
+    """Why a held statement shows no row count."""
+    names = _names(functions)
+    return (
+        f"无法预览：调用了不在允许列表中的函数 {names}，批准前不执行 / "
+        f"cannot preview: calls {names}, which is not on the allow-list; nothing runs "
+        "before approval"
+    )
+
+
+def statement_timed_out(seconds: float) -> str:
+    """A read (query or preview count) the database stopped at the statement timeout."""
+    return (
+        f"查询超过 {seconds:g} 秒，已被数据库中止（[tools.sql] statement_timeout_seconds）/ "
+        f"the statement ran longer than {seconds:g} s and the database stopped it "
+        "([tools.sql] statement_timeout_seconds)"
+    )
+
+
+def opaque_statement(keyword: str) -> str:
+    """Why a statement the parser kept as an opaque command waits for a person."""
+    return (
+        f"网关无法完整读取 {keyword} 语句，需要确认 / the gateway cannot fully read this "
+        f"{keyword} statement, so a person must approve it"
+    )
+
+
+def several_statements(count: int) -> str:
+    """Why a text of several statements waits for a person."""
+    return (
+        f"一次 {count} 条语句，需要确认 / {count} statements at once, so a person must approve them"
+    )
+
+
+def sql_every_row(kind: str, table: str, rows: int, *, estimated: bool) -> str:
+    about = "约 " if estimated else ""
+    approx = "about " if estimated else ""
+    return (
+        f"{kind} 将影响表 {table} 的全部 {about}{rows} 行 / "
+        f"{kind} changes every row of {table} ({approx}{rows} rows)"
+    )
+
+
+def sql_uncounted(kind: str) -> str:
+    return (
+        f"无法预先统计 {kind} 影响的行数，按整表对待 / the rows {kind} changes could not be "
+        "counted beforehand, so it counts as every row"
+    )
+
+
+SQL_OPAQUE = (
+    "网关无法完整解析此语句，无法判断其影响 / the gateway cannot fully read this "
+    "statement, so its effect is unknown"
+)
+
+
+def sql_volatile(kind: str, source: str) -> str:
+    return (
+        f"{kind} 影响哪些行取决于 {source}（时钟/随机数/会话状态），执行时可能与预览不同 / "
+        f"which rows {kind} changes depends on {source} (clock, randomness or session "
+        "state): it may change other rows than the preview counted"
+    )
