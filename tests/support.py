@@ -14,6 +14,7 @@ from config.settings import Settings
 from gateway.app import Gateway
 from gateway.bus import InboundMessage, OutboundKind, OutboundMessage
 from gateway.confirm.model import Confirmation, Status
+from gateway.confirm.service import ConfirmationService
 from gateway.inbox import MemoryInbox
 
 
@@ -153,6 +154,47 @@ async def wait_record(
         if time.monotonic() > deadline:
             raise AssertionError(f"{confirmation_id}: timed out waiting for {what}: {found}")
         await asyncio.sleep(0.02)
+
+
+class ShiftedClock:
+    """Now as a gateway built with ``clock=`` reads it: the wall clock plus an offset the
+    test moves, so a confirmation's deadline passes when the test says (``pass_deadline``),
+    not when a loaded machine gets there. Keep the configured timeout long."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+
+async def pass_deadline(
+    service: ConfirmationService, clock: ShiftedClock, confirmation_id: str
+) -> None:
+    """Let a pending confirmation's deadline pass, as if its timeout had gone by: the
+    clock moves one second past its ``expires_at`` (``pass_time``)."""
+    record = await service.get(confirmation_id)
+    assert record is not None, confirmation_id
+    await pass_time(service, clock, record.expires_at - clock() + 1.0, [confirmation_id])
+
+
+async def pass_time(
+    service: ConfirmationService, clock: ShiftedClock, seconds: float, confirmation_ids: list[str]
+) -> None:
+    """``seconds`` go by: the clock moves on, and the service's deadline timer is handed
+    each listed call again from its stored ``expires_at`` (``Deadlines.arm``; a time that
+    has passed fires at once), all in one step, as its loop timer would have them by then.
+    The expiries then take the path a real timeout takes. Each call must be pending and
+    waiting for its deadline in this process.
+    """
+    records = [await service.get(cid) for cid in confirmation_ids]
+    for cid, record in zip(confirmation_ids, records, strict=True):
+        assert record is not None and record.status is Status.PENDING, record
+        assert cid in service.deadlines, f"{cid} has no deadline armed"
+    clock.offset += max(0.0, seconds)
+    for record in records:  # no await in between: armed at one instant
+        assert record is not None
+        service.deadlines.arm(record.id, record.expires_at)
 
 
 def order_ids(settings: Settings) -> list[int]:

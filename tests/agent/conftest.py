@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -73,9 +74,11 @@ async def start_gateway(tmp_path: Path, fake_llm: FakeOpenAI) -> AsyncIterator[G
     """``gw, chat = await start_gateway(policy={...}, llm={...})``"""
     started: list[Gateway] = []
 
-    async def start(**sections: Any) -> tuple[Gateway, RecordingChannel]:
+    async def start(
+        *, clock: Callable[[], float] = time.time, **sections: Any
+    ) -> tuple[Gateway, RecordingChannel]:
         settings = make_settings(tmp_path, fake_llm, **sections)
-        gw = await build(settings, serve_http=False)
+        gw = await build(settings, serve_http=False, clock=clock)
         chat = RecordingChannel()
         gw.channels.add(chat)
         await gw.start()

@@ -8,6 +8,7 @@ from gateway.bus import OutboundKind, PublishResult
 from gateway.confirm.model import Status
 from tests.agent.conftest import GatewayFactory, order_rows, say
 from tests.fakes.openai_server import FakeOpenAI, text, tool_calls
+from tests.support import ShiftedClock, pass_deadline
 
 PLUGINS: dict[str, Any] = {"plugins": ["tests.plugins.sample_tools"]}
 
@@ -134,8 +135,12 @@ async def test_expired_confirmation_goes_back_to_the_model(
         tool_calls(("sql_modify", {"sql": "DELETE FROM orders WHERE id = 3"})),
         text("没人确认，已放弃 / nobody confirmed; dropped"),
     )
-    gw, chat = await start_gateway(confirmation={"timeout_seconds": 0.3})
+    clock = ShiftedClock()  # the deadline passes when the test says
+    gw, chat = await start_gateway(clock=clock)
     await say(gw, "删除订单 3")
+    conf = await chat.wait_prompt()
+    assert gw.confirmations is not None
+    await pass_deadline(gw.confirmations, clock, conf.id)
     await chat.wait_text("没人确认")
     result = next(iter(fake_llm.requests[1].tool_results().values()))
     assert "expired" in result

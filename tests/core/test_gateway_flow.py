@@ -21,7 +21,7 @@ from gateway.app import Gateway, build
 from gateway.bus import InboundMessage, OutboundKind
 from gateway.confirm.model import Confirmation, Risk, Status, ToolCall
 from gateway.tools.base import tool
-from tests.support import RecordingChannel
+from tests.support import RecordingChannel, ShiftedClock, pass_deadline
 
 
 class Chat:
@@ -204,18 +204,24 @@ async def test_plugin_tool_runs_only_after_approval(make_settings: Callable[...,
     CALLS.clear()
     settings = make_settings(
         tools={"plugins": ["gw_test_plugin"]},
-        confirmation={"store": "memory", "timeout_seconds": 1.0},
+        confirmation={"store": "memory"},
     )
-    gw = await build(settings, serve_http=False)
+    clock = ShiftedClock()  # the first call's deadline passes when the test says
+    gw = await build(settings, serve_http=False, clock=clock)
     rec = RecordingChannel()
     gw.channels.add(rec)
     async with gw:
+        assert gw.confirmations is not None
         turn = gw.loop.turn_for(
             InboundMessage(channel="rec", chat_id="c1", sender_id="alice", text="")
         )
         call = ToolCall(name="restart_service", args={"name": "db"}, call_id="c-1")
         # Timeout: never runs.
-        outcome = await gw.runner.invoke(call, turn)
+        task = asyncio.create_task(gw.runner.invoke(call, turn))
+        prompt = await rec.next(OutboundKind.CONFIRMATION)
+        assert prompt.confirmation is not None
+        await pass_deadline(gw.confirmations, clock, prompt.confirmation.id)
+        outcome = await task
         assert outcome.status == "expired"
         assert CALLS == []
         # Rejected: never runs.

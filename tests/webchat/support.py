@@ -52,8 +52,10 @@ def make_settings(tmp_path: Path, **overrides: Any) -> Settings:
 
 
 @asynccontextmanager
-async def running_gateway(settings: Settings) -> AsyncIterator[Gateway]:
-    gateway = await build(settings)
+async def running_gateway(
+    settings: Settings, *, clock: Callable[[], float] = time.time
+) -> AsyncIterator[Gateway]:
+    gateway = await build(settings, clock=clock)
     async with gateway:
         yield gateway
 

@@ -13,6 +13,7 @@ from aiohttp import WSCloseCode
 
 from gateway.app import Gateway, build
 from gateway.confirm.model import Status
+from tests.support import ShiftedClock, pass_deadline
 from tests.webchat.support import eventually, is_kind, next_frame, order_exists
 
 DELETE_3 = "/sql DELETE FROM orders WHERE id = 3"
@@ -232,14 +233,19 @@ async def test_a_timeout_turns_the_card_expired_in_every_tab(tmp_path: object) -
 
     from tests.webchat.support import base_url, make_settings, running_gateway
 
-    settings = make_settings(Path(str(tmp_path)), confirmation={"timeout_seconds": 0.3})
+    settings = make_settings(Path(str(tmp_path)))
+    clock = ShiftedClock()  # the deadline passes once both tabs show the card
     async with (
-        running_gateway(settings) as gw,
+        running_gateway(settings, clock=clock) as gw,
         aiohttp.ClientSession(base_url=base_url(gw)) as http,
         tab(http, "slow", "alice") as alice,
         tab(http, "slow", "bob") as bob,
     ):
         await alice.send_json({"type": "message", "text": DELETE_3})
+        for ws in (alice, bob):
+            card = await next_frame(ws, is_kind("confirmation"))
+        assert gw.confirmations is not None
+        await pass_deadline(gw.confirmations, clock, card["confirmation"]["id"])
         for ws in (alice, bob):
             update = await next_frame(ws, is_kind("confirmation_update", "expired"))
             assert update["confirmation"]["decided_via"] == "timeout"

@@ -31,9 +31,6 @@ def fake() -> Iterator[FakeDingTalk]:
 def make_settings(
     tmp_path: Path, fake: FakeDingTalk, *, policy: dict[str, Any] | None = None, **dingtalk: Any
 ) -> Settings:
-    confirmation: dict[str, Any] = {"store": "memory"}
-    if "confirmation_timeout" in dingtalk:
-        confirmation["timeout_seconds"] = dingtalk.pop("confirmation_timeout")
     options: dict[str, Any] = {
         "enabled": True,
         "client_id": fake.client_id,
@@ -55,7 +52,7 @@ def make_settings(
     return Settings(
         data_dir=tmp_path,
         server={"host": "127.0.0.1", "port": 0},
-        confirmation=confirmation,
+        confirmation={"store": "memory"},
         keywords={"watch": False},
         channels={"webchat": {"enabled": False}, "dingtalk": options},
         policy=policy or {},

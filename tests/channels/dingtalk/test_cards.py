@@ -24,6 +24,7 @@ from tests.channels.dingtalk.conftest import (
     webhook_texts,
 )
 from tests.fakes.dingtalk import FakeDingTalk
+from tests.support import ShiftedClock, pass_deadline, wait_record
 
 CARD_PATH = "/v1.0/card/instances/createAndDeliver"
 
@@ -31,12 +32,16 @@ CARD_PATH = "/v1.0/card/instances/createAndDeliver"
 async def test_timeout_while_card_open_updates_card_to_expired(
     tmp_path: Path, fake: FakeDingTalk
 ) -> None:
-    settings = make_settings(tmp_path, fake, confirmation_timeout=0.5)
-    async with await build(settings) as gw:
+    settings = make_settings(tmp_path, fake)
+    clock = ShiftedClock()  # the deadline passes once the card is out, not on a timer
+    async with await build(settings, clock=clock) as gw:
         await fake.wait_connected()
         fake.send_chatbot_message(text="/sql DELETE FROM orders WHERE id = 6")
         [conf] = await wait_pending(gw)
         await fake.wait_requests(CARD_PATH)
+        await wait_record(gw, conf.id, lambda c: bool(c.prompt_refs), what="the card's ref")
+        assert gw.confirmations is not None
+        await pass_deadline(gw.confirmations, clock, conf.id)
         await wait_status(gw, conf.id, Status.EXPIRED)
         [put] = await fake.wait_requests("/v1.0/card/instances", method="PUT")
         params = put.body["cardData"]["cardParamMap"]

@@ -229,3 +229,40 @@ async def test_grant_button_approves_and_the_next_same_call_runs_without_asking(
         )
         assert len(await gw.confirmations.list()) == 1  # nobody was asked the second time
         assert len(fake.requests(CARD_PATH)) == 1
+
+
+async def test_the_requester_cannot_approve_her_own_four_eyes_call_by_click_or_reply(
+    gateway: Gateway, fake: FakeDingTalk, settings: Settings
+) -> None:
+    """Four-eyes on DingTalk. First tests: tests/core/test_confirmations.py::
+    test_four_eyes_requester_may_reject_not_approve, tests/agent/test_model_safety.py::
+    test_four_eyes_requester_cannot_approve_an_approver_can."""
+    fake.send_chatbot_message(
+        text="/sql DELETE FROM orders WHERE id = 5", sender_staff_id="alice", **GROUP
+    )
+    [conf] = await wait_pending(gateway)
+    assert conf.four_eyes
+    await fake.wait_requests(CARD_PATH, 3)
+    group_track = out_track_id(conf.id)
+
+    def told() -> int:
+        return sum(texts.FOUR_EYES in t for t in webhook_texts(fake))
+
+    # Her click on the group card: told why, to her alone on the card and in the chat.
+    click = fake.send_card_callback(out_track_id=group_track, user_id="alice", action_id="approve")
+    response = json.loads((await fake.wait_ack(click))["data"])["response"]
+    assert "cardData" not in response
+    assert texts.FOUR_EYES in response["privateData"]["alice"]["cardParamMap"]["tips"]
+    await fake.wait_until(lambda: told() == 1, what="the four-eyes notice for the click")
+    # Her typed 确认: told the same.
+    fake.send_chatbot_message(text="确认", sender_staff_id="alice", **GROUP)
+    await fake.wait_until(lambda: told() == 2, what="the four-eyes notice for the reply")
+    assert (await wait_status(gateway, conf.id, Status.PENDING)).decided_by is None
+    assert fake.card(group_track)["status"] == "pending"  # type: ignore[index]
+    assert 5 in order_ids(settings)
+    # Bob's click is the second person's.
+    click = fake.send_card_callback(out_track_id=group_track, user_id="bob", action_id="approve")
+    response = json.loads((await fake.wait_ack(click))["data"])["response"]
+    assert response["cardData"]["cardParamMap"]["status"] == "approved"
+    assert (await wait_status(gateway, conf.id, Status.APPROVED)).decided_by == "bob"
+    await fake.wait_until(lambda: 5 not in order_ids(settings), what="row 5 deleted")

@@ -31,7 +31,7 @@ from tests.channels.feishu.conftest import (
     wait_until,
 )
 from tests.fakes.feishu import FakeFeishu, RecordedRequest, card_action_event, message_event
-from tests.support import wait_record
+from tests.support import ShiftedClock, pass_deadline, wait_record
 
 BOB = "ou_bob"
 CAROL = "ou_carol"
@@ -176,10 +176,9 @@ async def test_critical_call_reaches_approvers_and_expiry_updates_every_copy(
 ) -> None:
     from gateway.app import build
 
-    settings = make_settings(
-        tmp_path, fake, approvers=[BOB, ALICE], confirmation={"timeout_seconds": 1.0}
-    )
-    async with await build(settings) as gw:
+    settings = make_settings(tmp_path, fake, approvers=[BOB, ALICE])
+    clock = ShiftedClock()  # the deadline passes once the copies are out, not on a timer
+    async with await build(settings, clock=clock) as gw:
         await fake.wait_connected()
         fake.send_frame(group_msg(ALICE, "/sql DELETE FROM orders"))
         [conf] = await wait_pending(gw)
@@ -187,6 +186,9 @@ async def test_critical_call_reaches_approvers_and_expiry_updates_every_copy(
         bob_copy = await fake.wait_request(lambda r: r in fake.direct_sends(BOB), what="copy")
         assert fake.direct_sends(ALICE) == []  # the requester is not sent a copy
         assert texts.GRANT_BUTTON not in card_text(bob_copy.content)  # never on critical calls
+        await wait_record(gw, conf.id, lambda c: len(c.prompt_refs) == 2, what="refs")
+        assert gw.confirmations is not None
+        await pass_deadline(gw.confirmations, clock, conf.id)
         await wait_status(gw, conf.id, Status.EXPIRED)
         assert bob_copy.message_id is not None
         await wait_until(
@@ -325,3 +327,57 @@ async def test_a_prompt_shown_again_after_a_restart_keeps_every_copy_updatable(
             lambda m=message_id: "已批准 approved" in card_text(fake.card(m)),
             what=f"card {message_id} patched",
         )
+
+
+async def test_the_requester_cannot_approve_her_own_four_eyes_call_by_click_or_reply(
+    gateway: Gateway, fake: FakeFeishu, settings: Settings
+) -> None:
+    """Four-eyes on Feishu. First tests: tests/core/test_confirmations.py::
+    test_four_eyes_requester_may_reject_not_approve, tests/agent/test_model_safety.py::
+    test_four_eyes_requester_cannot_approve_an_approver_can."""
+    fake.send_frame(group_msg(ALICE, "/sql DELETE FROM orders WHERE id = 5"))
+    [conf] = await wait_pending(gateway)
+    assert conf.four_eyes
+    group, _ = await copies(fake)
+    assert group.message_id is not None
+    # Her click on the group card: a toast saying why, the card unchanged.
+    ack = await fake.wait_ack(fake.send_frame(click(conf, ALICE, group.message_id, GROUP)))
+    assert ack.data["toast"]["content"] == texts.FOUR_EYES
+    assert "card" not in ack.data
+    # Her typed 确认: told the same in the group.
+    fake.send_frame(group_msg(ALICE, "确认"))
+    await wait_until(lambda: texts.FOUR_EYES in sent_texts(fake), what="the four-eyes notice")
+    assert (await wait_status(gateway, conf.id, Status.PENDING)).decided_by is None
+    assert 5 in order_ids(settings)
+    assert fake.patches(group.message_id) == []
+    # Bob's click is the second person's.
+    ack = await fake.wait_ack(fake.send_frame(click(conf, BOB, group.message_id, GROUP)))
+    assert ack.data["toast"]["type"] == "success"
+    assert (await wait_status(gateway, conf.id, Status.APPROVED)).decided_by == BOB
+    await wait_until(lambda: 5 not in order_ids(settings), what="row 5 deleted")
+
+
+async def test_an_approvers_reply_by_id_from_another_group_decides_nothing(
+    gateway: Gateway, fake: FakeFeishu, settings: Settings
+) -> None:
+    """Only a direct chat stands in for the chat that asked. First test:
+    tests/core/test_direct_replies.py::test_nobody_else_and_no_group_decides_from_elsewhere."""
+    fake.send_frame(group_msg(ALICE, "/sql DELETE FROM orders WHERE id = 6"))
+    [conf] = await wait_pending(gateway)
+    await copies(fake)
+    elsewhere = message_event(
+        chat_id="oc_other_group",
+        chat_type="group",
+        sender=BOB,
+        text=f"@_user_1 确认 {conf.id}",
+        mentions=[BOT_MENTION],
+    )
+    fake.send_frame(elsewhere)
+    await wait_until(
+        lambda: texts.unknown_id(conf.id) in sent_texts(fake), what="the no-such-call answer"
+    )
+    assert (await wait_status(gateway, conf.id, Status.PENDING)).decided_by is None
+    assert 6 in order_ids(settings)
+    # From his direct chat the same words decide.
+    fake.send_frame(message_event(chat_id=fake.p2p_chat(BOB), sender=BOB, text=f"确认 {conf.id}"))
+    assert (await wait_status(gateway, conf.id, Status.APPROVED)).decided_by == BOB

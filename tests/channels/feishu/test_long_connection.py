@@ -23,6 +23,7 @@ from tests.channels.feishu.conftest import (
     wait_until,
 )
 from tests.fakes.feishu import FakeFeishu, card_action_event, message_event
+from tests.support import ShiftedClock, pass_deadline, wait_record
 
 P2P = "oc_p2p_alice"
 GROUP = "oc_group_1"
@@ -157,6 +158,34 @@ async def test_group_requester_text_approves_other_member_decides_nothing(
     assert "已批准 approved" in card_text(patch.content)
 
 
+async def test_three_unclear_replies_reject_the_call_and_patch_its_card(
+    gateway: Gateway, fake: FakeFeishu, settings: Settings
+) -> None:
+    """Unclear replies are asked about twice, then the call is rejected, never run. First
+    test: tests/core/test_confirmations.py::test_three_unclear_replies_reject."""
+    fake.send_frame(
+        message_event(chat_id=P2P, sender=ALICE, text="/sql DELETE FROM orders WHERE id = 5")
+    )
+    [conf] = await wait_pending(gateway)
+    send = await fake.wait_request(lambda r: r in card_sends(fake), what="card send")
+    for left in (2, 1):
+        fake.send_frame(message_event(chat_id=P2P, sender=ALICE, text="确认吗？"))
+        await wait_until(
+            lambda left=left: any(f"还可 {left} 次" in t for t in sent_texts(fake)),
+            what=f"the unclear notice, {left} left",
+        )
+        assert (await wait_status(gateway, conf.id, Status.PENDING)).decided_by is None
+    fake.send_frame(message_event(chat_id=P2P, sender=ALICE, text="确认吗？"))
+    done = await wait_status(gateway, conf.id, Status.REJECTED)
+    assert (done.decided_by, done.reason) == (ALICE, texts.TOO_MANY_UNCLEAR)
+    patch = await fake.wait_request(
+        lambda r: r.op == "patch" and r.message_id == send.message_id, what="card patch"
+    )
+    assert buttons(patch.content) == []
+    assert "已取消 cancelled" in card_text(patch.content)
+    assert 5 in order_ids(settings)
+
+
 async def test_group_message_without_mention_is_ignored(gateway: Gateway, fake: FakeFeishu) -> None:
     fake.send_frame(message_event(chat_id=GROUP, chat_type="group", sender=ALICE, text="/help"))
     fake.send_frame(
@@ -209,14 +238,18 @@ async def test_reconnects_after_the_server_drops_the_connection(
 async def test_timeout_patches_open_card_to_expired(tmp_path, fake: FakeFeishu) -> None:  # type: ignore[no-untyped-def]
     from tests.channels.feishu.conftest import make_settings
 
-    settings = make_settings(tmp_path, fake, confirmation={"timeout_seconds": 0.5})
-    async with await build(settings) as gw:
+    settings = make_settings(tmp_path, fake)
+    clock = ShiftedClock()  # the deadline passes once the card is out, not on a timer
+    async with await build(settings, clock=clock) as gw:
         await fake.wait_connected()
         fake.send_frame(
             message_event(chat_id=P2P, sender=ALICE, text="/sql DELETE FROM orders WHERE id = 6")
         )
         [conf] = await wait_pending(gw)
         send = await fake.wait_request(lambda r: r in card_sends(fake), what="card send")
+        await wait_record(gw, conf.id, lambda c: bool(c.prompt_refs), what="the card's ref")
+        assert gw.confirmations is not None
+        await pass_deadline(gw.confirmations, clock, conf.id)
         await wait_status(gw, conf.id, Status.EXPIRED)
         patch = await fake.wait_request(
             lambda r: r.op == "patch" and r.message_id == send.message_id, what="card patch"
