@@ -116,7 +116,10 @@ def build_real(
     service = ConfirmationService(
         store=store or MemoryConfirmationStore(),
         bus=bus,
-        settings=ConfirmationSettings(store="memory", timeout_seconds=TIMEOUT_SECONDS),
+        # --pending holds 10,000 at once: what they cost is measured, not the cap on them.
+        settings=ConfirmationSettings(
+            store="memory", timeout_seconds=TIMEOUT_SECONDS, max_pending=10**9
+        ),
         keywords=KeywordStore(keywords_file),
     )
     return bus, service

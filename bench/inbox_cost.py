@@ -78,7 +78,12 @@ async def one_round(
                 server={"host": "127.0.0.1", "port": 0},
                 confirmation=confirmation,
                 keywords={"file": DEFAULT_KEYWORDS_FILE, "watch": False},
-                channels={"webchat": {"messages_per_minute": 10**9}},
+                channels={
+                    "webchat": {
+                        "messages_per_minute": 10**9,
+                        "messages_per_minute_per_address": 10**9,
+                    }
+                },
             )
             gw = await build(settings)
             if not inbox:

@@ -142,6 +142,7 @@ def start_gateway(repo: Path, tmp: str, store: str) -> Server:
         "GATEWAY_CONFIRMATION__STORE": store,
         "GATEWAY_LOG__FORMAT": "json",
         "GATEWAY_CHANNELS__WEBCHAT__MESSAGES_PER_MINUTE": "0",
+        "GATEWAY_CHANNELS__WEBCHAT__MESSAGES_PER_MINUTE_PER_ADDRESS": "0",
         "NO_PROXY": "127.0.0.1",
     }
     argv = [sys.executable, "-m", "gateway", "serve"]

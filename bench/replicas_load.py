@@ -43,7 +43,11 @@ from tests.process.replica_support import ReplicaSet, chat_lines, script_model  
 from tests.services import private_redis  # noqa: E402
 
 # What the replicas need for this many chats: one SSE reader per replica sees every event.
-LOAD_SETTINGS = {"GATEWAY_ADMIN__SSE_QUEUE_SIZE": "100000"}
+# Every chat posts from this one address: no per-address message limit.
+LOAD_SETTINGS = {
+    "GATEWAY_ADMIN__SSE_QUEUE_SIZE": "100000",
+    "GATEWAY_CHANNELS__WEBCHAT__MESSAGES_PER_MINUTE_PER_ADDRESS": "0",
+}
 
 
 @dataclass

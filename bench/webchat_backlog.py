@@ -119,9 +119,16 @@ def settings(directory: Path) -> Settings:
     return Settings(
         data_dir=directory / "data",
         server={"host": "127.0.0.1", "port": 0},
-        confirmation={"store": "sqlite"},
+        # 100,000 pending by design: the round trip beside them, not the cap on them.
+        confirmation={"store": "sqlite", "max_pending": 10**9},
         keywords={"file": keywords, "watch": False},
-        channels={"webchat": {"enabled": True, "messages_per_minute": 0}},
+        channels={
+            "webchat": {
+                "enabled": True,
+                "messages_per_minute": 0,
+                "messages_per_minute_per_address": 0,
+            }
+        },
     )
 
 

@@ -32,6 +32,16 @@ class WebChatSettings(Section):
     max_sessions: int = Field(default=1000, ge=1)
     max_long_poll_seconds: float = Field(default=30.0, gt=0)
     max_sockets_per_session: int = Field(default=50, ge=1)
+    # Open WebSockets and waiting long polls, over all and per client address (the peer,
+    # or the address a trusted proxy forwarded): past them a new one is refused before the
+    # upgrade (429 per address, 503 over all) instead of using up the process's file
+    # descriptors. Keep the sum well below the open-file limit (LimitNOFILE; docs/deploy.md).
+    max_sockets: int = Field(default=1000, ge=1)
+    max_sockets_per_address: int = Field(default=20, ge=1)
+    max_long_polls: int = Field(default=1000, ge=1)
+    max_long_polls_per_address: int = Field(default=20, ge=1)
+    # Messages one client address may post per minute, whatever names it types; 0: off.
+    messages_per_minute_per_address: int = Field(default=120, ge=0)
 
 
 class PlatformReceiveSettings(Section):

@@ -79,6 +79,39 @@ ASYNC_SQL_URLS = {
 ASYNC_SQL_DRIVERS = frozenset({"asyncpg", "psycopg", "aiomysql", "asyncmy", "aiosqlite"})
 
 
+# Descriptors besides the web chat's connections: the stores' files or Redis connections,
+# platform connections, webhooks and admin requests, the SQL tools' pool, the log.
+OTHER_DESCRIPTORS = 256
+
+
+def open_file_warnings(settings: Settings, soft_limit: int | None = None) -> list[str]:
+    """The process's open-file limit below what the connection caps may use (issue 22: out
+    of descriptors, /healthz, admin requests and webhooks time out). ``soft_limit``: this
+    process's own (RLIMIT_NOFILE) when not given."""
+    if soft_limit is None:
+        try:
+            import resource  # POSIX only
+        except ImportError:
+            return []
+        soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft_limit < 0:  # RLIM_INFINITY
+        return []
+    webchat = settings.channels.webchat
+    needed = OTHER_DESCRIPTORS
+    if webchat.enabled:
+        needed += webchat.max_sockets + webchat.max_long_polls
+    if settings.confirmation.store == "redis":
+        needed += settings.confirmation.redis_max_connections
+    if soft_limit >= needed:
+        return []
+    return [
+        f"the open-file limit is {soft_limit}, below the {needed} descriptors the connection "
+        f"caps may use (channels.webchat.max_sockets + max_long_polls + {OTHER_DESCRIPTORS} "
+        "for the rest): raise it (LimitNOFILE= in the systemd unit, ulimits nofile in "
+        "compose, ulimit -n) or lower the caps"
+    ]
+
+
 def masked_url(url: str) -> str:
     """``url`` with its password replaced by ``***``, for messages and logs."""
     return mask_url(url)

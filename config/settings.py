@@ -53,6 +53,9 @@ class ServerSettings(Section):
     # only on requests from trusted_proxies (addresses or networks, e.g. 10.0.0.5, ::1/128).
     trusted_user_header: str | None = Field(default=None, min_length=1, max_length=100)
     trusted_proxies: list[str] = Field(default_factory=list)
+    # Out of file descriptors, a failed accept of the listening socket is logged at most
+    # once per this many seconds, with how many there were (http.accept_failed).
+    accept_error_log_seconds: float = Field(default=60.0, gt=0)
 
     @field_validator("trusted_proxies")
     @classmethod
@@ -112,6 +115,11 @@ class ConfirmationSettings(Section):
     redis_pool_timeout_seconds: float = Field(default=5.0, gt=0)
     # Settled records and their audit events are purged this long after their decision.
     retention_days: float = Field(default=30.0, gt=0)
+    # Calls held at once, per session and over all: past them a call is not held (nor run);
+    # the chat and the model are told. Counted by the store in the step that writes the
+    # record: exact over every replica.
+    max_pending_per_session: int = Field(default=20, ge=1)
+    max_pending: int = Field(default=1000, ge=1)
 
 
 class KeywordsSettings(Section):

@@ -21,6 +21,7 @@ from channels.console import ConsoleChannel
 from channels.manager import ChannelManager
 from config.checks import (
     channel_warnings,
+    open_file_warnings,
 )
 from config.keywords import KeywordStore
 from config.settings import ConfigError, Settings
@@ -194,7 +195,7 @@ async def build(
     problems = check_settings(settings, serve_http=serve_http)
     if problems:
         raise ConfigError("\n".join(problems))
-    for warning in channel_warnings(settings):
+    for warning in [*channel_warnings(settings), *open_file_warnings(settings)]:
         log.warning("config.warning", detail=warning)
     http = None
     if serve_http:
@@ -207,6 +208,7 @@ async def build(
             max_json_depth=settings.server.max_json_depth,
             trusted_user_header=settings.server.trusted_user_header,
             trusted_proxies=settings.server.trusted_proxies,
+            accept_error_log_seconds=settings.server.accept_error_log_seconds,
         )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     async with contextlib.AsyncExitStack() as opened:

@@ -26,7 +26,7 @@ import structlog
 from aiohttp import WSCloseCode, web
 
 from channels.base import Channel
-from channels.webchat.limits import SenderRateLimit
+from channels.webchat.limits import OpenConnections, SenderRateLimit
 from channels.webchat.page import render_page
 from channels.webchat.rest import ChatRest
 from channels.webchat.rooms import ChatEntry, EntryKind, Room, Rooms, Socket
@@ -45,6 +45,7 @@ from gateway.confirm.model import Decision
 from gateway.http.identity import identity_of
 from gateway.http.jsonapi import DEFAULT_MAX_JSON_DEPTH, ApiError, check_name
 from gateway.http.openapi import chat_routes, serve
+from gateway.logs import RateLimitedLine
 
 if TYPE_CHECKING:
     from config.channel_settings import WebChatSettings
@@ -95,7 +96,23 @@ class WebChatChannel(Channel):
             room_bytes=settings.history_bytes_per_room,
             total_bytes=settings.history_bytes_total,
         )
-        self.rate_limit = SenderRateLimit(per_minute=settings.messages_per_minute, clock=clock)
+        self.rate_limit = SenderRateLimit(
+            per_minute=settings.messages_per_minute,
+            per_address_minute=settings.messages_per_minute_per_address,
+            clock=clock,
+        )
+        # Each open WebSocket and waiting long poll holds a file descriptor (issue 22).
+        self.open_sockets = OpenConnections(
+            kind="sockets",
+            total=settings.max_sockets,
+            per_address=settings.max_sockets_per_address,
+        )
+        self.long_polls = OpenConnections(
+            kind="long_polls",
+            total=settings.max_long_polls,
+            per_address=settings.max_long_polls_per_address,
+        )
+        self.refused_log = RateLimitedLine("webchat.over_limit", interval=60.0)
         self._started = False
         self._closing = False
         self._unsubscribe: Callable[[], None] | None = None
@@ -256,12 +273,15 @@ class WebChatChannel(Channel):
         user: str,
         text: str,
         identity: SenderIdentity,
+        *,
+        address: str,
     ) -> ChatEntry:
         """Show a person's message in the room, then hand it to the bus; its history entry.
 
-        Raises SlowDown when ``user`` is over ``messages_per_minute``: nothing is kept then.
+        Raises SlowDown when ``user`` is over ``messages_per_minute``, or the client
+        ``address`` over ``messages_per_minute_per_address``: nothing is kept then.
         """
-        self.rate_limit.take(user)
+        self.rate_limit.take(user, address=address)
         message_id = uuid.uuid4().hex
         entry = self.rooms.append(
             room, kind="text", text=text, at=self.clock(), user=user, message_id=message_id

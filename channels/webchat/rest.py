@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING
 import structlog
 from aiohttp import web
 
-from channels.webchat.limits import SlowDown
+from channels.webchat.limits import OverLimit, SlowDown
 from gateway import texts
 from gateway.bus import SenderIdentity
-from gateway.http.identity import identity_of
+from gateway.http.identity import client_address, identity_of
 from gateway.http.jsonapi import ApiError, read_json_object, required_string
+from gateway.logs import RateLimitedLine
 
 if TYPE_CHECKING:
     from channels.webchat.channel import WebChatChannel
@@ -36,9 +37,11 @@ class ChatRest:
         raw = required_string(data, "text", max_length=1 << 20)
         text = channel.check_text(raw)
         try:
-            entry = await channel.accept(room, user, text, identity)
+            entry = await channel.accept(
+                room, user, text, identity, address=client_address(request)
+            )
         except SlowDown as exc:
-            return slow_down_response(exc, limit=channel.rate_limit.per_minute, user=user)
+            return slow_down_response(exc, user=user)
         # seq: a script long-polls after it for the answer, without reading its own message
         # back first (one request less per message: bench/ingest.py).
         return web.json_response({"message_id": entry.message_id, "seq": entry.seq}, status=202)
@@ -54,7 +57,17 @@ class ChatRest:
         user, identity = None, identity_of(request).of(request)
         if user_param is not None or identity is SenderIdentity.VERIFIED:
             user, identity = channel.sender(request, user_param)
-        entries = await room.wait_after(after, wait)
+        if wait > 0:
+            # A waiting poll holds its connection (a file descriptor): bounded (issue 22).
+            try:
+                with channel.long_polls.hold(client_address(request)):
+                    entries = await room.wait_after(after, wait)
+            except OverLimit as exc:
+                return over_limit_response(
+                    exc, what="long_poll", request=request, log_line=channel.refused_log
+                )
+        else:
+            entries = room.after(after)
         messages = []
         for e in entries:
             item = channel.message_frame(e, user, identity)
@@ -63,13 +76,35 @@ class ChatRest:
         return web.json_response({"messages": messages, "last_seq": room.last_seq})
 
 
-def slow_down_response(exc: SlowDown, *, limit: int, user: str) -> web.Response:
+def slow_down_response(exc: SlowDown, *, user: str) -> web.Response:
     """429 with Retry-After, and the same polite words the page shows."""
     log.info("webchat.rate_limited", user=user, retry_after=exc.retry_after)
     return web.json_response(
-        {"error": texts.WEBCHAT_SLOW_DOWN.format(limit=limit, seconds=exc.retry_after)},
+        {"error": texts.WEBCHAT_SLOW_DOWN.format(limit=exc.limit, seconds=exc.retry_after)},
         status=429,
         headers={"Retry-After": str(exc.retry_after)},
+    )
+
+
+def over_limit_response(
+    exc: OverLimit, *, what: str, request: web.Request, log_line: RateLimitedLine
+) -> web.Response:
+    """A connection refused before it opens: 429 or 503, the words and the cap's setting.
+
+    Logged at most once a minute with a count: a flood must not flood the log instead.
+    """
+    log_line.hit(
+        connection=what, setting=exc.setting, limit=exc.limit, client=client_address(request)
+    )
+    return web.json_response(
+        {
+            "error": texts.WEBCHAT_TOO_MANY_CONNECTIONS.format(
+                limit=exc.limit, setting=exc.setting
+            ),
+            "limit": exc.setting,
+        },
+        status=exc.status,
+        headers={"Retry-After": "5"},
     )
 
 

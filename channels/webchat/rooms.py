@@ -60,6 +60,7 @@ class Socket:
     ws: web.WebSocketResponse
     user: str
     identity: SenderIdentity = SenderIdentity.LOCAL
+    address: str = ""  # the client's (gateway.http.identity.client_address)
 
 
 @dataclass(eq=False, slots=True)

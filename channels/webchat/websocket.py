@@ -14,14 +14,15 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from aiohttp import WSCloseCode, WSMsgType, web
 
-from channels.webchat.limits import SlowDown
-from channels.webchat.rest import int_param
+from channels.webchat.limits import OverLimit, SlowDown
+from channels.webchat.rest import int_param, over_limit_response
 from channels.webchat.rooms import Room, Socket
 from gateway import texts
 from gateway.bus import SenderIdentity
 from gateway.confirm.grants import decide_with_grant
 from gateway.confirm.model import Decision
 from gateway.confirm.store import StoreUnavailableError
+from gateway.http.identity import client_address
 from gateway.http.jsonapi import ApiError, JsonInputError, parse_json
 
 if TYPE_CHECKING:
@@ -52,13 +53,35 @@ class ChatSockets:
         after = int_param(request, "after", default=0)
         if len(room.sockets) >= settings.max_sockets_per_session:
             raise ApiError(429, "too many open connections in this session")
+        address = client_address(request)
+        # Refused before the upgrade, with the cap's name: each open socket holds a file
+        # descriptor, and a thousand idle ones starved /healthz and webhooks (issue 22).
+        try:
+            with channel.open_sockets.hold(address):
+                return await self._open(request, room, user, identity, address, after)
+        except OverLimit as exc:
+            return over_limit_response(
+                exc, what="websocket", request=request, log_line=channel.refused_log
+            )
+
+    async def _open(
+        self,
+        request: web.Request,
+        room: Room,
+        user: str,
+        identity: SenderIdentity,
+        address: str,
+        after: int,
+    ) -> web.StreamResponse:
+        channel = self.channel
+        settings = channel.settings
         ws = web.WebSocketResponse(
             heartbeat=30.0,
             # A frame holds one message; far bigger than the text limit is not ours.
             max_msg_size=max(65536, settings.max_text_length * 4 + 4096),
         )
         await ws.prepare(request)
-        sock = Socket(ws=ws, user=user, identity=identity)
+        sock = Socket(ws=ws, user=user, identity=identity, address=address)
         hello = {
             "type": "hello",
             "session": room.name,
@@ -144,7 +167,7 @@ class ChatSockets:
                 await channel.send_frame(sock, {"type": "error", "error": error})
                 return
             try:
-                await channel.accept(room, sock.user, checked, sock.identity)
+                await channel.accept(room, sock.user, checked, sock.identity, address=sock.address)
             except StoreUnavailableError as exc:
                 # Not stored, so not taken (invariant 9): this tab is told to send it again.
                 log.warning("webchat.not_stored", room=room.name, error=str(exc))
@@ -153,9 +176,7 @@ class ChatSockets:
             except SlowDown as exc:
                 # Said to this tab only: the room does not need to read it.
                 log.info("webchat.rate_limited", user=sock.user, retry_after=exc.retry_after)
-                error = texts.WEBCHAT_SLOW_DOWN.format(
-                    limit=channel.rate_limit.per_minute, seconds=exc.retry_after
-                )
+                error = texts.WEBCHAT_SLOW_DOWN.format(limit=exc.limit, seconds=exc.retry_after)
                 await channel.send_frame(sock, {"type": "error", "error": error})
         elif kind == "decide":
             await self._on_decide(room, sock, data)

@@ -12,7 +12,7 @@ from typing import Any
 
 import structlog
 
-from config.checks import channel_warnings, environment_problems
+from config.checks import channel_warnings, environment_problems, open_file_warnings
 from config.keywords import (
     SHIPPED_KEYWORDS_FILE,
     KeywordsError,
@@ -132,6 +132,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         if not problems:  # the store's server, only once everything else is right
             problems += asyncio.run(_store_problems(settings))
         warnings += channel_warnings(settings)
+        warnings += open_file_warnings(settings)
         if settings.admin.token is None:
             warnings.append(
                 "admin.token is not set: anyone who can open a connection to "

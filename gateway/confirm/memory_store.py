@@ -24,9 +24,11 @@ from gateway.confirm.store import (
     ConfirmationStore,
     FeedEntry,
     LocalFeed,
+    PendingLimits,
     check_edit,
     decision_allowed,
     may_claim,
+    pending_limit,
 )
 
 
@@ -38,6 +40,8 @@ class MemoryConfirmationStore(ConfirmationStore):
         self._order: dict[str, int] = {}  # id -> creation sequence, for stable cursors
         self._seq = 0
         self._pending_by_session: dict[str, dict[str, None]] = {}
+        # How many are pending, for the pending caps of every create: kept, not summed.
+        self._pending = 0
         self._finished_order: deque[str] = deque()
         self._keep_finished = keep_finished
         self._feed = LocalFeed()
@@ -45,10 +49,19 @@ class MemoryConfirmationStore(ConfirmationStore):
         self._events: dict[str, list[AuditEvent]] = {}
 
     async def create(
-        self, confirmation: Confirmation, *, events: Sequence[AuditEvent] = ()
+        self,
+        confirmation: Confirmation,
+        *,
+        events: Sequence[AuditEvent] = (),
+        limits: PendingLimits | None = None,
     ) -> None:
         if confirmation.id in self._items:
             raise ConfirmationExistsError(confirmation.id)
+        if confirmation.status is Status.PENDING:
+            in_session = len(self._pending_by_session.get(confirmation.session_key, ()))
+            refused = pending_limit(limits, in_session=in_session, total=self._pending)
+            if refused is not None:
+                raise refused
         self._items[confirmation.id] = confirmation
         self._add_events(events)
         self._seq += 1
@@ -57,6 +70,7 @@ class MemoryConfirmationStore(ConfirmationStore):
             self._pending_by_session.setdefault(confirmation.session_key, {})[confirmation.id] = (
                 None
             )
+            self._pending += 1
             self._feed.announce(confirmation.id, "requested")
 
     async def get(self, confirmation_id: str) -> Confirmation | None:
@@ -96,8 +110,9 @@ class MemoryConfirmationStore(ConfirmationStore):
             done = done.skipped(now)
         self._items[confirmation_id] = done
         session = self._pending_by_session.get(current.session_key)
-        if session is not None:
-            session.pop(confirmation_id, None)
+        if session is not None and confirmation_id in session:
+            del session[confirmation_id]
+            self._pending -= 1
             if not session:
                 del self._pending_by_session[current.session_key]
         self._finished_order.append(confirmation_id)
@@ -275,7 +290,7 @@ class MemoryConfirmationStore(ConfirmationStore):
 
     async def count(self, status: Status) -> int:
         if status is Status.PENDING:
-            return sum(len(ids) for ids in self._pending_by_session.values())
+            return self._pending
         return sum(1 for c in self._items.values() if c.status is status)
 
 

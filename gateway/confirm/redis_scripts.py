@@ -54,15 +54,22 @@ local function settle(p, rec, id)
 end
 """
 
-# KEYS: record, then every index the new record joins. ARGV: id, created_at, ttl seconds,
-# feed stream ('' for none: only a pending record is announced), its MAXLEN, writer,
-# prefix, audit events (one a line), then field/value pairs of the hash.
+# KEYS: record, then every index the new record joins (a pending one: KEYS[4] is
+# pending-all, KEYS[5] its session's pending set). ARGV: id, created_at, ttl seconds, feed
+# stream ('' for none: only a pending record is announced), its MAXLEN, writer, prefix,
+# audit events (one a line), the pending caps per session and over all ('' '' for none:
+# store.pending_limit), then field/value pairs of the hash.
+# Returns 1 created, 0 the id is taken, -1 / -2 refused by the cap per session / over all.
 CREATE = (
     _LIB
     + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if ARGV[9] ~= '' then
+  if redis.call('ZCARD', KEYS[5]) >= tonumber(ARGV[9]) then return -1 end
+  if redis.call('ZCARD', KEYS[4]) >= tonumber(ARGV[10]) then return -2 end
+end
 local fields = {}
-for i = 9, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 11, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', KEYS[1], unpack(fields))
 for i = 2, #KEYS do redis.call('ZADD', KEYS[i], ARGV[2], ARGV[1]) end
 redis.call('EXPIRE', KEYS[1], ARGV[3])

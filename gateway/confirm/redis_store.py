@@ -43,6 +43,8 @@ from gateway.confirm.store import (
     ConfirmationExistsError,
     ConfirmationStore,
     FeedEntry,
+    PendingLimitReached,
+    PendingLimits,
     check_edit,
 )
 
@@ -172,9 +174,16 @@ class RedisConfirmationStore(RedisLedger, ConfirmationStore):
     # -- the contract ----------------------------------------------------------------------
 
     async def create(
-        self, confirmation: Confirmation, *, events: Sequence[AuditEvent] = ()
+        self,
+        confirmation: Confirmation,
+        *,
+        events: Sequence[AuditEvent] = (),
+        limits: PendingLimits | None = None,
     ) -> None:
         c, keys = confirmation, self._keys
+        caps: list[str | int] = ["", ""]
+        if limits is not None and c.status is Status.PENDING:
+            caps = [limits.per_session, limits.total]
         if c.status is Status.PENDING:
             # A pending record outlives its deadline by the finished TTL, so one that no
             # replica ever finishes (all crashed) does not stay forever.
@@ -207,9 +216,15 @@ class RedisConfirmationStore(RedisLedger, ConfirmationStore):
                 self._writer,
                 keys.prefix,
                 event_lines(events),
+                *caps,
                 *flat,
             ],
         )
+        if int(created) < 0 and limits is not None:
+            raise PendingLimitReached(
+                per_session=int(created) == -1,
+                limit=limits.per_session if int(created) == -1 else limits.total,
+            )
         if not int(created):
             raise ConfirmationExistsError(c.id)
 

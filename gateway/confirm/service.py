@@ -50,6 +50,7 @@ from gateway.confirm.store import (
     Confirmations,
     ConfirmationStore,
     FeedKind,
+    PendingLimits,
     create_with_free_id,
 )
 from gateway.runtime import BackgroundTasks
@@ -93,6 +94,10 @@ class ConfirmationService(Deciding):
         self._listeners = Listeners()
         self.subscribe = self._listeners.subscribe  # (listener) -> unsubscribe
         self._closing = False
+        # Calls held at once (issue 22: one client held 1,500): counted by the store's create.
+        self._pending_limits = PendingLimits(
+            per_session=settings.max_pending_per_session, total=settings.max_pending
+        )
         self.deadlines = Deadlines(on_deadline=self.expire, clock=clock, tasks=self._tasks)
         self._replies = ReplyIntercept(self)
         self._replicas = Replicas(self, tasks=self._tasks)
@@ -169,7 +174,10 @@ class ConfirmationService(Deciding):
         """Store a pending confirmation, post the prompt, and wait for its terminal record.
 
         Never returns a pending record. A timeout ends as ``expired``; cancellation of the
-        waiting turn or any error ends as ``cancelled`` — never as ``approved``.
+        waiting turn or any error ends as ``cancelled`` — never as ``approved``. Raises
+        PendingLimitReached, storing nothing, when the session or the gateway already holds
+        as many calls as it may (``[confirmation] max_pending_per_session`` / ``max_pending``:
+        the store counts them in the create's own step, on every replica).
         """
         now = self.clock()
         timeout = self.settings.timeout_seconds if timeout is None else timeout
@@ -198,6 +206,7 @@ class ConfirmationService(Deciding):
             events=(
                 ledger.event(self, cid, "requested", actor=requester, at=now, tool=tool_call.name),
             ),
+            limits=self._pending_limits,
             on_error=self.doubts.create_failed,
         )
         fut: asyncio.Future[Confirmation] = asyncio.get_running_loop().create_future()

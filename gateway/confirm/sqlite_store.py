@@ -36,12 +36,20 @@ from gateway.confirm.store import (
     ConfirmationStore,
     FeedEntry,
     LocalFeed,
+    PendingLimits,
     check_edit,
+    pending_limit,
 )
 
 log = structlog.get_logger(__name__)
 
 Confirmations = builtins.list[Confirmation]
+
+# The pending caps' counts (create): each answered from an index, never a table scan.
+COUNT_PENDING_IN_SESSION = (
+    "SELECT count(*) FROM confirmations WHERE session_key = ? AND status = 'pending'"
+)
+COUNT_PENDING = "SELECT count(*) FROM confirmations WHERE status = 'pending'"
 
 # store.may_claim, as one WHERE: approved, and unclaimed — or idempotent, claimed once,
 # still in flight and its lease run out (its claimer died): once more.
@@ -97,15 +105,29 @@ class SqliteConfirmationStore(ConfirmationStore):
     # ------------------------------------------------------------ records and decisions
 
     async def create(
-        self, confirmation: Confirmation, *, events: Sequence[AuditEvent] = ()
+        self,
+        confirmation: Confirmation,
+        *,
+        events: Sequence[AuditEvent] = (),
+        limits: PendingLimits | None = None,
     ) -> None:
         row = rows.values(confirmation)
         key = confirmation.session_key
         # Counted before the insert is queued: a list_pending already on its way must not
         # forget the session (see list_pending).
         self._pending_sessions[key] = self._pending_sessions.get(key, 0) + 1
+        if confirmation.status is not Status.PENDING:
+            limits = None
 
         def create(conn: sqlite3.Connection) -> None:
+            if limits is not None:  # counted in the insert's transaction: no race
+                refused = pending_limit(
+                    limits,
+                    in_session=conn.execute(COUNT_PENDING_IN_SESSION, (key,)).fetchone()[0],
+                    total=conn.execute(COUNT_PENDING).fetchone()[0],
+                )
+                if refused is not None:
+                    raise refused
             try:
                 conn.execute(rows.INSERT, row)
             except sqlite3.IntegrityError as exc:

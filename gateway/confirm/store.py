@@ -47,6 +47,40 @@ class ConfirmationExistsError(Exception):
     """The id is taken; the service draws another."""
 
 
+@dataclass(frozen=True, slots=True)
+class PendingLimits:
+    """How many pending records a ``create`` may find before it is refused: in the new
+    record's session, and over all (``[confirmation] max_pending_per_session`` /
+    ``max_pending``)."""
+
+    per_session: int
+    total: int
+
+
+class PendingLimitReached(Exception):
+    """A create refused by ``PendingLimits``: nothing was written. ``setting`` names the cap."""
+
+    def __init__(self, *, per_session: bool, limit: int) -> None:
+        self.per_session = per_session
+        self.limit = limit
+        self.setting = f"confirmation.max_pending{'_per_session' if per_session else ''}"
+        super().__init__(f"{self.setting} ({limit}) reached")
+
+
+def pending_limit(
+    limits: PendingLimits | None, *, in_session: int, total: int
+) -> PendingLimitReached | None:
+    """The refusal a create of a pending record meets, given what is pending (every backend;
+    the Redis script repeats it in Lua)."""
+    if limits is None:
+        return None
+    if in_session >= limits.per_session:
+        return PendingLimitReached(per_session=True, limit=limits.per_session)
+    if total >= limits.total:
+        return PendingLimitReached(per_session=False, limit=limits.total)
+    return None
+
+
 class StoreUnavailableError(ServiceUnavailable):
     """The store's server cannot be reached, or every connection stayed busy past the pool
     timeout. The operation did not happen (each write is one atomic step): callers fail
@@ -85,10 +119,17 @@ class ConfirmationStore(ABC):
 
     @abstractmethod
     async def create(
-        self, confirmation: Confirmation, *, events: Sequence[AuditEvent] = ()
+        self,
+        confirmation: Confirmation,
+        *,
+        events: Sequence[AuditEvent] = (),
+        limits: PendingLimits | None = None,
     ) -> None:
         """Store a new pending confirmation, and ``events`` (the first lines of its audit
-        trail) in the same step. Raises ConfirmationExistsError on a taken id."""
+        trail) in the same step. Raises ConfirmationExistsError on a taken id, and
+        PendingLimitReached, writing nothing, when a pending record meets ``limits`` (the
+        pending records counted in the same step: one client held 1,500 calls, issue 22).
+        """
 
     @abstractmethod
     async def get(self, confirmation_id: str) -> Confirmation | None: ...
@@ -355,6 +396,7 @@ async def create_with_free_id(
     conf: Confirmation,
     *,
     events: Sequence[AuditEvent] = (),
+    limits: PendingLimits | None = None,
     on_error: Callable[[Confirmation, Sequence[AuditEvent], BaseException], None] | None = None,
 ) -> Confirmation:
     """Store ``conf`` with ``events``, drawing another id while its id is taken; the record
@@ -368,9 +410,11 @@ async def create_with_free_id(
             conf = replace(conf, id=new_confirmation_id(length))
             events = [replace(e, confirmation_id=conf.id) for e in events]
         try:
-            await store.create(conf, events=events)
+            await store.create(conf, events=events, limits=limits)
         except ConfirmationExistsError:
             continue
+        except PendingLimitReached:
+            raise  # refused, certainly not written: nothing to settle
         except BaseException as exc:
             if on_error is not None:
                 on_error(conf, events, exc)

@@ -11,6 +11,7 @@ under ``/api/`` later (a channel's dead letters, say) is protected without doing
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 from collections.abc import Iterable
@@ -23,6 +24,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler, Middleware
 
 from config.settings import LOOPBACK_NAMES, ConfigError
+from gateway.http.accept_errors import AcceptErrorLog
 from gateway.http.hosts import host_name, is_loopback
 from gateway.http.identity import (
     TRUSTED_IDENTITY,
@@ -297,6 +299,7 @@ class HttpServer:
         client_max_size: int = 1 << 20,
         trusted_user_header: str | None = None,
         trusted_proxies: Iterable[str] = (),
+        accept_error_log_seconds: float = 60.0,
     ) -> None:
         self.host = host
         self.port = port
@@ -323,8 +326,11 @@ class HttpServer:
             header=trusted_user_header, proxies=trusted_proxies
         )
         self._runner: web.AppRunner | None = None
+        self._accept_errors = AcceptErrorLog(interval=accept_error_log_seconds)
 
     async def start(self) -> None:
+        # Out of file descriptors: one line a minute with a count, not one per attempt.
+        self._accept_errors.install(asyncio.get_running_loop())
         # Malformed requests are reported by ProtocolErrorLog: one line, no traceback.
         self._runner = web.AppRunner(
             self.app, access_log=None, handle_signals=False, logger=ProtocolErrorLog()

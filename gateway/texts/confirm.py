@@ -44,6 +44,16 @@ STORE_UNAVAILABLE = (
     "⚠️ 确认存储暂不可用，{tool} 未执行，请稍后重试 / the confirmation store is unavailable "
     "right now: {tool} did not run; try again later"
 )
+# A call not held because too many already wait (issue 22: 1,500 held calls in 46 s).
+PENDING_LIMIT_SESSION = (
+    "⚠️ 本会话已有 {limit} 个操作等待确认，{tool} 未执行：请先确认或取消它们 / this chat "
+    "already has {limit} calls waiting for a decision: {tool} did not run; decide or cancel "
+    "those first"
+)
+PENDING_LIMIT_TOTAL = (
+    "⚠️ 网关已有 {limit} 个操作等待确认，{tool} 未执行，请稍后重试 / {limit} calls are "
+    "already waiting for a decision in this gateway: {tool} did not run; try again later"
+)
 SUPERSEDED_REASON = "收到新消息，已取消 / superseded by a new message"
 TOO_MANY_UNCLEAR = "多次回复不明确 / too many unclear replies"
 TIMEOUT_REASON = "超时未确认 / no decision before the timeout"
@@ -58,6 +68,11 @@ WEBCHAT_UNREADABLE_FRAME = "无法读取这条消息（{error}）/ this message 
 WEBCHAT_SLOW_DOWN = (
     "请稍慢一点：每分钟最多 {limit} 条消息，{seconds} 秒后可以再发 / "
     "Please slow down: at most {limit} messages a minute; you can send again in {seconds} s"
+)
+# A WebSocket or long poll refused before it opens ({setting} names the cap to raise).
+WEBCHAT_TOO_MANY_CONNECTIONS = (
+    "打开的连接过多（上限 {limit}），请关闭一些页面后重试 / too many open connections "
+    "(limit {limit}, {setting}): close some tabs and try again"
 )
 
 

@@ -19,7 +19,8 @@ from gateway import texts
 from gateway.confirm.grants import GrantBook, MemoryGrantStore, covered_call
 from gateway.confirm.model import Confirmation, Status, ToolCall
 from gateway.confirm.service import ConfirmationService
-from gateway.confirm.store import StoreUnavailableError
+from gateway.confirm.store import PendingLimitReached, StoreUnavailableError
+from gateway.logs import RateLimitedLine
 from gateway.tools.base import ToolArgumentsError, ToolRegistry
 from gateway.tools.executor import Executor, Ran
 from gateway.tools.policy import Policy, PolicyDecision
@@ -39,6 +40,7 @@ OutcomeStatus = Literal[
     "cancelled",
     "unknown_tool",
     "elsewhere",  # approved, but another process won the claim: it runs (ran) there
+    "not_held",  # too many calls already wait for a decision: not asked, not run
 ]
 
 
@@ -109,6 +111,12 @@ class ToolOutcome:
             )
         if self.status == "error":
             return f"Error: {self.output}"
+        if self.status == "not_held":
+            return (
+                f"This call was not held for approval and did not run: {self.output}. "
+                "Too many calls already wait for a decision; do not retry it now, ask the "
+                "user to decide or cancel the waiting ones first."
+            )
         if self.status == "elsewhere":
             return (
                 "This call was approved and is run by another gateway process; its result "
@@ -136,6 +144,7 @@ class ToolRunner:
         self.grants = grants or GrantBook(MemoryGrantStore())
         self.executor = executor
         self._on_tool_run = on_tool_run
+        self._pending_limit_log = RateLimitedLine("confirm.pending_limit", interval=60.0)
 
     async def invoke(self, call: ToolCall, turn: TurnContext) -> ToolOutcome:
         await turn.before_effect()
@@ -205,6 +214,12 @@ class ToolRunner:
             except StoreUnavailableError as exc:  # fail closed, and say so (issue 13)
                 await turn.say(texts.STORE_UNAVAILABLE.format(tool=call.name))
                 return ToolOutcome("error", str(exc), decision=decision)
+            except PendingLimitReached as exc:  # nothing stored: said here, once
+                # A client that keeps asking past a cap must not flood the log instead.
+                self._pending_limit_log.hit(session=turn.session_key, setting=exc.setting)
+                said = texts.PENDING_LIMIT_SESSION if exc.per_session else texts.PENDING_LIMIT_TOTAL
+                await turn.say(said.format(limit=exc.limit, tool=call.name))
+                return ToolOutcome("not_held", str(exc), decision=decision)
             # What was approved is the stored call: the one asked, or the same call (tool
             # and id) with a person's edited arguments (gateway/tools/edits.py).
             same_call = (final.tool_call.name, final.tool_call.call_id) == (call.name, call.call_id)

@@ -13,7 +13,7 @@ from gateway.confirm.model import (
     Status,
     ToolCall,
 )
-from gateway.confirm.store import ConfirmationExistsError
+from gateway.confirm.store import ConfirmationExistsError, PendingLimits
 from tests.core.harness import Harness
 
 
@@ -44,12 +44,16 @@ class _CrowdedStore(MemoryConfirmationStore):
         self.tried: list[str] = []
 
     async def create(
-        self, confirmation: Confirmation, *, events: Sequence[AuditEvent] = ()
+        self,
+        confirmation: Confirmation,
+        *,
+        events: Sequence[AuditEvent] = (),
+        limits: PendingLimits | None = None,
     ) -> None:
         self.tried.append(confirmation.id)
         if len(self.tried) <= self.taken:
             raise ConfirmationExistsError(confirmation.id)
-        await super().create(confirmation, events=events)
+        await super().create(confirmation, events=events, limits=limits)
 
 
 async def test_a_taken_id_is_drawn_again_and_longer_when_crowded() -> None:
@@ -68,7 +72,7 @@ async def test_a_taken_id_is_drawn_again_and_longer_when_crowded() -> None:
 
 
 async def test_live_ids_are_unique_across_many_pending() -> None:
-    h = Harness(timeout=30.0)
+    h = Harness(timeout=30.0, max_pending=2000)  # every one held at once
     tasks = [
         asyncio.create_task(
             h.service.request(

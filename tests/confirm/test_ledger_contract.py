@@ -336,3 +336,8 @@ class TestLedgerContract:
         assert await store.count(Status.PENDING) == 4
         assert await store.count(Status.REJECTED) == 1
         assert await store.count(Status.APPROVED) == 0
+        # A refused finish (decided already) moves no count; the pending caps ask this.
+        await store.finish("C001", Status.APPROVED, by="b", via="r", reason=None, now=T0 + 4)
+        assert await store.count(Status.PENDING) == 4
+        await store.finish("C004", Status.EXPIRED, by=None, via="timeout", reason=None, now=T0 + 5)
+        assert await store.count(Status.PENDING) == 3

@@ -16,7 +16,13 @@ import pytest
 
 from gateway.confirm.model import ExecState, Status
 from gateway.confirm.redis_store import RedisConfirmationStore
-from gateway.confirm.store import ConfirmationExistsError, ConfirmationStore, FeedEntry
+from gateway.confirm.store import (
+    ConfirmationExistsError,
+    ConfirmationStore,
+    FeedEntry,
+    PendingLimitReached,
+    PendingLimits,
+)
 from tests.confirm.conftest import BACKENDS, DURABLE_BACKENDS, Backend, redis_client
 from tests.confirm.records import T0, TIMEOUT, full_record, make
 
@@ -75,6 +81,35 @@ class TestStoreContract:
         await store.finish("AB12", Status.CANCELLED, by=None, via=None, reason=None, now=T0 + 1)
         with pytest.raises(ConfirmationExistsError):
             await store.create(make("AB12"))
+
+    async def test_create_refuses_past_the_pending_limits_and_writes_nothing(
+        self, store: ConfirmationStore
+    ) -> None:
+        # Issue 22: one client held 1,500 calls; the caps are counted in the create's step.
+        limits = PendingLimits(per_session=2, total=3)
+        await store.create(make("AA11", session="web:a"), limits=limits)
+        await store.create(make("BB22", session="web:a", created_at=T0 + 1), limits=limits)
+        with pytest.raises(PendingLimitReached) as refused:
+            await store.create(make("CC33", session="web:a", created_at=T0 + 2), limits=limits)
+        assert (refused.value.per_session, refused.value.limit) == (True, 2)
+        assert refused.value.setting == "confirmation.max_pending_per_session"
+        await store.create(make("DD44", session="web:b", created_at=T0 + 3), limits=limits)
+        with pytest.raises(PendingLimitReached) as refused:
+            await store.create(make("EE55", session="web:c", created_at=T0 + 4), limits=limits)
+        assert (refused.value.per_session, refused.value.limit) == (False, 3)
+        assert refused.value.setting == "confirmation.max_pending"
+        for cid in ("CC33", "EE55"):  # nothing of the refused ones was written
+            assert await store.get(cid) is None
+            assert await store.events(cid) == []
+        assert await store.count(Status.PENDING) == 3
+        assert [c.id for c in await store.list_pending("web:c")] == []
+        # Settled calls do not count, and a record stored settled is never refused.
+        await store.finish("AA11", Status.REJECTED, by="a", via="r", reason=None, now=T0 + 5)
+        await store.create(make("FF66", session="web:a", created_at=T0 + 6), limits=limits)
+        settled = make("GG77", session="web:a", created_at=T0 + 7, status=Status.CANCELLED)
+        await store.create(settled, limits=limits)
+        assert await store.get("GG77") == settled
+        assert await store.count(Status.PENDING) == 3
 
     async def test_list_pending_per_session_oldest_first(self, store: ConfirmationStore) -> None:
         for i, cid in enumerate(["AA11", "BB22", "CC33"]):

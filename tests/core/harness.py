@@ -28,6 +28,7 @@ class Harness:
         on_other: str = "reject_with_feedback",
         store: ConfirmationStore | None = None,
         clock: Callable[[], float] | None = None,
+        max_pending: int = 1000,
     ) -> None:
         self.bus = MessageBus()
         self.store = store or MemoryConfirmationStore()
@@ -39,6 +40,7 @@ class Harness:
                 timeout_seconds=timeout,
                 approvers=list(approvers),
                 on_other_message=on_other,  # type: ignore[arg-type]
+                max_pending=max_pending,
             ),
             keywords=load_keywords(DEFAULT_KEYWORDS_FILE),
             **kwargs,

@@ -86,7 +86,13 @@ async def test_a_backlog_is_adopted_while_the_gateway_already_serves(tmp_path: P
     settings = make_settings(
         tmp_path,
         confirmation={"store": "sqlite", "lease_seconds": LEASE},
-        channels={"webchat": {"enabled": True, "messages_per_minute": 0}},
+        channels={
+            "webchat": {
+                "enabled": True,
+                "messages_per_minute": 0,
+                "messages_per_minute_per_address": 0,
+            }
+        },
     )
     settings.data_dir.mkdir(parents=True)
     path = settings.data_dir / "confirmations.db"

@@ -19,7 +19,7 @@ import structlog
 from config.settings import Settings
 from gateway.app import build
 from gateway.bus import InboundMessage, OutboundKind
-from gateway.logs import configure_logging
+from gateway.logs import RateLimitedLine, configure_logging
 from tests.core.test_gateway_flow import RecordingChannel
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,6 +72,24 @@ def test_secret_looking_fields_are_redacted(json_logs: io.StringIO) -> None:
     line = json.loads(out.splitlines()[-1])
     assert line["user"] == "bob"
     assert line["app_secret"] == line["api_key"] == "***"
+
+
+def test_a_rate_limited_line_is_written_once_per_interval_with_a_count(
+    json_logs: io.StringIO,
+) -> None:
+    now = [0.0]
+    line = RateLimitedLine("disk.full", interval=60.0, clock=lambda: now[0])
+    for _ in range(1000):
+        line.hit(path="/x")
+    now[0] += 59.0
+    line.hit(path="/x")
+    now[0] += 1.0
+    line.hit(path="/y")
+    lines = [json.loads(x) for x in json_logs.getvalue().splitlines()]
+    assert [(x["event"], x["count"], x["path"], x["level"]) for x in lines] == [
+        ("disk.full", 1, "/x", "warning"),
+        ("disk.full", 1001, "/y", "warning"),
+    ]
 
 
 def _events(stream: io.StringIO) -> list[str]:

@@ -12,6 +12,7 @@ import pytest
 import yaml
 from sqlalchemy.engine import make_url
 
+from config.checks import open_file_warnings
 from config.settings import Settings, load_settings
 from tests.deploy.kit import ROOT, clean_env, is_setting
 
@@ -129,3 +130,12 @@ def test_docker_compose_accepts_the_file(tmp_path: Any) -> None:
         cwd=tmp_path,
     )
     assert out.returncode == 0, out.stderr
+
+
+def test_the_open_file_limit_stays_well_above_the_default_caps(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    nofile = GATEWAY["ulimits"]["nofile"]
+    assert nofile["soft"] == nofile["hard"]
+    settings = gateway_settings(monkeypatch, {"GATEWAY_ADMIN__TOKEN": "t" * 32})
+    assert open_file_warnings(settings, soft_limit=nofile["soft"] // 2) == []

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from config.checks import open_file_warnings
 from config.settings import Settings
 from tests.deploy.kit import ROOT, clean_env, is_setting, running_gateway
 
@@ -135,3 +136,12 @@ def test_exec_start_runs_the_gateway(tmp_path: Path) -> None:
     ):
         assert response.status == 200
     assert (tmp_path / "data" / "confirmations.db").is_file()
+
+
+def test_the_open_file_limit_stays_well_above_the_default_caps() -> None:
+    # Issue 22: systemd's default soft limit (1024) ran out under ~1,000 idle WebSockets.
+    limit = int(last("LimitNOFILE"))
+    settings = Settings()
+    assert open_file_warnings(settings, soft_limit=limit // 2) == []
+    (warning,) = open_file_warnings(settings, soft_limit=1024)
+    assert "LimitNOFILE" in warning

@@ -31,6 +31,7 @@ def chat(tmp_path: Path) -> Iterator[GatewayOnLoop]:
             "webchat": {
                 "max_text_length": 300,
                 "messages_per_minute": 0,
+                "messages_per_minute_per_address": 0,
                 # Fuzzed waits are honoured up to this: keeps every case short.
                 "max_long_poll_seconds": 0.01,
             }

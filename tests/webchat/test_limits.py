@@ -146,3 +146,54 @@ async def test_a_fast_sender_is_told_to_slow_down_and_others_go_on(tmp_path: Pat
             history = (await resp.json())["messages"]
         said = [m["text"] for m in history if m["user"] is not None]
         assert said == ["hi 0", "hi 1", "hi 2", "hello"]
+
+
+async def test_rotating_names_from_one_address_meet_the_address_limit(tmp_path: Path) -> None:
+    # Issue 22: the limit was per typed name only, so a new name each message was never
+    # slowed (1,500 held calls in 46 s).
+    settings = make_settings(
+        tmp_path,
+        server={"trusted_proxies": ["127.0.0.1"]},  # X-Forwarded-For names the client
+        channels={"webchat": {"messages_per_minute": 3, "messages_per_minute_per_address": 5}},
+    )
+    async with (
+        running_gateway(settings) as gw,
+        aiohttp.ClientSession(base_url=base_url(gw)) as http,
+    ):
+        for i in range(5):
+            async with http.post(
+                "/api/chat/lobby/messages", json={"user": f"name{i}", "text": "hi"}
+            ) as resp:
+                assert resp.status == 202
+        async with http.post(
+            "/api/chat/lobby/messages", json={"user": "name5", "text": "hi"}
+        ) as resp:
+            assert resp.status == 429
+            assert resp.headers["Retry-After"] == "12"  # 5 a minute: one every 12 s
+            body = await resp.json()
+        assert body["error"] == texts.WEBCHAT_SLOW_DOWN.format(limit=5, seconds=12)
+        # Over the WebSocket from the same address: the same limit.
+        async with http.ws_connect("/ws?session=lobby&user=name6") as ws:
+            await ws.send_json({"type": "message", "text": "hi"})
+            error = await next_frame(ws, lambda f: f["type"] == "error")
+            assert error["error"] == body["error"]
+        # Another client (as the trusted proxy forwards it) is not slowed.
+        async with http.post(
+            "/api/chat/lobby/messages",
+            json={"user": "name7", "text": "hi"},
+            headers={"X-Forwarded-For": "203.0.113.5"},
+        ) as resp:
+            assert resp.status == 202
+
+
+def test_the_address_limit_counts_nothing_when_the_name_is_over() -> None:
+    now = [0.0]
+    limit = SenderRateLimit(per_minute=1, per_address_minute=2, clock=lambda: now[0])
+    limit.take("alice", address="a")
+    with pytest.raises(SlowDown) as refused:
+        limit.take("alice", address="a")
+    assert refused.value.limit == 1
+    limit.take("bob", address="a")  # the refused message took no token of the address
+    with pytest.raises(SlowDown) as refused:
+        limit.take("carol", address="a")
+    assert refused.value.limit == 2
