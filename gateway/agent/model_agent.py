@@ -114,8 +114,15 @@ class ModelAgent:
 
     async def _keep(self, session_key: str, added: list[dict[str, Any]]) -> None:
         """Append one turn's exchange to the session's stored history, as it is now
-        (another member's turn may have appended meanwhile: each exchange stays whole)."""
-        await self.conversations.append(session_key, added)
+        (another member's turn may have appended meanwhile: each exchange stays whole).
+
+        The chat already has the turn's answer: a store that fails here (Redis away) costs
+        the exchange, logged, not a second "failed" line for a turn that was answered.
+        """
+        try:
+            await self.conversations.append(session_key, added)
+        except Exception:
+            log.exception("agent.history_not_kept", session=session_key, messages=len(added))
 
     async def resume(self, confirmation: Confirmation, outcome: ToolOutcome, say: Say) -> None:
         """Go on with a turn that died with a restart while its call waited for a decision.
