@@ -47,10 +47,12 @@ from gateway.parts import (
     check_settings,
     close_agent,
     lock_data_dir,
+    open_conversations,
     open_inbox,
     open_store,
     orphan_runner,
 )
+from gateway.storage.conversations import ConversationStore
 from gateway.tools.base import PluginError, ToolRegistry
 from gateway.tools.edits import CallEditor
 from gateway.tools.executor import Executor
@@ -83,6 +85,7 @@ class Gateway:
         http: HttpServer | None,
         stopped: asyncio.Event,
         retention: Retention,
+        conversations: ConversationStore,
         data_lock: DataDirLock | None = None,
     ) -> None:
         self.settings = settings
@@ -101,6 +104,7 @@ class Gateway:
         self.http = http  # None when built with serve_http=False (the terminal chat)
         self.stopped = stopped
         self.retention = retention
+        self.conversations = conversations
         self.data_lock = data_lock  # held from build to the end of stop (SQLite store)
         self._started = False
         self._stopping = False
@@ -171,6 +175,7 @@ class Gateway:
         await self.bus.stop()
         await self.store.close()
         await self.confirmations.grants.store.close()
+        await self.conversations.close()
         await self.sql_db.close()
         if self.data_lock is not None:
             self.data_lock.release()  # last: the store is closed, the next owner may come
@@ -266,7 +271,11 @@ async def build(
             executor=executor,
             on_tool_run=metrics.on_tool_run,
         )
-        agent = build_agent(settings, runner, registry, confirmations, bus, sql_db, metrics)
+        conversations = await open_conversations(settings, store)
+        opened.push_async_callback(conversations.close)
+        agent = build_agent(
+            settings, runner, registry, confirmations, bus, sql_db, metrics, conversations
+        )
         opened.push_async_callback(close_agent, agent)
         confirmations.set_orphan_handler(orphan_runner(runner, bus, agent))
         loop = AgentLoop(
@@ -347,6 +356,7 @@ async def build(
             retention=Retention(
                 store=store, keep_days=settings.confirmation.retention_days, clock=clock
             ),
+            conversations=conversations,
             data_lock=data_lock,
         )
         opened.pop_all()

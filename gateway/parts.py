@@ -36,6 +36,7 @@ from gateway.http.jsonapi import one_line
 from gateway.http.server import admin_token_problem
 from gateway.inbox import Inbox, MemoryInbox
 from gateway.metrics import Metrics
+from gateway.storage.conversations import ConversationStore, MemoryConversationStore
 from gateway.tools.base import ToolRegistry
 from gateway.tools.runner import ToolOutcome, ToolRunner
 from gateway.tools.sql import SqlDatabase
@@ -134,6 +135,27 @@ async def open_inbox(settings: Settings, store: ConfirmationStore, owner: str) -
     return MemoryInbox(owner=owner)
 
 
+async def open_conversations(settings: Settings, store: ConfirmationStore) -> ConversationStore:
+    """The model's conversations, beside the confirmations: a table in the SQLite file, keys
+    under the Redis prefix on the store's client; in memory with a memory store (tests
+    hand ``build`` one)."""
+    bounds = {
+        "max_messages": settings.llm.max_history_messages,
+        "max_sessions": settings.llm.max_sessions,
+    }
+    kind = settings.confirmation.store
+    if kind == "sqlite" and not isinstance(store, MemoryConfirmationStore):
+        from gateway.storage.sqlite_conversations import SqliteConversationStore
+
+        return await SqliteConversationStore.open(settings.data_dir / "confirmations.db", **bounds)
+    client = getattr(store, "client", None)
+    if kind == "redis" and client is not None:
+        from gateway.storage.redis_conversations import RedisConversationStore
+
+        return RedisConversationStore(client, prefix=settings.confirmation.redis_prefix, **bounds)
+    return MemoryConversationStore(**bounds)
+
+
 def build_agent(
     settings: Settings,
     runner: ToolRunner,
@@ -142,6 +164,7 @@ def build_agent(
     bus: MessageBus,
     sql_db: SqlDatabase,
     metrics: Metrics,
+    conversations: ConversationStore,
 ) -> Agent:
     if settings.llm.configured:
         from gateway.agent.model_agent import build_model_agent
@@ -153,6 +176,7 @@ def build_agent(
             confirmations=confirmations,
             bus=bus,
             on_model_request=metrics.on_model_request,
+            conversations=conversations,
         )
     return CommandAgent(runner=runner, confirmations=confirmations, sql_dialect=sql_db.dialect)
 

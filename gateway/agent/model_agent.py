@@ -18,7 +18,6 @@ from dataclasses import replace
 from typing import Any
 
 import structlog
-from cachetools import LRUCache
 
 from config.settings import LlmSettings, Settings
 from gateway import texts
@@ -33,6 +32,10 @@ from gateway.agent.llm import (
 from gateway.bus import InboundMessage, MessageBus
 from gateway.confirm.model import Confirmation, ToolCall
 from gateway.confirm.service import ConfirmationService
+from gateway.storage.conversations import (
+    ConversationStore,
+    MemoryConversationStore,
+)
 from gateway.tools.base import ToolRegistry
 from gateway.tools.policy import four_eyes_problem
 from gateway.tools.runner import ToolOutcome, ToolRunner, TurnContext
@@ -71,6 +74,7 @@ class ModelAgent:
         settings: LlmSettings,
         commands: CommandAgent | None = None,
         system_prompt: str | None = None,
+        conversations: ConversationStore | None = None,
     ) -> None:
         self.model = model
         self.runner = runner
@@ -78,41 +82,47 @@ class ModelAgent:
         self.settings = settings
         self.commands = commands
         self.system_prompt = system_prompt or settings.system_prompt or DEFAULT_SYSTEM_PROMPT
-        # Session histories, least recently used dropped first. In a group several members'
-        # turns run at once: each appends its whole exchange when it ends (``_keep``).
-        self._histories: LRUCache[str, list[dict[str, Any]]] = LRUCache(
-            maxsize=settings.max_sessions
+        # Session histories, stored (gateway/storage): a restart or another replica goes
+        # on with the conversation. In a group several members' turns run at once: each
+        # appends its whole exchange when it ends (``_keep``).
+        self.conversations = conversations or MemoryConversationStore(
+            max_messages=settings.max_history_messages, max_sessions=settings.max_sessions
         )
 
     async def aclose(self) -> None:
         await self.model.aclose()
 
-    def history(self, session_key: str) -> list[dict[str, Any]]:
-        """A copy of the session's kept conversation (without the system prompt)."""
-        return list(self._histories.get(session_key, []))
+    async def history(self, session_key: str) -> list[dict[str, Any]]:
+        """The session's kept conversation (without the system prompt)."""
+        return await self.conversations.load(session_key)
 
-    def forget(self, session_key: str) -> None:
-        self._histories.pop(session_key, None)
+    async def forget(self, session_key: str) -> None:
+        await self.conversations.forget(session_key)
 
     async def handle(self, msg: InboundMessage, turn: TurnContext) -> None:
         text = msg.text.strip()
         if self.commands is not None and text.split(" ", 1)[0].lower() in _PASSTHROUGH_COMMANDS:
             await self.commands.handle(msg, turn)
             return
-        history = self._histories.get(turn.session_key, [])
+        history = await self.conversations.load(turn.session_key)
         added: list[dict[str, Any]] = [{"role": "user", "content": self._user_content(msg)}]
         try:
             await self._run_turn(history, added, turn)
         finally:
             # Kept even when the turn failed half-way: calls that ran must stay known.
-            self._keep(turn.session_key, added)
+            await self._keep(turn.session_key, added)
 
-    def _keep(self, session_key: str, added: list[dict[str, Any]]) -> None:
-        """Append one turn's exchange to the session's history, as it is now (another
-        member's turn may have appended meanwhile: each exchange stays whole)."""
-        self._histories[session_key] = trim_history(
-            self._histories.get(session_key, []) + added, self.settings.max_history_messages
-        )
+    async def _keep(self, session_key: str, added: list[dict[str, Any]]) -> None:
+        """Append one turn's exchange to the session's stored history, as it is now
+        (another member's turn may have appended meanwhile: each exchange stays whole).
+
+        The chat already has the turn's answer: a store that fails here (Redis away) costs
+        the exchange, logged, not a second "failed" line for a turn that was answered.
+        """
+        try:
+            await self.conversations.append(session_key, added)
+        except Exception:
+            log.exception("agent.history_not_kept", session=session_key, messages=len(added))
 
     async def resume(self, confirmation: Confirmation, outcome: ToolOutcome, say: Say) -> None:
         """Go on with a turn that died with a restart while its call waited for a decision.
@@ -153,7 +163,7 @@ class ModelAgent:
         try:
             await self._run_turn(messages, added, turn)
         finally:
-            self._keep(confirmation.session_key, messages[start:] + added)
+            await self._keep(confirmation.session_key, messages[start:] + added)
 
     def _user_content(self, msg: InboundMessage) -> str:
         if msg.is_group:
@@ -248,21 +258,6 @@ class ModelAgent:
         return text
 
 
-def trim_history(messages: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
-    """The newest ``limit`` messages, starting at a user message.
-
-    Cutting at a user message keeps every tool result next to the assistant message that
-    asked for it; OpenAI-compatible APIs refuse a tool message without its call.
-    """
-    if len(messages) <= limit:
-        return messages
-    cut = messages[-limit:]
-    for i, m in enumerate(cut):
-        if m.get("role") == "user":
-            return cut[i:]
-    return []
-
-
 def build_model_agent(
     *,
     settings: Settings,
@@ -271,6 +266,7 @@ def build_model_agent(
     confirmations: ConfirmationService,
     bus: MessageBus,
     on_model_request: ModelRequestObserver | None = None,
+    conversations: ConversationStore | None = None,
 ) -> ModelAgent:
     """Called by the composition root when ``[llm] model`` is set."""
     dialect = "sqlite"
@@ -298,4 +294,5 @@ def build_model_agent(
         settings=settings.llm,
         commands=CommandAgent(runner=runner, confirmations=confirmations, sql_dialect=dialect),
         system_prompt=prompt,
+        conversations=conversations,
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.agent.model_agent import trim_history
+from gateway.storage.conversations import trim_history
 
 
 def turn(n: int, tools: int = 0) -> list[dict[str, Any]]:

@@ -175,7 +175,7 @@ async def test_history_is_kept_per_session_and_bounded(
         ("user", "q3"),
     ]
     agent: Any = gw.agent
-    kept = agent.history("test:A")
+    kept = await agent.history("test:A")
     assert [m["content"] for m in kept] == ["q2", "a2", "q3", "a3"]
 
 
@@ -212,6 +212,6 @@ async def test_shutdown_cancels_the_pending_call_and_ends_the_turn(
     assert len(fake_llm.requests) == 1, "no model call after a shutdown cancel"
     assert 6 in order_rows(gw.settings)
     agent: Any = gw.agent
-    kept = agent.history("test:room1")
+    kept = await agent.history("test:room1")
     assert kept[-1]["role"] == "tool"
     assert "cancelled" in kept[-1]["content"]

@@ -42,7 +42,7 @@ async def test_member_b_is_answered_while_member_a_s_call_is_pending(
     await chat.wait_text("订单 5 已删除")
     assert 5 not in order_rows(gw.settings)
     # Both exchanges are in the group's history, each whole.
-    history = gw.agent.history("test:room1")  # type: ignore[attr-defined]
+    history = await gw.agent.history("test:room1")  # type: ignore[attr-defined]
     roles = [m["role"] for m in history]
     assert roles == ["user", "assistant", "user", "assistant", "tool", "assistant"]
 

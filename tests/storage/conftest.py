@@ -1,0 +1,100 @@
+"""Backends for the conversation store's contract suite: each test gets fresh data.
+
+``backend`` is parametrized with ``indirect=True`` (as tests/confirm's suites are):
+``await backend.open(max_messages=..., max_sessions=...)`` gives a handle on the same data,
+the way a restarted process on the same file (SQLite) or another replica (Redis) sees it;
+for memory it is the one store.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from gateway.storage.conversations import ConversationStore, MemoryConversationStore
+from gateway.storage.redis_conversations import RedisConversationStore
+from gateway.storage.sqlite_conversations import SqliteConversationStore
+from tests.confirm.conftest import redis_client
+
+BACKENDS = ["memory", "sqlite", pytest.param("redis", marks=pytest.mark.services)]
+
+Open = Callable[..., Awaitable[ConversationStore]]
+
+
+@dataclass
+class Backend:
+    name: str
+    open: Open
+    handles: list[ConversationStore] = field(default_factory=list)
+
+
+@pytest.fixture
+async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Backend]:
+    kind: str = request.param
+    if kind == "memory":
+        shared: list[ConversationStore] = []
+
+        async def open_memory(
+            *, max_messages: int = 40, max_sessions: int = 100
+        ) -> ConversationStore:
+            if not shared:
+                shared.append(
+                    MemoryConversationStore(max_messages=max_messages, max_sessions=max_sessions)
+                )
+            return shared[0]
+
+        yield Backend(kind, open_memory)
+        return
+
+    if kind == "sqlite":
+        b = Backend(kind, _unset)
+
+        async def open_sqlite(
+            *, max_messages: int = 40, max_sessions: int = 100
+        ) -> ConversationStore:
+            store = await SqliteConversationStore.open(
+                tmp_path / "confirmations.db", max_messages=max_messages, max_sessions=max_sessions
+            )
+            b.handles.append(store)
+            return store
+
+        b.open = open_sqlite
+        yield b
+        for handle in b.handles:
+            await handle.close()
+        return
+
+    if kind == "redis":
+        admin = await redis_client()
+        prefix = f"gateway-test:{uuid.uuid4().hex}"
+        clients = []
+
+        async def open_redis(
+            *, max_messages: int = 40, max_sessions: int = 100
+        ) -> ConversationStore:
+            client = await redis_client()
+            clients.append(client)
+            return RedisConversationStore(
+                client, prefix=prefix, max_messages=max_messages, max_sessions=max_sessions
+            )
+
+        try:
+            yield Backend(kind, open_redis)
+        finally:
+            for client in clients:
+                await client.aclose()
+            keys = [k async for k in admin.scan_iter(match=f"{prefix}:*")]
+            if keys:
+                await admin.delete(*keys)
+            await admin.aclose()
+        return
+
+    raise AssertionError(f"unknown backend {kind}")
+
+
+async def _unset(**_: int) -> ConversationStore:
+    raise AssertionError("backend.open replaced before use")
