@@ -18,11 +18,12 @@ from hypothesis import HealthCheck, settings
 
 from config.settings import Settings
 from gateway.app import Gateway, build
+from tests.fuzzing import examples
 
 T = TypeVar("T")
 
 FUZZ = settings(
-    max_examples=600,
+    max_examples=examples(600),
     deadline=None,
     database=None,  # no .hypothesis/ directory in the working tree
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

@@ -20,6 +20,9 @@ from tests.channels.fuzz_support import FUZZ, GatewayOnLoop, problems
 from tests.channels.test_fuzz import any_text, json_values, mutated, nasty
 from tests.webchat.support import make_settings
 
+# hypothesis runs inside the tests' bodies (one gateway for every case).
+pytestmark = pytest.mark.fuzz
+
 CLOSE_CODES = {aiohttp.WSCloseCode.UNSUPPORTED_DATA, aiohttp.WSCloseCode.MESSAGE_TOO_BIG}
 
 
