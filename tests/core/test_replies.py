@@ -110,29 +110,53 @@ def _part(kind: str, words: Iterable[str]) -> st.SearchStrategy[tuple[str, str]]
 
 
 _CONFIRM = _part("confirm", _WORDS.confirm)
-_DECISIVE = st.one_of(
-    _CONFIRM, _part("filler", FILLERS_CJK | FILLERS_ASCII), _IDS.map(lambda i: ("id", i))
-)
-_SPOILERS = st.one_of(
-    _part("cancel", _WORDS.cancel),
-    _part("question", {*QUESTION_PARTICLES, "?", "？"}),
-    _part("request", REQUESTS_CJK | REQUESTS_ASCII),
-    _IDS.map(lambda i: ("id", i)),
-    st.text(alphabet="".join(_OTHER_CJK), min_size=1, max_size=4).map(lambda w: ("other", w)),
-    st.text(alphabet="abcdefghjkmnpqrstuvwxyz", min_size=1, max_size=6)
-    .filter(lambda w: w not in _VOCABULARY)
-    .map(lambda w: ("other", w)),
-    st.sampled_from(["🙂", "ок", "ß"]).map(lambda w: ("other", w)),
-)
+_FILLER = _part("filler", FILLERS_CJK | FILLERS_ASCII)
+_REQUEST = _part("request", REQUESTS_CJK | REQUESTS_ASCII)
+_ID = _IDS.map(lambda i: ("id", i))
+# One way each to miss the rule: the test runs each on every example.
+_SPOILERS: dict[str, st.SearchStrategy[tuple[str, str]]] = {
+    "cancel": _part("cancel", _WORDS.cancel),
+    "question": _part("question", {*QUESTION_PARTICLES, "?", "？"}),
+    "other": st.one_of(
+        st.text(alphabet="".join(_OTHER_CJK), min_size=1, max_size=4),
+        st.text(alphabet="abcdefghjkmnpqrstuvwxyz", min_size=1, max_size=6).filter(
+            lambda w: w not in _VOCABULARY
+        ),
+        st.sampled_from(["🙂", "ок", "ß"]),
+    ).map(lambda w: ("other", w)),
+    "second id": _ID,
+    "request before": _REQUEST,
+}
+
+
+def _last_confirm(parts: list[tuple[str, str]]) -> int:
+    return max(i for i, (kind, _) in enumerate(parts) if kind == "confirm")
 
 
 @st.composite
-def _replies(draw: st.DrawFn) -> list[tuple[str, str]]:
-    """Decision words, fillers and ids, and zero to two spoilers placed anywhere: about three
-    in ten replies are confirms, the rest each miss the rule in one or more ways."""
-    parts = draw(st.lists(_DECISIVE, min_size=1, max_size=4))
-    for _ in range(draw(st.sampled_from([0, 0, 1, 2]))):
-        parts.insert(draw(st.integers(0, len(parts))), draw(_SPOILERS))
+def _confirms(draw: st.DrawFn) -> list[tuple[str, str]]:
+    """A clean confirm: confirm words and fillers in any order, perhaps one id anywhere,
+    perhaps a request after the last confirm word ("确认 请", "yes please")."""
+    parts = draw(
+        st.permutations(
+            draw(st.lists(_CONFIRM, min_size=1, max_size=2)) + draw(st.lists(_FILLER, max_size=2))
+        )
+    )
+    if draw(st.booleans()):
+        parts.insert(draw(st.integers(0, len(parts))), draw(_ID))
+    if draw(st.booleans()):
+        parts.insert(draw(st.integers(_last_confirm(parts) + 1, len(parts))), draw(_REQUEST))
+    return parts
+
+
+@st.composite
+def _spoiled(draw: st.DrawFn, spoiler: str) -> list[tuple[str, str]]:
+    """A clean confirm with one ``spoiler`` put in: never a confirm."""
+    parts = draw(_confirms())
+    if spoiler == "second id" and not any(kind == "id" for kind, _ in parts):
+        parts.insert(draw(st.integers(0, len(parts))), draw(_ID))
+    last = _last_confirm(parts) if spoiler == "request before" else len(parts)
+    parts.insert(draw(st.integers(0, last)), draw(_SPOILERS[spoiler]))
     return parts
 
 
@@ -149,24 +173,28 @@ def _is_confirm(parts: list[tuple[str, str]]) -> bool:
     )
 
 
-@settings(max_examples=examples(300))
+@pytest.mark.parametrize("spoiler", [None, *_SPOILERS])
+@settings(max_examples=examples(150))
 @given(
-    parts=_replies(),
-    separators=st.lists(st.sampled_from([" ", "  ", "，", ", ", "、", "。", " ~ "]), min_size=5),
+    data=st.data(),
+    separators=st.lists(st.sampled_from([" ", "  ", "，", ", ", "、", "。", " ~ "]), min_size=8),
     before=st.sampled_from(["", "/", " "]),
     after=st.sampled_from(["", "!", "。", "！！", " "]),
 )
 def test_confirm_exactly_when_the_rule_says(
-    parts: list[tuple[str, str]], separators: list[str], before: str, after: str
+    spoiler: str | None, data: st.DataObject, separators: list[str], before: str, after: str
 ) -> None:
-    """Every reply built from the vocabulary is a confirm exactly when the rule says so;
-    a confirm names the id it holds and matched only confirm words."""
+    """Every reply built from the vocabulary is a confirm exactly when the rule says so:
+    each clean confirm is one (naming the id it holds, matching only confirm words), and
+    each way of missing the rule is tried on every example of its own run."""
+    parts = data.draw(_confirms() if spoiler is None else _spoiled(spoiler), label="parts")
+    expected = _is_confirm(parts)
+    assert expected is (spoiler is None), parts  # the generators are what they claim
     text = before + "".join(
         sep + word for sep, (_, word) in zip(["", *separators], parts, strict=False)
     )
     text += after
     parsed = ReplyParser(_WORDS).parse(text)
-    expected = _is_confirm(parts)
     assert (parsed.intent is ReplyIntent.CONFIRM) is expected, (text, parts, parsed)
     if expected:
         assert parsed.matched and set(parsed.matched) <= set(_WORDS.confirm), (text, parsed)
