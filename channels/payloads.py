@@ -39,6 +39,8 @@ def read(shape: type[S], data: object, *, what: str) -> S:
     except ValidationError as exc:
         first = exc.errors(include_url=False, include_input=False)[0]
         where = ".".join(str(part) for part in first["loc"]) or "the body"
+        # Not "a valid dictionary or instance of <our class name>": say it as JSON.
+        problem = "not a JSON object" if first["type"] == "model_type" else first["msg"]
         more = exc.error_count() - 1
         also = f" (and {more} more)" if more else ""
-        raise MalformedEvent(f"{what}: {where}: {first['msg']}{also}") from None
+        raise MalformedEvent(f"{what}: {where}: {problem}{also}") from None

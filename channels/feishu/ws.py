@@ -81,9 +81,8 @@ from gateway.runtime import BackgroundTasks
 
 log = structlog.get_logger(__name__)
 
-# An event's JSON (None: not an object, logged) -> what to answer Feishu with (None: a
-# bare acknowledgement).
-EventHandler = Callable[[Mapping[str, Any] | None], Awaitable[Any]]
+# An event's JSON -> what to answer Feishu with (None: a bare acknowledgement).
+EventHandler = Callable[[Mapping[str, Any]], Awaitable[Any]]
 CardHandler = Callable[[CardAction], Awaitable[dict[str, Any]]]
 # Frames a handler is dispatched for; others (ping, pong) are not data.
 _DISPATCHED = frozenset({MessageType.EVENT.value, MessageType.CARD.value})
@@ -207,8 +206,9 @@ class FeishuWsClient(ws_client.Client):  # type: ignore[misc]
         # What lark-oapi's ws.model.Response marshals to (its encoder deep-copies the
         # object first: as much CPU as the rest of the answer).
         answer: dict[str, Any] = {"code": HTTPStatus.OK.value}
+        event = _frame_event(payload)
         try:
-            result = await self._on_event(_frame_event(payload))
+            result = await self._on_event(event) if event is not None else None
             if result is not None:
                 body = json.dumps(result, ensure_ascii=False).encode()
                 answer["data"] = base64.b64encode(body).decode()
@@ -270,10 +270,8 @@ class LongConnection:
         self.connected = False
         self.connections = 0
 
-    async def _event(self, payload: Mapping[str, Any] | None) -> Any:
+    async def _event(self, payload: Mapping[str, Any]) -> Any:
         """One event or callback from Feishu: what to answer it with, once handled."""
-        if payload is None:
-            return None
         header = payload.get("header")
         kind = header.get("event_type") if isinstance(header, Mapping) else None
         if kind == "im.message.receive_v1":

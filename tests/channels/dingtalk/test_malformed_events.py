@@ -71,7 +71,7 @@ MESSAGE_CASES = [
     ("a richText item's text a list", _rich({"richText": [{"text": []}]}), "richText.0.text"),
     ("no sender", _drop("senderStaffId", "senderId"), "senderStaffId"),
     ("sessionWebhook a number", _set("sessionWebhook", 1), "sessionWebhook"),
-    ("not an object", lambda payload: [payload], "dictionary"),
+    ("not an object", lambda payload: [payload], "the body: not a JSON object"),
 ]
 CARD_CASES = [
     ("actionIds a number", _private({"actionIds": 5}), "actionIds"),
