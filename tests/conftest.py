@@ -24,10 +24,14 @@ fuzzing.load_profile()
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every property test is marked ``fuzz`` (``-m fuzz`` selects them for the long run);
-    tests that run hypothesis inside their body carry the mark themselves."""
+    tests that run hypothesis inside their body carry the mark themselves. In the long run
+    each may take LONG_FACTOR times the suite's per-test timeout."""
     for item in items:
         if isinstance(item, pytest.Function) and hypothesis.is_hypothesis_test(item.obj):
             item.add_marker(pytest.mark.fuzz)
+        if fuzzing.long_run() and item.get_closest_marker("fuzz") is not None:
+            timeout = float(item.config.getini("timeout") or 0)
+            item.add_marker(pytest.mark.timeout(timeout * fuzzing.LONG_FACTOR))
 
 
 @pytest.fixture(autouse=True)

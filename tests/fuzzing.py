@@ -7,8 +7,9 @@ saw. New examples come from the long run, by hand (README, Development):
 
     GATEWAY_FUZZ=long .venv/bin/python -m pytest -m fuzz -p no:randomly
 
-which runs every property test on fresh random examples, ``LONG_FACTOR`` times as many,
-and prints each failure's example with a ``@reproduce_failure`` line that replays it.
+which runs every property test on fresh random examples, ``LONG_FACTOR`` times as many
+(with as many times the per-test timeout), and prints each failure's example with a
+``@reproduce_failure`` line that replays it.
 """
 
 from __future__ import annotations
@@ -48,7 +49,11 @@ def load_profile() -> None:
     settings.load_profile(_MODES[mode])
 
 
+def long_run() -> bool:
+    return os.environ.get("GATEWAY_FUZZ") == "long"
+
+
 def examples(suite: int) -> int:
     """A test's own example count: ``suite`` in the suite, LONG_FACTOR times that in the
     long run (an explicit ``max_examples`` would otherwise override the profile's)."""
-    return suite * LONG_FACTOR if os.environ.get("GATEWAY_FUZZ") == "long" else suite
+    return suite * LONG_FACTOR if long_run() else suite
