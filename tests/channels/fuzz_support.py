@@ -42,7 +42,7 @@ class GatewayOnLoop:
         self.http: aiohttp.ClientSession = self.run(_session())
         self._logs = structlog.testing.LogCapture()
 
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = 30.0) -> T:
         return self.loop.run_until_complete(asyncio.wait_for(coro, timeout))
 
     async def post(
