@@ -14,19 +14,24 @@ import structlog
 from redis.asyncio import Redis
 
 from config.settings import DEFAULT_KEYWORDS_FILE, Settings, load_settings
+from tests import fuzzing
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.services import REDIS_URL, private_redis, redis_prefix
 
-# The machine is shared and noisy: a property test's verdict must not depend on how long one
-# example took (a deadline hit under load reads as a flaky failure), and nothing is written
-# into the working tree (no .hypothesis/ example database).
-hypothesis.settings.register_profile(
-    "gateway",
-    deadline=None,
-    database=None,
-    suppress_health_check=[hypothesis.HealthCheck.too_slow],
-)
-hypothesis.settings.load_profile("gateway")
+# A fixed seed in the suite, GATEWAY_FUZZ=long for a longer random run (tests/fuzzing.py).
+fuzzing.load_profile()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every property test is marked ``fuzz`` (``-m fuzz`` selects them for the long run);
+    tests that run hypothesis inside their body carry the mark themselves. In the long run
+    each may take LONG_FACTOR times the suite's per-test timeout."""
+    for item in items:
+        if isinstance(item, pytest.Function) and hypothesis.is_hypothesis_test(item.obj):
+            item.add_marker(pytest.mark.fuzz)
+        if fuzzing.long_run() and item.get_closest_marker("fuzz") is not None:
+            timeout = float(item.config.getini("timeout") or 0)
+            item.add_marker(pytest.mark.timeout(timeout * fuzzing.LONG_FACTOR))
 
 
 @pytest.fixture(autouse=True)

@@ -13,10 +13,11 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from channels.dingtalk.events import CardCallbackShape, CardContent, CardParams
+from channels.payloads import MalformedEvent, read
 from gateway import texts
 from gateway.confirm.grants import grant_offered
 from gateway.confirm.ids import canonical_id
@@ -81,32 +82,28 @@ class CardClick:
     grant_minutes: int | None = None  # the grant button: approve and skip asking this long
 
 
-def parse_card_callback(data: Mapping[str, Any]) -> CardClick:
-    """Read ``{outTrackId, userId, content: "{cardPrivateData: {actionIds, params}}"}``."""
-    track = str(data.get("outTrackId") or "")
-    content: Any = data.get("content") or {}
+def parse_card_callback(data: object) -> CardClick:
+    """Read ``{outTrackId, userId, content: "{cardPrivateData: {actionIds, params}}"}``;
+    MalformedEvent (a ValueError) naming the first field whose shape is wrong."""
+    callback = read(CardCallbackShape, data, what="card callback")
+    content: object = callback.content or {}
     if isinstance(content, str):
         try:
             content = parse_json(content, max_depth=DEFAULT_MAX_JSON_DEPTH)
-        except JsonInputError:
-            content = {}
-    raw_private = content.get("cardPrivateData") if isinstance(content, dict) else None
-    private: dict[str, Any] = raw_private if isinstance(raw_private, dict) else {}
-    action_ids = private.get("actionIds") or []
-    raw_params = private.get("params")
-    params: dict[str, Any] = raw_params if isinstance(raw_params, dict) else {}
+        except JsonInputError as exc:
+            raise MalformedEvent(f"card callback: content: {exc}") from None
+    private = read(CardContent, content, what="card callback: content").card_private_data
+    action_ids = (private.action_ids if private else None) or []
+    params = (private.params if private else None) or CardParams()
     # Custom templates name the button by actionId; the standard template's request
     # buttons only echo their params.
-    candidates = [
-        *[str(a) for a in action_ids],
-        str(params.get("action", "")),
-        str(params.get("id", "")),
-    ]
+    candidates = [*action_ids, params.action or "", params.id or ""]
     action = next((c for c in candidates if c in _ACTIONS), None)
+    track = callback.out_track_id or ""
     return CardClick(
         confirmation_id=confirmation_id_from(track),
         decision=_ACTIONS[action] if action is not None else None,
-        user_id=str(data.get("userId") or ""),
+        user_id=callback.user_id or "",
         out_track_id=track,
         grant_minutes=texts.GRANT_MINUTES_BUTTON if action == ACTION_APPROVE_GRANT else None,
     )

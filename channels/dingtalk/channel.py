@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import structlog
@@ -11,7 +10,7 @@ from aiohttp import web
 
 from channels.base import Channel, ChannelContext
 from channels.dingtalk.api import DingTalkApi
-from channels.dingtalk.cards import card_params, parse_card_callback
+from channels.dingtalk.cards import CardClick, card_params
 from channels.dingtalk.inbound import (
     ChatbotEvent,
     arrival,
@@ -19,6 +18,7 @@ from channels.dingtalk.inbound import (
 )
 from channels.dingtalk.sender import CHANNEL, DingTalkSender
 from channels.dingtalk.verify import RobotVerifier
+from channels.payloads import MalformedEvent
 from channels.platform import DeadLetters
 from channels.receive import ReceiveRules, Verdict
 from gateway import texts
@@ -154,21 +154,17 @@ class DingTalkChannel(Channel):
 
     # ------------------------------------------------------------------- inbound
 
-    async def _on_stream_message(self, data: dict[str, Any]) -> None:
+    async def _on_stream_message(self, event: ChatbotEvent) -> None:
         """On the gateway loop, for the stream thread: the ack goes out after this returns."""
-        await self._accept(data)
+        await self._accept(event)
 
-    async def _accept(self, data: Mapping[str, Any]) -> None:
+    async def _accept(self, event: ChatbotEvent) -> None:
         """Receive a message; returns once it is stored (or dropped by the rules)."""
         # Its own task: a request or ack wait given up does not cancel a store half-way,
         # and stop() still ends it.
-        await asyncio.shield(self._tasks.spawn(self._receive(data), name="dingtalk-receive"))
+        await asyncio.shield(self._tasks.spawn(self._receive(event), name="dingtalk-receive"))
 
-    async def _receive(self, data: Mapping[str, Any]) -> None:
-        event = parse_chatbot_message(data)
-        if event is None:
-            log.warning("dingtalk.unreadable_message", keys=sorted(data)[:20])
-            return
+    async def _receive(self, event: ChatbotEvent) -> None:
         self.sender.remember(event)
         verdict = self.rules.judge(arrival(event))
         if verdict is Verdict.REFUSED:
@@ -216,24 +212,25 @@ class DingTalkChannel(Channel):
         except JsonInputError as exc:
             log.info("dingtalk.webhook_bad_body", error=str(exc), remote=request.remote)
             return web.json_response({"error": f"body: {exc}"}, status=400)
-        if not isinstance(data, dict):
-            log.info("dingtalk.webhook_bad_body", error="not an object", remote=request.remote)
-            return web.json_response({"error": "body is not a JSON object"}, status=400)
+        try:
+            event = parse_chatbot_message(data)
+        except MalformedEvent as exc:  # signed, but not a message we can read
+            log.warning("dingtalk.malformed_event", error=str(exc), remote=request.remote)
+            return web.json_response({"error": str(exc)}, status=400)
         # Acknowledge once stored (invariant 9); the agent works after the response.
         try:
-            await self._accept(data)
+            await self._accept(event)
         except ServiceUnavailable:  # Redis down: one line, by the receiving task
             return web.json_response({"error": "not stored, retry"}, status=503)
         except Exception:  # not stored (logged): no 200, so DingTalk redelivers
-            log.exception("dingtalk.webhook_not_stored", msg_id=data.get("msgId"))
+            log.exception("dingtalk.webhook_not_stored", msg_id=event.msg_id)
             return web.json_response({"error": "not stored, retry"}, status=503)
         return web.json_response({})
 
     # ------------------------------------------------------------------- cards
 
-    async def _on_card_click(self, data: dict[str, Any]) -> dict[str, Any]:
+    async def _on_card_click(self, click: CardClick) -> dict[str, Any]:
         """A card button click; the returned dict is the ack's ``response`` (new card)."""
-        click = parse_card_callback(data)
         if click.confirmation_id is None:
             log.info("dingtalk.card_click_foreign", out_track_id=click.out_track_id)
             return {}

@@ -1,16 +1,17 @@
 """Reading DingTalk chatbot messages (stream frames and HTTP robot callbacks alike).
 
-Both modes deliver the same JSON (``ChatbotMessage`` in the SDK). It is read here with
-plain dict access so one parser serves both modes and a payload missing an optional
-key never raises (the SDK's ``ChatbotMessage.from_dict`` raises KeyError then).
+Both modes deliver the same JSON (``ChatbotMessage`` in the SDK). Its shape is checked
+once, here, against channels/dingtalk/events.py (pydantic), so one parser serves both
+modes, a payload missing an optional key is read (the SDK's ``ChatbotMessage.from_dict``
+raises KeyError then) and one with a field of the wrong type is a MalformedEvent.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from channels.dingtalk.events import ChatbotMessageShape, RichTextContent
+from channels.payloads import read
 from channels.receive import Arrival
 
 CONVERSATION_SINGLE = "1"
@@ -35,47 +36,39 @@ class ChatbotEvent:
     created_at: float | None  # epoch seconds (createAt)
 
 
-def _text_of(data: Mapping[str, Any], msgtype: str) -> str | None:
+def _text_of(message: ChatbotMessageShape, msgtype: str) -> str | None:
     if msgtype == "text":
-        text = data.get("text")
-        content = text.get("content") if isinstance(text, Mapping) else None
-        return str(content) if content is not None else ""
+        return (message.text.content if message.text else None) or ""
     if msgtype == "richText":
-        content = data.get("content")
-        items = content.get("richText") if isinstance(content, Mapping) else None
-        parts = [
-            str(item["text"])
-            for item in (items if isinstance(items, list) else [])
-            if isinstance(item, Mapping) and item.get("text") is not None
-        ]
+        content = read(RichTextContent, message.content or {}, what="chatbot message: content")
+        parts = [item.text for item in content.rich_text or () if item.text is not None]
         return "".join(parts) if parts else None
     return None
 
 
-def parse_chatbot_message(data: Mapping[str, Any]) -> ChatbotEvent | None:
-    """Parse a chatbot message; None when it lacks what any reply needs."""
-    msg_id = str(data.get("msgId") or "")
-    conversation_id = str(data.get("conversationId") or "")
-    sender = str(data.get("senderStaffId") or data.get("senderId") or "")
-    if not (msg_id and conversation_id and sender):
-        return None
-    msgtype = str(data.get("msgtype") or "")
-    text = _text_of(data, msgtype)
-    expires_at = _ms_to_seconds(data.get("sessionWebhookExpiredTime"))
+def parse_chatbot_message(data: object) -> ChatbotEvent:
+    """Parse a chatbot message; MalformedEvent (a ValueError) naming the first field whose
+    shape is wrong, or saying what any reply needs and is missing (ids, a sender)."""
+    message = read(ChatbotMessageShape, data, what="chatbot message")
+    msgtype = message.msgtype or ""
+    text = _text_of(message, msgtype)
+    expires_at = message.session_webhook_expired_time
+    created_at = message.create_at
     return ChatbotEvent(
-        msg_id=msg_id,
-        conversation_id=conversation_id,
-        is_group=str(data.get("conversationType")) == CONVERSATION_GROUP,
-        sender_id=sender,
-        sender_nick=str(data["senderNick"]) if data.get("senderNick") else None,
+        msg_id=message.msg_id,
+        conversation_id=message.conversation_id,
+        is_group=message.conversation_type == CONVERSATION_GROUP,
+        # The validator made sure one of them is there.
+        sender_id=message.sender_staff_id or message.sender_id or "",
+        sender_nick=message.sender_nick or None,
         # In groups DingTalk removes the @bot mention but leaves the space after it.
         text=text.strip() if text is not None else None,
         msgtype=msgtype,
-        is_in_at_list=bool(data.get("isInAtList")),
-        session_webhook=str(data["sessionWebhook"]) if data.get("sessionWebhook") else None,
-        session_webhook_expires_at=expires_at,
-        robot_code=str(data["robotCode"]) if data.get("robotCode") else None,
-        created_at=_ms_to_seconds(data.get("createAt")),
+        is_in_at_list=bool(message.is_in_at_list),
+        session_webhook=message.session_webhook or None,
+        session_webhook_expires_at=expires_at / 1000 if expires_at is not None else None,
+        robot_code=message.robot_code or None,
+        created_at=created_at / 1000 if created_at is not None else None,
     )
 
 
@@ -91,10 +84,3 @@ def arrival(event: ChatbotEvent) -> Arrival:
         mentions_bot=event.is_in_at_list,
         created_at=event.created_at,
     )
-
-
-def _ms_to_seconds(value: Any) -> float | None:
-    try:
-        return int(value) / 1000 if value is not None else None
-    except (TypeError, ValueError, OverflowError):  # OverflowError: Infinity
-        return None

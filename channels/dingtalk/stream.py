@@ -35,6 +35,9 @@ from dingtalk_stream import utils as _sdk_utils
 from tenacity import AsyncRetrying, RetryCallState
 from tenacity.wait import wait_base
 
+from channels.dingtalk.cards import CardClick, parse_card_callback
+from channels.dingtalk.inbound import ChatbotEvent, parse_chatbot_message
+from channels.payloads import MalformedEvent
 from channels.platform import SdkThread, until_it_works
 from gateway.runtime import ServiceUnavailable, backoff
 
@@ -42,8 +45,8 @@ log = structlog.get_logger(__name__)
 
 OPEN_CONNECTION_PATH = "/v1.0/gateway/connections/open"
 
-MessageSink = Callable[[dict[str, Any]], Coroutine[Any, Any, None]]
-CardSink = Callable[[dict[str, Any]], Coroutine[Any, Any, dict[str, Any]]]
+MessageSink = Callable[[ChatbotEvent], Coroutine[Any, Any, None]]
+CardSink = Callable[[CardClick], Coroutine[Any, Any, dict[str, Any]]]
 
 
 def configure_sdk_endpoint(endpoint: str) -> None:
@@ -87,8 +90,15 @@ class _ChatbotHandler(dingtalk_stream.ChatbotHandler):  # type: ignore[misc]
         self._runner = runner
 
     async def process(self, callback: Any) -> tuple[int, str]:
+        try:
+            event = parse_chatbot_message(callback.data)
+        except MalformedEvent as exc:
+            # Acknowledged: a redelivery would be as malformed (the SDK caches only OK
+            # acks, so anything else would bring it back to this line again).
+            log.warning("dingtalk.malformed_event", error=str(exc))
+            return dingtalk_stream.AckMessage.STATUS_OK, "malformed, dropped"
         # Ack once stored (invariant 9): the agent works on the gateway's loop after it.
-        if not await self._runner.hand_over(callback.data):
+        if not await self._runner.hand_over(event):
             return dingtalk_stream.AckMessage.STATUS_SYSTEM_EXCEPTION, "not stored"
         return dingtalk_stream.AckMessage.STATUS_OK, "OK"
 
@@ -99,7 +109,12 @@ class _CardHandler(dingtalk_stream.CallbackHandler):  # type: ignore[misc]
         self._runner = runner
 
     async def process(self, callback: Any) -> tuple[int, dict[str, Any]]:
-        response = await self._runner.decide_click(callback.data)
+        try:
+            click = parse_card_callback(callback.data)
+        except MalformedEvent as exc:  # acknowledged without a card, as above
+            log.warning("dingtalk.malformed_event", error=str(exc))
+            return dingtalk_stream.AckMessage.STATUS_OK, {}
+        response = await self._runner.decide_click(click)
         return dingtalk_stream.AckMessage.STATUS_OK, response
 
 
@@ -180,30 +195,30 @@ class StreamRunner:
             maximum=self._reconnect_max,
         )
 
-    async def hand_over(self, data: dict[str, Any]) -> bool:
+    async def hand_over(self, event: ChatbotEvent) -> bool:
         """Called on the SDK loop: receive a chatbot message on the gateway loop.
 
         True once it is stored (or dropped by the receive rules); False when it was not,
         and DingTalk is to redeliver it.
         """
         try:
-            future = self.thread.run_on_gateway(self._on_message(data))
+            future = self.thread.run_on_gateway(self._on_message(event))
         except RuntimeError:  # the gateway is shutting down
-            log.warning("dingtalk.message_after_shutdown", msg_id=data.get("msgId"))
+            log.warning("dingtalk.message_after_shutdown", msg_id=event.msg_id)
             return False
         try:
             await asyncio.wrap_future(future)
         except ServiceUnavailable:  # Redis down: one line, by the receiving task
             return False
         except Exception:  # not stored (logged here): the failure ack makes DingTalk resend
-            log.exception("dingtalk.message_not_stored", msg_id=data.get("msgId"))
+            log.exception("dingtalk.message_not_stored", msg_id=event.msg_id)
             return False
         return True
 
-    async def decide_click(self, data: dict[str, Any]) -> dict[str, Any]:
+    async def decide_click(self, click: CardClick) -> dict[str, Any]:
         """Called on the SDK loop: decide a card click on the gateway loop, bounded."""
         try:
-            future = self.thread.run_on_gateway(self._on_card(data))
+            future = self.thread.run_on_gateway(self._on_card(click))
         except RuntimeError:  # the gateway is shutting down
             return {}
         wrapped = asyncio.wrap_future(future)

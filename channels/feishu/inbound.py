@@ -2,7 +2,9 @@
 
 Events are read here from their JSON (schema 2.0, as both transports deliver it) into
 small frozen records (``FeishuMessage``, ``CardAction``), so the rest of the channel is
-typed and the same for the long connection and the webhook. Not through lark-oapi's
+typed and the same for the long connection and the webhook. Each event's shape is checked
+once, on the way in, against channels/feishu/events.py (pydantic: a signed event with a
+field of the wrong type is a MalformedEvent, not a TypeError further on). Not through lark-oapi's
 event models: the SDK's dispatcher parses every event twice into objects built by
 reflection, about 100 µs of CPU per event, as much as the rest of receiving one
 (bench/ingest_nanobot.py). Which messages reach the bus is decided by the shared
@@ -16,6 +18,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from channels.feishu.events import (
+    CardActionEvent,
+    ContextShape,
+    MessageEvent,
+    SenderShape,
+    UserIds,
+)
+from channels.payloads import read
 from channels.receive import Arrival
 from gateway.bus import InboundMessage
 from gateway.http.jsonapi import DEFAULT_MAX_JSON_DEPTH, JsonInputError, parse_json
@@ -65,68 +75,45 @@ class CardAction:
     open_chat_id: str = ""
 
 
-def _s(value: Any) -> str:
-    return "" if value is None else str(value)
-
-
-_NOTHING: Mapping[str, Any] = {}
-
-
-def _obj(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else _NOTHING
-
-
-def _event(payload: Mapping[str, Any], part: str) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
-    """``payload["event"]`` and its ``part``; ValueError when either is not a JSON object."""
-    event = _obj(payload.get("event"))
-    found = event.get(part)
-    if not isinstance(found, Mapping):
-        raise ValueError(f"event.{part} is not an object")
-    return event, found
+def _open_id(ids: UserIds | None) -> str:
+    return (ids.open_id if ids is not None else None) or ""
 
 
 def message_from_event(payload: Mapping[str, Any]) -> FeishuMessage:
-    """Read an ``im.message.receive_v1`` event; ValueError when it has no message."""
-    event, msg = _event(payload, "message")
-    sender = _obj(event.get("sender"))
+    """Read an ``im.message.receive_v1`` event; MalformedEvent (a ValueError) naming the
+    first field whose shape is wrong (channels/feishu/events.py)."""
+    event = read(MessageEvent, payload, what="message event").event
+    msg = event.message
+    sender = event.sender or SenderShape()
     mentions = tuple(
-        Mention(
-            key=_s(m.get("key")),
-            open_id=_s(_obj(m.get("id")).get("open_id")),
-            name=_s(m.get("name")),
-        )
-        for m in msg.get("mentions") or ()
-        if isinstance(m, Mapping)
+        Mention(key=m.key, open_id=_open_id(m.id), name=m.name or "") for m in msg.mentions or ()
     )
-    try:
-        created = int(msg["create_time"])
-    except (KeyError, TypeError, ValueError):
-        created = int(time.time() * 1000)
     return FeishuMessage(
-        message_id=_s(msg.get("message_id")),
-        chat_id=_s(msg.get("chat_id")),
-        chat_type=_s(msg.get("chat_type")) or "p2p",
-        sender_open_id=_s(_obj(sender.get("sender_id")).get("open_id")),
-        sender_type=_s(sender.get("sender_type")),
-        message_type=_s(msg.get("message_type")),
-        content=_s(msg.get("content")) or "{}",
-        create_time_ms=created,
+        message_id=msg.message_id,
+        chat_id=msg.chat_id,
+        chat_type=msg.chat_type or "p2p",
+        sender_open_id=_open_id(sender.sender_id),
+        sender_type=sender.sender_type or "",
+        message_type=msg.message_type or "",
+        content=msg.content or "{}",
+        create_time_ms=int(msg.create_time) if msg.create_time else int(time.time() * 1000),
         mentions=mentions,
-        parent_id=_s(msg.get("parent_id")) or None,
-        thread_id=_s(msg.get("thread_id")) or None,
+        parent_id=msg.parent_id or None,
+        thread_id=msg.thread_id or None,
     )
 
 
 def card_action_from_event(payload: Mapping[str, Any]) -> CardAction:
-    """Read a ``card.action.trigger`` callback; ValueError when it has no action."""
-    event, action = _event(payload, "action")
-    value = action.get("value")
-    context = _obj(event.get("context"))
+    """Read a ``card.action.trigger`` callback; MalformedEvent (a ValueError) naming the
+    first field whose shape is wrong."""
+    event = read(CardActionEvent, payload, what="card callback").event
+    value = event.action.value
+    context = event.context or ContextShape()
     return CardAction(
-        operator_open_id=_s(_obj(event.get("operator")).get("open_id")),
+        operator_open_id=event.operator.open_id,
         value=value if isinstance(value, dict) else {},
-        open_message_id=_s(context.get("open_message_id")),
-        open_chat_id=_s(context.get("open_chat_id")),
+        open_message_id=context.open_message_id or "",
+        open_chat_id=context.open_chat_id or "",
     )
 
 

@@ -34,6 +34,7 @@ from channels.feishu.inbound import (
     card_action_from_event,
     message_from_event,
 )
+from channels.payloads import MalformedEvent
 from channels.platform import UsedOnce, same_secret
 from gateway.http.jsonapi import JsonInputError, parse_json
 from gateway.runtime import ServiceUnavailable
@@ -150,8 +151,8 @@ class WebhookReceiver:
         if event_type == "im.message.receive_v1":
             try:
                 msg = message_from_event(payload)
-            except ValueError as exc:
-                raise _Reject(400, "malformed message event") from exc
+            except MalformedEvent as exc:
+                raise _Reject(400, str(exc)) from exc
             # Acknowledge once stored (invariant 9); the agent's work happens after this
             # response. Not stored: no 200, so Feishu redelivers it.
             try:
@@ -165,8 +166,8 @@ class WebhookReceiver:
         if event_type == "card.action.trigger":
             try:
                 action = card_action_from_event(payload)
-            except ValueError as exc:
-                raise _Reject(400, "malformed card callback") from exc
+            except MalformedEvent as exc:
+                raise _Reject(400, str(exc)) from exc
             return web.json_response(await self._on_card(action))
         log.debug("feishu.webhook_ignored", event_type=event_type)
         return web.json_response({"msg": "success"})

@@ -74,7 +74,9 @@ from channels.feishu.inbound import (
     card_action_from_event,
     message_from_event,
 )
+from channels.payloads import MalformedEvent
 from channels.platform import until_it_works
+from gateway.http.jsonapi import DEFAULT_MAX_JSON_DEPTH, JsonInputError, parse_json
 from gateway.runtime import BackgroundTasks
 
 log = structlog.get_logger(__name__)
@@ -84,6 +86,20 @@ EventHandler = Callable[[Mapping[str, Any]], Awaitable[Any]]
 CardHandler = Callable[[CardAction], Awaitable[dict[str, Any]]]
 # Frames a handler is dispatched for; others (ping, pong) are not data.
 _DISPATCHED = frozenset({MessageType.EVENT.value, MessageType.CARD.value})
+
+
+def _frame_event(payload: bytes) -> Mapping[str, Any] | None:
+    """A DATA frame's event; None (logged) when it is not a JSON object: acknowledged, as a
+    redelivery would be as malformed."""
+    try:
+        event = parse_json(payload, max_depth=DEFAULT_MAX_JSON_DEPTH)
+    except JsonInputError as exc:
+        log.warning("feishu.malformed_event", error=f"frame payload: {exc}")
+        return None
+    if not isinstance(event, dict):
+        log.warning("feishu.malformed_event", error="frame payload: not a JSON object")
+        return None
+    return event
 
 
 class FeishuWsClient(ws_client.Client):  # type: ignore[misc]
@@ -190,8 +206,9 @@ class FeishuWsClient(ws_client.Client):  # type: ignore[misc]
         # What lark-oapi's ws.model.Response marshals to (its encoder deep-copies the
         # object first: as much CPU as the rest of the answer).
         answer: dict[str, Any] = {"code": HTTPStatus.OK.value}
+        event = _frame_event(payload)
         try:
-            result = await self._on_event(json.loads(payload))
+            result = await self._on_event(event) if event is not None else None
             if result is not None:
                 body = json.dumps(result, ensure_ascii=False).encode()
                 answer["data"] = base64.b64encode(body).decode()
@@ -260,15 +277,20 @@ class LongConnection:
         if kind == "im.message.receive_v1":
             try:
                 msg = message_from_event(payload)
-            except ValueError as exc:  # a malformed event must not make Feishu redeliver it
-                log.warning("feishu.bad_message_event", error=str(exc))
+            except MalformedEvent as exc:  # acknowledged: a redelivery is as malformed
+                log.warning("feishu.malformed_event", error=str(exc))
                 return None
             # Acknowledged once the message is stored (code 500 when that fails, and
             # Feishu redelivers; also after ~3 s without an ack).
             await self._on_message(msg)
             return None
         if kind == "card.action.trigger":
-            return await self._on_card(card_action_from_event(payload))
+            try:
+                action = card_action_from_event(payload)
+            except MalformedEvent as exc:  # acknowledged without a card: as above
+                log.warning("feishu.malformed_event", error=str(exc))
+                return None
+            return await self._on_card(action)
         log.debug("feishu.ws_event_ignored", event_type=kind)
         return None
 

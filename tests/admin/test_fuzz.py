@@ -21,12 +21,13 @@ from hypothesis import strategies as st
 
 from gateway.app import Gateway, build
 from gateway.logs import configure_logging
+from tests.fuzzing import examples
 from tests.webchat.support import base_url, make_settings
 
 TOKEN = "fuzz-token-0123456789abcdef"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 FUZZ = settings(
-    max_examples=800,
+    max_examples=examples(800),
     deadline=None,
     database=None,  # no .hypothesis/ directory in the working tree
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],

@@ -18,11 +18,12 @@ from hypothesis import HealthCheck, settings
 
 from config.settings import Settings
 from gateway.app import Gateway, build
+from tests.fuzzing import examples
 
 T = TypeVar("T")
 
 FUZZ = settings(
-    max_examples=600,
+    max_examples=examples(600),
     deadline=None,
     database=None,  # no .hypothesis/ directory in the working tree
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
@@ -41,7 +42,7 @@ class GatewayOnLoop:
         self.http: aiohttp.ClientSession = self.run(_session())
         self._logs = structlog.testing.LogCapture()
 
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = 30.0) -> T:
         return self.loop.run_until_complete(asyncio.wait_for(coro, timeout))
 
     async def post(

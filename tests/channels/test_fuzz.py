@@ -31,6 +31,10 @@ from tests.fakes.feishu import (
     message_event,
     signature,
 )
+from tests.fuzzing import examples
+
+# hypothesis runs inside the tests' bodies (one gateway for every case).
+pytestmark = pytest.mark.fuzz
 
 ENCRYPT_KEY = "fuzz-encrypt-key"
 TOKEN = "fuzz-verification-token"
@@ -147,7 +151,7 @@ def test_feishu_webhooks(feishu: tuple[GatewayOnLoop, FakeFeishu]) -> None:
 
     # Fewer than the others: every accepted message is answered through lark-oapi, whose
     # send path costs ~23 ms of CPU per reply (issue 14, the Feishu speed item).
-    @settings(FUZZ, max_examples=400)
+    @settings(FUZZ, max_examples=examples(400))
     @given(case=feishu_cases, then_valid=st.integers(0, 9))
     def one(case: tuple[str, Any], then_valid: int) -> None:
         kind, data = case

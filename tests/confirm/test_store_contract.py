@@ -243,7 +243,7 @@ class TestStoreContract:
         assert done.status is Status.APPROVED
 
     async def test_expire_and_cancel_allowed_before_deadline(
-        self, store: ConfirmationStore
+        self, backend: Backend, store: ConfirmationStore
     ) -> None:
         await store.create(make("CAN1"))
         await store.create(make("CAN2"))
@@ -251,10 +251,30 @@ class TestStoreContract:
             "CAN1", Status.CANCELLED, by=None, via="shutdown", reason="stopping", now=T0 + 1
         )
         _, expired = await store.finish(
-            "CAN2", Status.EXPIRED, by=None, via="timeout", reason=None, now=T0 + 1
+            "CAN2", Status.EXPIRED, by=None, via="timeout", reason=None, now=T0 + 2
         )
         assert cancelled
         assert expired
+        # What was stored, read back through another handle (a replica, another process):
+        # the end, and the execution skipped, so nothing will ever claim or run the call.
+        reader = await backend.open()
+        for cid, status, via, reason, at in (
+            ("CAN1", Status.CANCELLED, "shutdown", "stopping", T0 + 1),
+            ("CAN2", Status.EXPIRED, "timeout", None, T0 + 2),
+        ):
+            got = await reader.get(cid)
+            assert got is not None, cid
+            assert (got.status, got.decided_via, got.reason, got.decided_at) == (
+                status,
+                via,
+                reason,
+                at,
+            ), cid
+            assert got.decided_by is None, cid
+            assert got.execution.state is ExecState.SKIPPED, (cid, got.execution)
+            assert got.execution.finished_at == at, (cid, got.execution)
+            assert got.execution.claimed_by is None, (cid, got.execution)
+        assert await reader.list_pending(make("CAN1").session_key) == []
 
     @pytest.mark.parametrize("first", [Status.APPROVED, Status.REJECTED, Status.CANCELLED])
     async def test_terminal_is_final(self, store: ConfirmationStore, first: Status) -> None:

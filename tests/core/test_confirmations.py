@@ -16,6 +16,7 @@ from gateway.confirm.model import Decision, Status
 from gateway.confirm.replies import ParsedReply, ReplyParser
 from gateway.confirm.service import DecideOutcome
 from tests.core.harness import Harness
+from tests.fuzzing import examples
 
 
 async def test_reply_confirm_approves_and_is_not_queued() -> None:
@@ -316,7 +317,9 @@ async def test_sessions_are_independent() -> None:
 
 
 @settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(text=st.text(min_size=1, max_size=30), sender=st.sampled_from(["alice", "bob"]))
 def test_no_message_disappears(text: str, sender: str) -> None:

@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from config.keywords import KeywordSet, load_keywords
+from config.keywords import (
+    FILLERS_ASCII,
+    FILLERS_CJK,
+    QUESTION_PARTICLES,
+    REQUESTS_ASCII,
+    REQUESTS_CJK,
+    KeywordSet,
+    load_keywords,
+)
 from config.settings import DEFAULT_KEYWORDS_FILE
-from gateway.confirm.ids import ID_ALPHABET
+from gateway.confirm.ids import ID_ALPHABET, canonical_id
 from gateway.confirm.replies import ReplyIntent, ReplyParser
+from tests.fuzzing import examples
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "replies.tsv"
 
@@ -74,14 +84,126 @@ def test_configured_words_only() -> None:
     assert p.parse("go ahead stop").intent is ReplyIntent.UNCLEAR
 
 
-@given(st.text(max_size=40))
-def test_confirm_only_from_confirm_words(text: str) -> None:
-    """Whatever the text, a confirm needs a confirm word and no cancel word in it."""
-    words = load_keywords(DEFAULT_KEYWORDS_FILE)
-    parsed = ReplyParser(words).parse(text)
-    if parsed.intent is ReplyIntent.CONFIRM:
-        assert parsed.matched
-        assert all(w in words.confirm for w in parsed.matched)
+_WORDS = load_keywords(DEFAULT_KEYWORDS_FILE)
+_PARSER_VOCABULARY = {
+    *FILLERS_CJK,
+    *FILLERS_ASCII,
+    *REQUESTS_CJK,
+    *REQUESTS_ASCII,
+    *QUESTION_PARTICLES,
+}
+_VOCABULARY = {*_WORDS.confirm, *_WORDS.cancel, *_PARSER_VOCABULARY}
+# Other words hold no character of any word the parser knows, so each stays "other" however
+# the parser segments it.
+_OTHER_CJK = [c for c in "数据表格删除更新列订单库存今天明天" if c not in "".join(_VOCABULARY)]
+_IDS = st.text(alphabet=ID_ALPHABET, min_size=4, max_size=6).filter(
+    lambda s: any(c.isdigit() for c in s) and any(c.isalpha() for c in s)
+)
+
+
+def _part(kind: str, words: Iterable[str]) -> st.SearchStrategy[tuple[str, str]]:
+    """A word of ``kind``, as typed: any case."""
+    spelled = st.sampled_from(sorted(words)).flatmap(
+        lambda w: st.sampled_from(sorted({w, w.upper(), w.title()}))
+    )
+    return st.tuples(st.just(kind), spelled)
+
+
+_CONFIRM = _part("confirm", _WORDS.confirm)
+_FILLER = _part("filler", FILLERS_CJK | FILLERS_ASCII)
+_REQUEST = _part("request", REQUESTS_CJK | REQUESTS_ASCII)
+_ID = st.tuples(st.just("id"), _IDS)
+# One way each to miss the rule: the test runs each on every example.
+_SPOILERS: dict[str, st.SearchStrategy[tuple[str, str]]] = {
+    "cancel": _part("cancel", _WORDS.cancel),
+    "question": _part("question", {*QUESTION_PARTICLES, "?", "？"}),
+    "other": st.tuples(
+        st.just("other"),
+        st.one_of(
+            st.text(alphabet="".join(_OTHER_CJK), min_size=1, max_size=4),
+            st.text(alphabet="abcdefghjkmnpqrstuvwxyz", min_size=1, max_size=6).filter(
+                lambda w: w not in _VOCABULARY
+            ),
+            st.sampled_from(["🙂", "ок", "ß"]),
+        ),
+    ),
+    "second id": _ID,
+    "request before": _REQUEST,
+}
+
+
+def _last_confirm(parts: list[tuple[str, str]]) -> int:
+    return max(i for i, (kind, _) in enumerate(parts) if kind == "confirm")
+
+
+@st.composite
+def _confirms(draw: st.DrawFn) -> list[tuple[str, str]]:
+    """A clean confirm: confirm words and fillers in any order, perhaps one id anywhere,
+    perhaps a request after the last confirm word ("确认 请", "yes please")."""
+    parts = draw(
+        st.permutations(
+            draw(st.lists(_CONFIRM, min_size=1, max_size=2)) + draw(st.lists(_FILLER, max_size=2))
+        )
+    )
+    if draw(st.booleans()):
+        parts.insert(draw(st.integers(0, len(parts))), draw(_ID))
+    if draw(st.booleans()):
+        parts.insert(draw(st.integers(_last_confirm(parts) + 1, len(parts))), draw(_REQUEST))
+    return parts
+
+
+@st.composite
+def _spoiled(draw: st.DrawFn, spoiler: str) -> list[tuple[str, str]]:
+    """A clean confirm with one ``spoiler`` put in: never a confirm."""
+    parts = draw(_confirms())
+    if spoiler == "second id" and not any(kind == "id" for kind, _ in parts):
+        parts.insert(draw(st.integers(0, len(parts))), draw(_ID))
+    last = _last_confirm(parts) if spoiler == "request before" else len(parts)
+    parts.insert(draw(st.integers(0, last)), draw(_SPOILERS[spoiler]))
+    return parts
+
+
+def _is_confirm(parts: list[tuple[str, str]]) -> bool:
+    """The rule (DESIGN.md invariant 4): confirm words, fillers, at most one id, nothing
+    else; a request (请, please) only after the last confirm word."""
+    kinds = [kind for kind, _ in parts]
+    confirms = [i for i, kind in enumerate(kinds) if kind == "confirm"]
+    return (
+        bool(confirms)
+        and not {"cancel", "question", "other"} & set(kinds)
+        and kinds.count("id") <= 1
+        and not any(kind == "request" and i < confirms[-1] for i, kind in enumerate(kinds))
+    )
+
+
+@pytest.mark.parametrize("spoiler", [None, *_SPOILERS])
+@settings(max_examples=examples(150))
+@given(
+    data=st.data(),
+    separators=st.lists(st.sampled_from([" ", "  ", "，", ", ", "、", "。", " ~ "]), min_size=8),
+    before=st.sampled_from(["", "/", " "]),
+    after=st.sampled_from(["", "!", "。", "！！", " "]),
+)
+def test_confirm_exactly_when_the_rule_says(
+    spoiler: str | None, data: st.DataObject, separators: list[str], before: str, after: str
+) -> None:
+    """Every reply built from the vocabulary is a confirm exactly when the rule says so:
+    each clean confirm is one (naming the id it holds, matching only confirm words), and
+    each way of missing the rule is tried on every example of its own run."""
+    parts = data.draw(_confirms() if spoiler is None else _spoiled(spoiler), label="parts")
+    expected = _is_confirm(parts)
+    assert expected is (spoiler is None), parts  # the generators are what they claim
+    text = before + "".join(
+        sep + word for sep, (_, word) in zip(["", *separators], parts, strict=False)
+    )
+    text += after
+    parsed = ReplyParser(_WORDS).parse(text)
+    assert (parsed.intent is ReplyIntent.CONFIRM) is expected, (text, parts, parsed)
+    if expected:
+        assert parsed.matched and set(parsed.matched) <= set(_WORDS.confirm), (text, parsed)
+        ids = [word for kind, word in parts if kind == "id"]
+        assert parsed.confirmation_id == (canonical_id(ids[0]) if ids else None), (text, parsed)
+        assert parsed.grant_minutes is None
 
 
 @given(
@@ -94,16 +216,11 @@ def test_negated_confirm_never_confirms(word: str, negation: str) -> None:
         assert p.parse(text).intent is not ReplyIntent.CONFIRM, text
 
 
-_IDS = st.text(alphabet=ID_ALPHABET, min_size=4, max_size=6).filter(
-    lambda s: any(c.isdigit() for c in s) and any(c.isalpha() for c in s)
-)
-
-
 @given(cid=_IDS, word=st.sampled_from(["确认", "取消", "ok", "cancel"]))
 @example(cid="MN5H", word="取消")
 @example(cid="997H", word="确认")
 @example(cid="K30M", word="确认")
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 def test_a_decision_with_an_id_names_that_id_and_asks_for_no_grant(cid: str, word: str) -> None:
     # Regression: "确认 MN5H" read the id's tail "5H" as five hours (unclear), and
     # "确认 997H" as a bare confirm with a 997-hour grant.

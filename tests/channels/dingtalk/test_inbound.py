@@ -9,6 +9,7 @@ import pytest
 
 from channels.dingtalk.cards import confirmation_id_from, out_track_id, parse_card_callback
 from channels.dingtalk.inbound import parse_chatbot_message
+from channels.payloads import MalformedEvent
 from gateway.confirm.model import Decision
 from tests.fakes.dingtalk import FakeDingTalk
 
@@ -56,10 +57,11 @@ def test_picture_has_no_text() -> None:
     assert event.text is None
 
 
-def test_message_without_ids_is_unreadable() -> None:
+def test_message_without_ids_is_malformed() -> None:
     data = _payload(text="x")
     del data["msgId"]
-    assert parse_chatbot_message(data) is None
+    with pytest.raises(MalformedEvent, match="msgId"):
+        parse_chatbot_message(data)
 
 
 def test_out_track_id_round_trip_and_foreign_cards() -> None:

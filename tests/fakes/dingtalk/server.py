@@ -190,7 +190,7 @@ class FakeDingTalk(ThreadedServer[RecordedRequest]):
         await ws.send_str(json.dumps(frame, ensure_ascii=False))
 
     def _frame(
-        self, frame_type: str, topic: str, data: dict[str, Any], message_id: str | None
+        self, frame_type: str, topic: str, data: Any, message_id: str | None
     ) -> dict[str, Any]:
         return {
             "specVersion": "1.0",
@@ -264,6 +264,10 @@ class FakeDingTalk(ThreadedServer[RecordedRequest]):
         """Send a CALLBACK frame with a chatbot message; returns the frame messageId."""
         data = payload if payload is not None else self.chatbot_payload(**kw)
         return self.send_frame(self._frame("CALLBACK", CHATBOT_TOPIC, data, frame_id))
+
+    def send_callback(self, topic: str, data: Any) -> str:
+        """A CALLBACK frame on ``topic`` carrying ``data`` as JSON, whatever its shape."""
+        return self.send_frame(self._frame("CALLBACK", topic, data, None))
 
     def send_card_callback(
         self,
