@@ -1,9 +1,11 @@
-"""The confirmation lifecycle: request, decide, expire, cancel.
+"""The confirmation lifecycle: request, decide (and who may decide), expire, cancel.
 
-Every way a confirmation can end — a typed reply, a card click, the admin API, the
-timeout, shutdown — goes through ``_finish``: the store's compare-and-set, then waking the
-waiting turn, telling listeners and posting the update to the chat. The store holds the
-truth; a future here only wakes the turn that asked.
+A person's decision — a typed reply (intercept.py), a card click, the admin API, an
+approval with edited arguments (gateway/tools/edits.py) — is taken by ``decide_record``.
+Every way a confirmation can end, decided or not (the timeout, shutdown), goes through
+``_finish``: the store's compare-and-set, then waking the waiting turn, telling listeners
+and posting the update to the chat. The store holds the truth; a future here only wakes
+the turn that asked.
 
 Around it: replies read from the bus (intercept.py), the expiry timers (deadlines.py), and
 other replicas and restarts (replicas.py).
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -24,7 +27,6 @@ from gateway import texts
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage
 from gateway.confirm import ledger
 from gateway.confirm.deadlines import Deadlines
-from gateway.confirm.deciding import Deciding
 from gateway.confirm.doubts import Doubts
 from gateway.confirm.events import ConfirmationEvent as ConfirmationEvent
 from gateway.confirm.events import Listener as Listener
@@ -37,6 +39,7 @@ from gateway.confirm.model import (
     AuditEvent,
     CallEdit,
     Confirmation,
+    Decision,
     Instance,
     Risk,
     Status,
@@ -58,12 +61,23 @@ from gateway.runtime import BackgroundTasks
 log = structlog.get_logger(__name__)
 
 
-class ConfirmationService(Deciding):
-    """Holds tool calls until an authorised person decides, or the timeout cancels them.
+def same_person(a: str, b: str) -> bool:
+    """Whether two names are one person's, leniently (NFKC, case, spaces): used only to
+    refuse, so ``Alice`` typed on the admin API cannot approve ``alice``'s call."""
+    return _folded(a) == _folded(b)
 
-    How a person's decision is taken (who may decide, ``decide``, ``decide_record``) is
-    in deciding.py; every end, decided or not, goes through ``_finish`` here.
-    """
+
+def _folded(name: str) -> str:
+    return "".join(unicodedata.normalize("NFKC", name).casefold().split())
+
+
+def self_approval(c: Confirmation, actor: str, decision: Decision) -> bool:
+    """The requester approving their own four-eyes call: refused on every path."""
+    return c.four_eyes and decision is Decision.APPROVE and same_person(actor, c.requester)
+
+
+class ConfirmationService:
+    """Holds tool calls until an authorised person decides, or the timeout cancels them."""
 
     def __init__(
         self,
@@ -149,6 +163,107 @@ class ConfirmationService(Deciding):
     async def announce_remote(self, kind: FeedKind, record: Confirmation) -> None:
         """Tell listeners of a change another replica made (its lifecycle feed entry)."""
         await self._listeners.emit(kind, record, remote=True)
+
+    # ------------------------------------------------------------------ deciding
+
+    def may_decide(self, c: Confirmation, actor: str, decision: Decision) -> tuple[bool, str]:
+        """Requester and approvers may decide; with four-eyes the requester may only reject."""
+        if self_approval(c, actor, decision):
+            return False, texts.FOUR_EYES
+        if actor == c.requester:
+            return True, ""
+        if actor in c.approvers or actor in self.settings.approvers:
+            return True, ""
+        return False, texts.ONLY_APPROVERS
+
+    async def decide(
+        self,
+        confirmation_id: str,
+        decision: Decision,
+        *,
+        actor: str,
+        via: str,
+        reason: str | None = None,
+        feedback: bool = False,
+    ) -> DecideResult:
+        """The one way a person decides. ``via="admin"`` is authorised by the admin token."""
+        cid = canonical_id(confirmation_id)
+        current = await self.store.get(cid)
+        if current is None:
+            return DecideResult(DecideOutcome.NOT_FOUND, None, texts.unknown_id(cid))
+        return await self.decide_record(
+            current, decision, actor=actor, via=via, reason=reason, feedback=feedback
+        )
+
+    async def decide_record(
+        self,
+        current: Confirmation,
+        decision: Decision,
+        *,
+        actor: str,
+        via: str,
+        reason: str | None = None,
+        feedback: bool = False,
+        edit: CallEdit | None = None,
+        trail: Sequence[AuditEvent] = (),
+    ) -> DecideResult:
+        """``decide`` for a record just read from the store; the compare-and-set settles races.
+
+        ``edit`` approves new arguments instead (checked first by gateway/tools/edits.py).
+        ``trail``: audit lines that led here (the reply read), written with the decision,
+        or on their own when this call decides nothing.
+        """
+        if current.status.is_terminal:
+            await ledger.audit_many(self.store, trail)
+            return DecideResult(
+                DecideOutcome.ALREADY_DECIDED, current, texts.already_decided(current)
+            )
+        if current.id in self.doubts:
+            # Its request was refused to its turn (doubts.py): nobody here approves it;
+            # settling it first cancels it, or finds what another replica decided.
+            settled = await self.doubts.settle(current.id)
+            await ledger.audit_many(self.store, trail)
+            assert settled is not None
+            return DecideResult(
+                DecideOutcome.ALREADY_DECIDED, settled, texts.already_decided(settled)
+            )
+        if via == "admin":
+            # The token vouches for an operator, not for a second person: four-eyes holds,
+            # judged on the person the admin API named (gateway/http/server.person_behind).
+            allowed, why = not self_approval(current, actor, decision), texts.FOUR_EYES
+        else:
+            allowed, why = self.may_decide(current, actor, decision)
+        if not allowed:
+            log.info(
+                "confirm.decision_refused",
+                confirmation_id=current.id,
+                session=current.session_key,
+                actor=actor,
+                via=via,
+            )
+            await ledger.audit_many(self.store, trail)
+            return DecideResult(DecideOutcome.FORBIDDEN, current, why)
+        final, said = await self._finish(
+            current.id,
+            decision.status,
+            by=actor,
+            via=via,
+            reason=reason,
+            feedback=feedback,
+            edit=edit,
+            trail=trail,
+        )
+        assert final is not None
+        if said is not None:
+            return DecideResult(DecideOutcome.DECIDED, final, said)
+        if final.status is Status.PENDING:
+            # Past its deadline but the timer has not fired yet: expire it now.
+            expired = await self.expire(current.id)
+            assert expired is not None
+            final = expired
+        if final.status is Status.EXPIRED:
+            return DecideResult(DecideOutcome.EXPIRED, final, texts.already_decided(final))
+        return DecideResult(DecideOutcome.ALREADY_DECIDED, final, texts.already_decided(final))
 
     # ------------------------------------------------------------------ asking
 
