@@ -25,7 +25,6 @@ from config.keywords import KeywordSet, KeywordStore
 from config.settings import ConfirmationSettings
 from gateway import texts
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage
-from gateway.confirm import ledger
 from gateway.confirm.deadlines import Deadlines
 from gateway.confirm.doubts import Doubts
 from gateway.confirm.events import ConfirmationEvent as ConfirmationEvent
@@ -34,12 +33,13 @@ from gateway.confirm.events import Listeners
 from gateway.confirm.grants import GrantBook, MemoryGrantStore
 from gateway.confirm.ids import canonical_id, new_confirmation_id
 from gateway.confirm.intercept import ReplyIntercept
-from gateway.confirm.ledger import new_instance
+from gateway.confirm.ledger import AuditLog, new_instance
 from gateway.confirm.model import (
     AuditEvent,
     CallEdit,
     Confirmation,
     Decision,
+    ExecState,
     Instance,
     Risk,
     Status,
@@ -92,6 +92,7 @@ class ConfirmationService:
     ) -> None:
         self.store = store
         self.bus = bus
+        self.audit = AuditLog(store=store, clock=clock)
         # Replies such as "确认 30分钟" give grants here (intercept.py); the runner reads them.
         self.grants = grants or GrantBook(MemoryGrantStore(), clock=clock)
         self.settings = settings
@@ -214,7 +215,7 @@ class ConfirmationService:
         or on their own when this call decides nothing.
         """
         if current.status.is_terminal:
-            await ledger.audit_many(self.store, trail)
+            await self.audit.add_all(trail)
             return DecideResult(
                 DecideOutcome.ALREADY_DECIDED, current, texts.already_decided(current)
             )
@@ -222,7 +223,7 @@ class ConfirmationService:
             # Its request was refused to its turn (doubts.py): nobody here approves it;
             # settling it first cancels it, or finds what another replica decided.
             settled = await self.doubts.settle(current.id)
-            await ledger.audit_many(self.store, trail)
+            await self.audit.add_all(trail)
             assert settled is not None
             return DecideResult(
                 DecideOutcome.ALREADY_DECIDED, settled, texts.already_decided(settled)
@@ -241,7 +242,7 @@ class ConfirmationService:
                 actor=actor,
                 via=via,
             )
-            await ledger.audit_many(self.store, trail)
+            await self.audit.add_all(trail)
             return DecideResult(DecideOutcome.FORBIDDEN, current, why)
         final, said = await self._finish(
             current.id,
@@ -319,7 +320,7 @@ class ConfirmationService:
                 continuation=continuation,
             ),
             events=(
-                ledger.event(self, cid, "requested", actor=requester, at=now, tool=tool_call.name),
+                self.audit.event(cid, "requested", actor=requester, at=now, tool=tool_call.name),
             ),
             limits=self._pending_limits,
             on_error=self.doubts.create_failed,
@@ -349,7 +350,7 @@ class ConfirmationService:
                         metadata=metadata or {},
                     )
                 )
-                await ledger.audit(self, conf.id, "prompt_sent", channel=channel, chat_id=chat_id)
+                await self.audit.add(conf.id, "prompt_sent", channel=channel, chat_id=chat_id)
                 await self._listeners.emit("requested", conf)
             # Not shielded: a cancelled turn cancels this future, and the handler below
             # then records the confirmation as cancelled.
@@ -410,8 +411,8 @@ class ConfirmationService:
         """End a pending confirmation: the record as it now is, and what its chat was told
         (None when this call changed nothing)."""
         now = self.clock()
-        lines = ledger.decision_lines(
-            self, confirmation_id, status, by=by, via=via, at=now, edit=edit
+        lines = self.audit.decision_events(
+            confirmation_id, status, by=by, via=via, at=now, edit=edit
         )
         final, changed = await self.store.finish(
             confirmation_id,
@@ -425,7 +426,7 @@ class ConfirmationService:
             events=(*trail, *lines),
         )
         if final is None or not changed:
-            await ledger.audit_many(self.store, trail)
+            await self.audit.add_all(trail)
             if final is not None and final.status.is_terminal:
                 # Another path (or another replica sharing the store) finished it first:
                 # the waiting turn here must learn the real outcome, not hang; a call
@@ -458,6 +459,42 @@ class ConfirmationService:
         await self._listeners.emit("resolved", final)
         self._replicas.finished(final)
         return final, said
+
+    async def interrupt(self, confirmation_id: str, *, claimer: str) -> Confirmation | None:
+        """Mark an in-flight call of ``claimer`` interrupted and tell its chat and the admin
+        feed: the one way an interrupted call ends, for the executor and for adoption.
+
+        The record says ``interrupted``, the chat where it was asked is told in both
+        languages, the admin feed gets an ``executed`` event, the audit log an
+        ``interrupted`` line. None when the record was not in flight under ``claimer``
+        (settled or re-claimed meanwhile): then nothing is told, whoever settled it tells.
+        """
+        now = self.clock()
+        line = self.audit.event(
+            confirmation_id, "interrupted", actor=self.instance.id, at=now, claimer=claimer
+        )
+        final = await self.store.finish_execution(
+            confirmation_id,
+            instance=claimer,
+            state=ExecState.INTERRUPTED,
+            result=texts.INTERRUPTED_RESULT,
+            now=now,
+            events=(line,),
+        )
+        if final is None:
+            return None
+        log.warning("confirm.interrupted", confirmation_id=confirmation_id, claimer=claimer)
+        await self.say_to_chat(final, texts.interrupted(final))
+        await self.announce_execution(final)
+        return final
+
+    async def say_to_chat(self, c: Confirmation, text: str) -> None:
+        """Post ``text`` to the chat where ``c`` was asked."""
+        await self.bus.publish_outbound(
+            OutboundMessage(
+                channel=c.channel, chat_id=c.chat_id, session_key=c.session_key, text=text
+            )
+        )
 
     # ------------------------------------------------------------------ queries
 
