@@ -110,7 +110,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 def cmd_check_config(args: argparse.Namespace) -> int:
     """What ``serve`` would refuse, plus what it would only warn about, without starting."""
-    from gateway.parts import check_settings
+    from gateway.app import check_settings
 
     unknown, malformed = environment_problems(os.environ)
     problems = [*malformed, *unknown]
@@ -166,7 +166,7 @@ async def _store_problems(settings: Settings) -> list[str]:
     """Open and close the confirmation store when it is a server (Redis): is it there?"""
     if settings.confirmation.store != "redis":
         return []
-    from gateway.parts import open_store
+    from gateway.app import open_store
 
     try:
         store = await open_store(settings)

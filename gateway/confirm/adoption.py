@@ -28,7 +28,6 @@ import structlog
 
 from gateway import texts
 from gateway.bus import OutboundKind, OutboundMessage
-from gateway.confirm.ledger import audit_many, event, interrupt
 from gateway.confirm.model import AuditEvent, Confirmation, ExecState, Status
 from gateway.confirm.store import may_claim
 from gateway.runtime import BackgroundTasks
@@ -117,7 +116,7 @@ class Adoption:
                 return True
             if c.idempotent and ex.attempts == 1:
                 return False  # its lease runs a little longer than the heartbeat: wait
-            await interrupt(service, c.id, claimer=ex.claimed_by or "")
+            await service.interrupt(c.id, claimer=ex.claimed_by or "")
             return True
         if c.owner != self.me and (
             c.status is Status.PENDING
@@ -137,15 +136,14 @@ class Adoption:
             return  # other processes adopted them first
         was = {c.id: c.owner for c in records}
         log.info("confirm.adopted", count=len(moved), first=moved[0].id)
-        await audit_many(
-            service.store,
+        await service.audit.add_all(
             [self._event(c.id, "adopted", from_owner=was.get(c.id)) for c in moved],
         )
         for c in moved:
             if c.status is Status.APPROVED and c.execution.state is ExecState.WAITING:
                 self._run(c)  # approved before it was adopted
         reposted = [c.id for c in pending if await self._adopt_pending(c)]
-        await audit_many(service.store, [self._event(cid, "prompt_reposted") for cid in reposted])
+        await service.audit.add_all([self._event(cid, "prompt_reposted") for cid in reposted])
 
     async def _adopt_pending(self, c: Confirmation) -> bool:
         """Arm its deadline and post its prompt again; False when it ended meanwhile."""
@@ -172,7 +170,7 @@ class Adoption:
         return True
 
     def _event(self, confirmation_id: str, kind: str, **detail: Any) -> AuditEvent:
-        return event(self._service, confirmation_id, kind, actor=self.me, **detail)
+        return self._service.audit.event(confirmation_id, kind, actor=self.me, **detail)
 
     def run_approved(self, c: Confirmation) -> None:
         """Run an approved call no turn waits for, as one adopted here (doubts.py)."""

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING
 import structlog
 
 from gateway import texts
-from gateway.confirm import ledger
 from gateway.confirm.model import AuditEvent, Confirmation, ExecState, Status
 from gateway.confirm.store import (
     ConfirmationExistsError,
@@ -150,8 +149,8 @@ class Doubts:
         final = doubt.record.finished(
             Status.CANCELLED, by=None, at=now, via="system", reason=reason
         ).skipped(now)
-        lines = ledger.decision_lines(
-            service, final.id, Status.CANCELLED, by=None, via="system", at=now, edit=None
+        lines = service.audit.decision_events(
+            final.id, Status.CANCELLED, by=None, via="system", at=now, edit=None
         )
         try:
             await service.store.create(final, events=(*doubt.events, *lines))

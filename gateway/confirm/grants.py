@@ -31,7 +31,6 @@ from typing import TYPE_CHECKING, Any, Literal
 import structlog
 
 from gateway import texts
-from gateway.confirm.ledger import say_to_chat
 from gateway.confirm.model import (
     Confirmation,
     DecideOutcome,
@@ -246,7 +245,7 @@ async def decide_with_grant(
         _, said = await grant_sentence(
             service.grants, c, scope="session", minutes=grant_minutes, by=actor, via=via
         )
-        await say_to_chat(service, c, said)
+        await service.say_to_chat(c, said)
     return result
 
 

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 from gateway import texts
 from gateway.bus import InboundMessage, OutboundMessage, SenderIdentity
-from gateway.confirm import ledger
 from gateway.confirm.grants import grant_sentence
 from gateway.confirm.model import AuditEvent, Confirmation, DecideOutcome, Decision
 from gateway.confirm.replies import ParsedReply, ReplyIntent
@@ -178,8 +177,7 @@ class ReplyIntercept:
         self, target: Confirmation, msg: InboundMessage, parsed: ParsedReply, how: str
     ) -> AuditEvent:
         """The audit line of a reply read against ``target``: its intent and how it was taken."""
-        return ledger.event(
-            self._service,
+        return self._service.audit.event(
             target.id,
             "reply_read",
             actor=msg.sender_id,
@@ -191,7 +189,7 @@ class ReplyIntercept:
     async def _audit_read(
         self, target: Confirmation, msg: InboundMessage, parsed: ParsedReply, how: str
     ) -> None:
-        await ledger.audit_many(self._service.store, (self._read_line(target, msg, parsed, how),))
+        await self._service.audit.add_all((self._read_line(target, msg, parsed, how),))
 
     async def _on_unclear(
         self,

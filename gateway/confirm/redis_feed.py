@@ -66,15 +66,12 @@ def _pool_exhausted(exc: BaseException) -> bool:
     return isinstance(exc, RedisConnectionError) and isinstance(exc.__cause__, TimeoutError)
 
 
-def fail_closed(cls: C, *, also: tuple[type, ...] = ()) -> C:
-    """Every public coroutine method of ``cls`` (and of the mixins ``also``) raises
-    StoreUnavailableError when Redis cannot be reached or the pool stays exhausted past
-    its timeout, so callers above (service, runner, bus, HTTP) handle one error, with no
-    Redis import. ``close`` and ``unavailable`` are left as they are; instances keep their
-    client in ``self._redis``."""
-    names = {n: m for mixin in reversed(also) for n, m in vars(mixin).items()}
-    names.update(vars(cls))
-    for name, method in names.items():
+def fail_closed(cls: C) -> C:
+    """Every public coroutine method of ``cls`` raises StoreUnavailableError when Redis
+    cannot be reached or the pool stays exhausted past its timeout, so callers above
+    (service, runner, bus, HTTP) handle one error, with no Redis import. ``close`` and
+    ``unavailable`` are left as they are; instances keep their client in ``self._redis``."""
+    for name, method in list(vars(cls).items()):
         if name.startswith("_") or name in ("close", "unavailable"):
             continue
         if inspect.iscoroutinefunction(method):

@@ -29,7 +29,6 @@ import structlog
 from gateway import texts
 from gateway.confirm.adoption import Adoption
 from gateway.confirm.adoption import OrphanHandler as OrphanHandler
-from gateway.confirm.ledger import interrupt
 from gateway.confirm.model import Confirmation, Status
 from gateway.confirm.store import FeedEntry, StoreUnavailableError
 from gateway.runtime import BackgroundTasks
@@ -279,7 +278,7 @@ class Replicas:
         try:
             for c in await self._service.store.list_unsettled(instance=self.me):
                 if c.execution.state.in_flight and c.execution.claimed_by == self.me:
-                    await interrupt(self._service, c.id, claimer=self.me)
+                    await self._service.interrupt(c.id, claimer=self.me)
         except StoreUnavailableError as exc:
             _store_down(
                 "interrupt_running",

@@ -1,9 +1,11 @@
-"""The confirmation lifecycle: request, decide, expire, cancel.
+"""The confirmation lifecycle: request, decide (and who may decide), expire, cancel.
 
-Every way a confirmation can end — a typed reply, a card click, the admin API, the
-timeout, shutdown — goes through ``_finish``: the store's compare-and-set, then waking the
-waiting turn, telling listeners and posting the update to the chat. The store holds the
-truth; a future here only wakes the turn that asked.
+A person's decision — a typed reply (intercept.py), a card click, the admin API, an
+approval with edited arguments (gateway/tools/edits.py) — is taken by ``decide_record``.
+Every way a confirmation can end, decided or not (the timeout, shutdown), goes through
+``_finish``: the store's compare-and-set, then waking the waiting turn, telling listeners
+and posting the update to the chat. The store holds the truth; a future here only wakes
+the turn that asked.
 
 Around it: replies read from the bus (intercept.py), the expiry timers (deadlines.py), and
 other replicas and restarts (replicas.py).
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import unicodedata
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -22,9 +25,7 @@ from config.keywords import KeywordSet, KeywordStore
 from config.settings import ConfirmationSettings
 from gateway import texts
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage
-from gateway.confirm import ledger
 from gateway.confirm.deadlines import Deadlines
-from gateway.confirm.deciding import Deciding
 from gateway.confirm.doubts import Doubts
 from gateway.confirm.events import ConfirmationEvent as ConfirmationEvent
 from gateway.confirm.events import Listener as Listener
@@ -32,11 +33,13 @@ from gateway.confirm.events import Listeners
 from gateway.confirm.grants import GrantBook, MemoryGrantStore
 from gateway.confirm.ids import canonical_id, new_confirmation_id
 from gateway.confirm.intercept import ReplyIntercept
-from gateway.confirm.ledger import new_instance
+from gateway.confirm.ledger import AuditLog, new_instance
 from gateway.confirm.model import (
     AuditEvent,
     CallEdit,
     Confirmation,
+    Decision,
+    ExecState,
     Instance,
     Risk,
     Status,
@@ -58,12 +61,23 @@ from gateway.runtime import BackgroundTasks
 log = structlog.get_logger(__name__)
 
 
-class ConfirmationService(Deciding):
-    """Holds tool calls until an authorised person decides, or the timeout cancels them.
+def same_person(a: str, b: str) -> bool:
+    """Whether two names are one person's, leniently (NFKC, case, spaces): used only to
+    refuse, so ``Alice`` typed on the admin API cannot approve ``alice``'s call."""
+    return _folded(a) == _folded(b)
 
-    How a person's decision is taken (who may decide, ``decide``, ``decide_record``) is
-    in deciding.py; every end, decided or not, goes through ``_finish`` here.
-    """
+
+def _folded(name: str) -> str:
+    return "".join(unicodedata.normalize("NFKC", name).casefold().split())
+
+
+def self_approval(c: Confirmation, actor: str, decision: Decision) -> bool:
+    """The requester approving their own four-eyes call: refused on every path."""
+    return c.four_eyes and decision is Decision.APPROVE and same_person(actor, c.requester)
+
+
+class ConfirmationService:
+    """Holds tool calls until an authorised person decides, or the timeout cancels them."""
 
     def __init__(
         self,
@@ -78,6 +92,7 @@ class ConfirmationService(Deciding):
     ) -> None:
         self.store = store
         self.bus = bus
+        self.audit = AuditLog(store=store, clock=clock)
         # Replies such as "确认 30分钟" give grants here (intercept.py); the runner reads them.
         self.grants = grants or GrantBook(MemoryGrantStore(), clock=clock)
         self.settings = settings
@@ -150,6 +165,107 @@ class ConfirmationService(Deciding):
         """Tell listeners of a change another replica made (its lifecycle feed entry)."""
         await self._listeners.emit(kind, record, remote=True)
 
+    # ------------------------------------------------------------------ deciding
+
+    def may_decide(self, c: Confirmation, actor: str, decision: Decision) -> tuple[bool, str]:
+        """Requester and approvers may decide; with four-eyes the requester may only reject."""
+        if self_approval(c, actor, decision):
+            return False, texts.FOUR_EYES
+        if actor == c.requester:
+            return True, ""
+        if actor in c.approvers or actor in self.settings.approvers:
+            return True, ""
+        return False, texts.ONLY_APPROVERS
+
+    async def decide(
+        self,
+        confirmation_id: str,
+        decision: Decision,
+        *,
+        actor: str,
+        via: str,
+        reason: str | None = None,
+        feedback: bool = False,
+    ) -> DecideResult:
+        """The one way a person decides. ``via="admin"`` is authorised by the admin token."""
+        cid = canonical_id(confirmation_id)
+        current = await self.store.get(cid)
+        if current is None:
+            return DecideResult(DecideOutcome.NOT_FOUND, None, texts.unknown_id(cid))
+        return await self.decide_record(
+            current, decision, actor=actor, via=via, reason=reason, feedback=feedback
+        )
+
+    async def decide_record(
+        self,
+        current: Confirmation,
+        decision: Decision,
+        *,
+        actor: str,
+        via: str,
+        reason: str | None = None,
+        feedback: bool = False,
+        edit: CallEdit | None = None,
+        trail: Sequence[AuditEvent] = (),
+    ) -> DecideResult:
+        """``decide`` for a record just read from the store; the compare-and-set settles races.
+
+        ``edit`` approves new arguments instead (checked first by gateway/tools/edits.py).
+        ``trail``: audit lines that led here (the reply read), written with the decision,
+        or on their own when this call decides nothing.
+        """
+        if current.status.is_terminal:
+            await self.audit.add_all(trail)
+            return DecideResult(
+                DecideOutcome.ALREADY_DECIDED, current, texts.already_decided(current)
+            )
+        if current.id in self.doubts:
+            # Its request was refused to its turn (doubts.py): nobody here approves it;
+            # settling it first cancels it, or finds what another replica decided.
+            settled = await self.doubts.settle(current.id)
+            await self.audit.add_all(trail)
+            assert settled is not None
+            return DecideResult(
+                DecideOutcome.ALREADY_DECIDED, settled, texts.already_decided(settled)
+            )
+        if via == "admin":
+            # The token vouches for an operator, not for a second person: four-eyes holds,
+            # judged on the person the admin API named (gateway/http/server.person_behind).
+            allowed, why = not self_approval(current, actor, decision), texts.FOUR_EYES
+        else:
+            allowed, why = self.may_decide(current, actor, decision)
+        if not allowed:
+            log.info(
+                "confirm.decision_refused",
+                confirmation_id=current.id,
+                session=current.session_key,
+                actor=actor,
+                via=via,
+            )
+            await self.audit.add_all(trail)
+            return DecideResult(DecideOutcome.FORBIDDEN, current, why)
+        final, said = await self._finish(
+            current.id,
+            decision.status,
+            by=actor,
+            via=via,
+            reason=reason,
+            feedback=feedback,
+            edit=edit,
+            trail=trail,
+        )
+        assert final is not None
+        if said is not None:
+            return DecideResult(DecideOutcome.DECIDED, final, said)
+        if final.status is Status.PENDING:
+            # Past its deadline but the timer has not fired yet: expire it now.
+            expired = await self.expire(current.id)
+            assert expired is not None
+            final = expired
+        if final.status is Status.EXPIRED:
+            return DecideResult(DecideOutcome.EXPIRED, final, texts.already_decided(final))
+        return DecideResult(DecideOutcome.ALREADY_DECIDED, final, texts.already_decided(final))
+
     # ------------------------------------------------------------------ asking
 
     async def request(
@@ -204,7 +320,7 @@ class ConfirmationService(Deciding):
                 continuation=continuation,
             ),
             events=(
-                ledger.event(self, cid, "requested", actor=requester, at=now, tool=tool_call.name),
+                self.audit.event(cid, "requested", actor=requester, at=now, tool=tool_call.name),
             ),
             limits=self._pending_limits,
             on_error=self.doubts.create_failed,
@@ -234,7 +350,7 @@ class ConfirmationService(Deciding):
                         metadata=metadata or {},
                     )
                 )
-                await ledger.audit(self, conf.id, "prompt_sent", channel=channel, chat_id=chat_id)
+                await self.audit.add(conf.id, "prompt_sent", channel=channel, chat_id=chat_id)
                 await self._listeners.emit("requested", conf)
             # Not shielded: a cancelled turn cancels this future, and the handler below
             # then records the confirmation as cancelled.
@@ -295,8 +411,8 @@ class ConfirmationService(Deciding):
         """End a pending confirmation: the record as it now is, and what its chat was told
         (None when this call changed nothing)."""
         now = self.clock()
-        lines = ledger.decision_lines(
-            self, confirmation_id, status, by=by, via=via, at=now, edit=edit
+        lines = self.audit.decision_events(
+            confirmation_id, status, by=by, via=via, at=now, edit=edit
         )
         final, changed = await self.store.finish(
             confirmation_id,
@@ -310,7 +426,7 @@ class ConfirmationService(Deciding):
             events=(*trail, *lines),
         )
         if final is None or not changed:
-            await ledger.audit_many(self.store, trail)
+            await self.audit.add_all(trail)
             if final is not None and final.status.is_terminal:
                 # Another path (or another replica sharing the store) finished it first:
                 # the waiting turn here must learn the real outcome, not hang; a call
@@ -343,6 +459,42 @@ class ConfirmationService(Deciding):
         await self._listeners.emit("resolved", final)
         self._replicas.finished(final)
         return final, said
+
+    async def interrupt(self, confirmation_id: str, *, claimer: str) -> Confirmation | None:
+        """Mark an in-flight call of ``claimer`` interrupted and tell its chat and the admin
+        feed: the one way an interrupted call ends, for the executor and for adoption.
+
+        The record says ``interrupted``, the chat where it was asked is told in both
+        languages, the admin feed gets an ``executed`` event, the audit log an
+        ``interrupted`` line. None when the record was not in flight under ``claimer``
+        (settled or re-claimed meanwhile): then nothing is told, whoever settled it tells.
+        """
+        now = self.clock()
+        line = self.audit.event(
+            confirmation_id, "interrupted", actor=self.instance.id, at=now, claimer=claimer
+        )
+        final = await self.store.finish_execution(
+            confirmation_id,
+            instance=claimer,
+            state=ExecState.INTERRUPTED,
+            result=texts.INTERRUPTED_RESULT,
+            now=now,
+            events=(line,),
+        )
+        if final is None:
+            return None
+        log.warning("confirm.interrupted", confirmation_id=confirmation_id, claimer=claimer)
+        await self.say_to_chat(final, texts.interrupted(final))
+        await self.announce_execution(final)
+        return final
+
+    async def say_to_chat(self, c: Confirmation, text: str) -> None:
+        """Post ``text`` to the chat where ``c`` was asked."""
+        await self.bus.publish_outbound(
+            OutboundMessage(
+                channel=c.channel, chat_id=c.chat_id, session_key=c.session_key, text=text
+            )
+        )
 
     # ------------------------------------------------------------------ queries
 

@@ -25,7 +25,6 @@ from typing import Any, Literal
 import structlog
 
 from gateway import texts
-from gateway.confirm.deciding import self_approval
 from gateway.confirm.ids import canonical_id
 from gateway.confirm.model import (
     CallEdit,
@@ -36,7 +35,7 @@ from gateway.confirm.model import (
     Risk,
     ToolCall,
 )
-from gateway.confirm.service import ConfirmationService
+from gateway.confirm.service import ConfirmationService, self_approval
 from gateway.tools.base import ToolArgumentsError, ToolRegistry
 from gateway.tools.policy import Policy
 

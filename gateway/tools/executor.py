@@ -18,7 +18,7 @@ import structlog
 from pydantic import BaseModel
 
 from gateway import texts
-from gateway.confirm.ledger import audit, event, interrupt, summarize
+from gateway.confirm.ledger import summarize
 from gateway.confirm.model import Confirmation, ExecState
 from gateway.confirm.service import ConfirmationService
 from gateway.confirm.store import StoreUnavailableError, once_store_answers
@@ -91,7 +91,9 @@ class Executor:
             )
             return Ran("lost", texts.ran_elsewhere(now), now)
         try:
-            await audit(service, record.id, "claimed", actor=me, attempt=claimed.execution.attempts)
+            await service.audit.add(
+                record.id, "claimed", actor=me, attempt=claimed.execution.attempts
+            )
             call = claimed.tool_call
             tool = self.registry.get(call.name)
             try:
@@ -109,7 +111,7 @@ class Executor:
                 # Our claim was taken from us (this process looked dead to another one).
                 now = await service.store.get(record.id) or claimed
                 return Ran("lost", texts.ran_elsewhere(now), now)
-            await audit(service, record.id, "started", actor=me)
+            await service.audit.add(record.id, "started", actor=me)
         except StoreUnavailableError:
             # Claimed, not run: the turn tells its chat the store is down; the record says
             # "failed, not run" once the store answers (not claimed by a live process forever).
@@ -123,10 +125,10 @@ class Executor:
             # Stopped mid-run (stop timeout, or the turn was cancelled): it may or may not
             # have taken effect, so it is reported interrupted, never retried by itself.
             try:
-                await asyncio.shield(interrupt(service, record.id, claimer=me))
+                await asyncio.shield(service.interrupt(record.id, claimer=me))
             except StoreUnavailableError:
                 self._write_later(
-                    "interrupted", record.id, lambda: interrupt(service, record.id, claimer=me)
+                    "interrupted", record.id, lambda: service.interrupt(record.id, claimer=me)
                 )
             raise
         except Exception as exc:  # a tool's failure is the call's outcome, told to the chat
@@ -150,7 +152,7 @@ class Executor:
         if claimed is None:
             now = await service.store.get(record.id) or record
             return Ran("lost", texts.ran_elsewhere(now), now)
-        await audit(service, record.id, "claimed", actor=service.instance.id)
+        await service.audit.add(record.id, "claimed", actor=service.instance.id)
         await say(reason)
         return await self._finish(claimed, ExecState.FAILED, reason, say=say, report=False)
 
@@ -185,7 +187,9 @@ class Executor:
             result=result,
             now=now,
             events=(
-                event(service, record.id, "finished", at=now, state=state.value, result=result),
+                service.audit.event(
+                    record.id, "finished", at=now, state=state.value, result=result
+                ),
             ),
         )
         if final is None:

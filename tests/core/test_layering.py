@@ -71,18 +71,15 @@ def test_http_and_confirm_import_nothing_from_channels() -> None:
 
 
 def test_the_core_imports_no_channel_and_no_composition_root() -> None:
-    """Only the composition root (gateway.app and the parts it assembles) and the CLI put
-    channels and core together."""
-    roots = ("gateway/app.py", "gateway/parts.py", "gateway/cli/")
+    """Only the composition root (gateway.app) and the CLI put channels and core together."""
+    roots = ("gateway/app.py", "gateway/cli/")
     for path in (ROOT / "gateway").glob("**/*.py"):
         rel = path.relative_to(ROOT).as_posix()
         if rel.startswith(roots):
             continue
         for name in _imports(path):
             assert not name.startswith("channels"), f"{rel} imports {name}"
-            assert name not in ("gateway.app", "gateway.parts"), (
-                f"{rel} imports the composition root"
-            )
+            assert name != "gateway.app", f"{rel} imports the composition root"
     for path in (ROOT / "config").glob("**/*.py"):
         for name in _imports(path):
             assert not name.startswith(("gateway", "channels")), f"{path} imports {name}"

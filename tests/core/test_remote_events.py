@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from gateway.confirm.ledger import interrupt
 from gateway.confirm.model import ExecState, Status
 from gateway.confirm.redis_store import RedisConfirmationStore
 from gateway.confirm.service import ConfirmationEvent, ConfirmationService
@@ -133,7 +132,7 @@ async def test_an_interruption_by_another_replica_reaches_the_claimer(
     assert await a.store.claim(final.id, instance=me, now=final.created_at, lease=30)
     heard_a = Heard(a.service)
     # As B's adoption does when A's heartbeat has lapsed while the call ran.
-    assert await interrupt(b.service, conf.id, claimer=me) is not None
+    assert await b.service.interrupt(conf.id, claimer=me) is not None
     kind, cid, remote, event = await heard_a.next()
     assert (kind, cid, remote) == ("executed", conf.id, True)
     assert event.confirmation.execution.state is ExecState.INTERRUPTED
