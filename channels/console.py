@@ -1,14 +1,18 @@
 """A terminal chat through the same bus and confirmation path (``gateway chat``).
 
 On a terminal, lines are read with prompt_toolkit (channels.console_prompt): line editing,
-history, and the prompt shows "thinking…" while a turn runs. From a pipe, lines are read
-as they come.
+history, and the prompt shows "thinking…" while a turn runs.
+
+Otherwise (``gateway chat < script.txt``, a pipe) stdin is a script: one message a line,
+each sent once the answer to the one before it is in — its turn ended, or it asked for a
+confirmation, whose reply is then the next line. At the end of the input the chat ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import sys
 import uuid
 from collections.abc import Callable
@@ -19,7 +23,13 @@ import structlog
 
 from channels.base import Channel
 from gateway import texts
-from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage
+from gateway.bus import (
+    InboundMessage,
+    MessageBus,
+    OutboundKind,
+    OutboundMessage,
+    PublishResult,
+)
 from gateway.confirm.model import Status
 from gateway.runtime import BackgroundTasks
 
@@ -75,6 +85,14 @@ class ConsoleChannel(Channel):
         self._lines: asyncio.Queue[str | None] = asyncio.Queue()
         self._reader_fd: int | None = None
         self._buffer = b""
+        # Script mode: the turns of lines sent and not ended, and what was said since the
+        # last line; ``_answered`` is set when the next line may go.
+        self._unanswered: set[str] = set()
+        self._intercepted = False
+        self._asked = False
+        self._updated = False
+        self._told = False
+        self._answered = asyncio.Event()
 
     @property
     def chat_id(self) -> str:
@@ -98,6 +116,16 @@ class ConsoleChannel(Channel):
             return
         self._turns += 1 if running else -1
         self._set_activity(texts.CONSOLE_THINKING if self._turns > 0 else None)
+        if not running and msg.message_id is not None:
+            self._unanswered.discard(msg.message_id)
+            self._check_answered()
+
+    def _check_answered(self) -> None:
+        """The last line is answered: its turn ended, it asked the person, or (a reply the
+        confirmation service took) the person was told why it decided nothing."""
+        told = self._intercepted and self._told and not self._updated
+        if not self._unanswered or self._asked or told:
+            self._answered.set()
 
     def _set_activity(self, activity: str | None) -> None:
         self._activity = activity
@@ -121,26 +149,38 @@ class ConsoleChannel(Channel):
             return
         loop = asyncio.get_running_loop()
         fd = self.stdin.fileno()
-        # add_reader keeps stdin off a thread: a thread blocked in readline() would keep
-        # the process alive after shutdown.
-        loop.add_reader(fd, self._on_readable, fd)
-        self._reader_fd = fd
+        try:
+            # add_reader keeps stdin off a thread: a thread blocked in readline() would
+            # keep the process alive after shutdown.
+            loop.add_reader(fd, self._on_readable, fd)
+        except PermissionError:
+            # A regular file or /dev/null (`gateway chat < script.txt`): epoll refuses
+            # it, and reading it never blocks.
+            while self._take(os.read(fd, 65536)):
+                pass
+        else:
+            self._reader_fd = fd
         self._tasks.spawn(self._run(), name="console-input")
         self._print(texts.CONSOLE_BANNER)
 
     def _on_readable(self, fd: int) -> None:
-        import os
-
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            self._lines.put_nowait(None)
+        if not self._take(os.read(fd, 65536)):
             asyncio.get_running_loop().remove_reader(fd)
             self._reader_fd = None
-            return
+
+    def _take(self, chunk: bytes) -> bool:
+        """Queue the complete lines of ``chunk``; False at the end of the input."""
+        if not chunk:
+            if self._buffer:  # a last line without its newline
+                self._lines.put_nowait(self._buffer.decode("utf-8", errors="replace"))
+                self._buffer = b""
+            self._lines.put_nowait(None)
+            return False
         self._buffer += chunk
         while b"\n" in self._buffer:
             line, self._buffer = self._buffer.split(b"\n", 1)
             self._lines.put_nowait(line.decode("utf-8", errors="replace"))
+        return True
 
     async def _run(self) -> None:
         while True:
@@ -168,17 +208,30 @@ class ConsoleChannel(Channel):
 
     async def _publish(self, line: str) -> None:
         text = line.strip()
-        if text:
-            await self.bus.publish_inbound(
-                InboundMessage(
-                    channel=self.name,
-                    chat_id=self.chat_id,
-                    sender_id=self.user,
-                    sender_name=self.user,
-                    text=text,
-                    message_id=f"console-{self._run_id}-{next(self._ids)}",
-                )
+        if not text:
+            return
+        message_id = f"console-{self._run_id}-{next(self._ids)}"
+        script = not self.interactive
+        if script:
+            self._answered.clear()
+            self._intercepted = self._asked = self._updated = self._told = False
+            self._unanswered.add(message_id)  # before: its turn may end before we resume
+        result = await self.bus.publish_inbound(
+            InboundMessage(
+                channel=self.name,
+                chat_id=self.chat_id,
+                sender_id=self.user,
+                sender_name=self.user,
+                text=text,
+                message_id=message_id,
             )
+        )
+        if script:
+            if result is not PublishResult.QUEUED:
+                self._unanswered.discard(message_id)  # no turn will run for it
+            self._intercepted = result is PublishResult.INTERCEPTED
+            self._check_answered()
+            await self._answered.wait()
 
     def _print(self, text: str) -> None:
         self.stdout.write(text + "\n")
@@ -188,8 +241,15 @@ class ConsoleChannel(Channel):
         if msg.kind is OutboundKind.CONFIRMATION:
             self._print("\n" + msg.text + "\n")
             self._set_activity(None)  # the turn waits for the person, not the gateway
+            self._asked = True  # a script's next line is the reply
+            self._check_answered()
             return
         self._print(f"bot> {msg.text}")
+        if msg.kind is OutboundKind.CONFIRMATION_UPDATE:
+            self._updated = True  # decided: the turn goes on, its result is the answer
+        elif msg.reply_to is None:
+            self._told = True
+        self._check_answered()
         if msg.kind is OutboundKind.CONFIRMATION_UPDATE and self._turns > 0:
             approved = msg.confirmation is not None and msg.confirmation.status is Status.APPROVED
             self._set_activity(texts.CONSOLE_RUNNING if approved else texts.CONSOLE_THINKING)

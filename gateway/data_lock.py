@@ -21,12 +21,14 @@ LOCK_FILE = "gateway.lock"
 class DataDirInUse(ConfigError):
     """Another live process holds the data dir: one line saying which, and what to do."""
 
-    def __init__(self, data_dir: Path, pid: int | None) -> None:
+    def __init__(self, data_dir: Path, pid: int | None, *, instead: str | None = None) -> None:
+        """``instead``: what the refused command can do rather than take the data dir
+        (``gateway chat``: talk to the running daemon)."""
         who = f"pid {pid}" if pid is not None else "a process that has not written its pid yet"
-        super().__init__(
-            f"data_dir {data_dir} is in use by another gateway ({who}): stop that one, or "
-            "set GATEWAY_DATA_DIR (or data_dir) to another directory"
+        fix = instead or (
+            "stop that one, or set GATEWAY_DATA_DIR (or data_dir) to another directory"
         )
+        super().__init__(f"data_dir {data_dir} is in use by another gateway ({who}): {fix}")
         self.data_dir = data_dir
         self.pid = pid
 

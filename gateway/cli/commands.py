@@ -21,6 +21,7 @@ from config.keywords import (
     load_keywords,
 )
 from config.settings import ConfigError, Settings, load_settings, masked_dump, resolve_config_path
+from gateway.data_lock import DataDirInUse
 from gateway.logs import configure_logging
 
 EXIT_CONFIG = 2
@@ -81,7 +82,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_chat(args: argparse.Namespace) -> int:
     from gateway.app import build, run_until_stopped
 
-    settings = _settings(args)
+    configured = settings = _settings(args)
     channels = settings.channels.model_copy(deep=True)
     channels.console.user = args.user or channels.console.user
     channels.webchat.enabled = False
@@ -101,8 +102,21 @@ def cmd_chat(args: argparse.Namespace) -> int:
     async def chat() -> None:
         await run_until_stopped(await build(settings, console=True, serve_http=False))
 
-    asyncio.run(chat())
+    try:
+        asyncio.run(chat())
+    except DataDirInUse as exc:  # `gateway serve` runs on it: say how to talk to that one
+        raise DataDirInUse(exc.data_dir, exc.pid, instead=_chat_instead(configured)) from None
     return 0
+
+
+def _chat_instead(settings: Settings) -> str:
+    from gateway.http.server import local_url
+
+    demo = "or run `gateway chat --store memory` for a separate demo (its own confirmations)"
+    if not settings.channels.webchat.enabled:
+        return f"stop it, {demo}"
+    url = local_url(settings.server.host, settings.server.port)
+    return f"chat with the running gateway in its web chat at {url}, {demo}"
 
 
 # ---------------------------------------------------------------------- config

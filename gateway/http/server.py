@@ -352,12 +352,17 @@ class HttpServer:
 
     @property
     def url(self) -> str:
-        host = self.host if ":" not in self.host else f"[{self.host}]"
-        if self.host in ("0.0.0.0", "::"):
-            host = "127.0.0.1"
-        return f"http://{host}:{self.port}"
+        return local_url(self.host, self.port)
 
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+
+def local_url(host: str, port: int) -> str:
+    """The URL a browser on this machine opens for a server listening on host:port."""
+    shown = host if ":" not in host else f"[{host}]"
+    if host in ("0.0.0.0", "::"):
+        shown = "127.0.0.1"
+    return f"http://{shown}:{port}"

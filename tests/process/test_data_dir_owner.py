@@ -111,3 +111,46 @@ def test_with_redis_several_processes_share_a_data_dir(tmp_path: Path) -> None:
         for key in client.scan_iter(f"{prefix}*"):
             client.delete(key)
         client.close()
+
+
+def test_chat_beside_a_serve_says_how_to_talk_to_it(first: ServeProcess) -> None:
+    """`gateway chat` on the data dir `serve` holds: one line naming what to do instead."""
+    port = first.url.rsplit(":", 1)[1]
+    env = {
+        **os.environ,
+        "GATEWAY_DATA_DIR": str(first.data_dir),
+        "GATEWAY_SERVER__HOST": "127.0.0.1",
+        "GATEWAY_SERVER__PORT": port,  # the daemon's settings, as one config file gives both
+        "GATEWAY_KEYWORDS__FILE": str(first.tmp_path / "keywords.toml"),
+        **first.env,
+    }
+    refused = subprocess.run(
+        [str(GATEWAY_BIN), "chat"],
+        input="",
+        cwd=first.tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert refused.returncode == EXIT_CONFIG, refused.stderr
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1, refused.stderr
+    assert str(first.data_dir) in lines[0]
+    assert first.url in lines[0]  # its web chat
+    assert "gateway chat --store memory" in lines[0]  # or a separate demo
+    assert ready(first.url)
+
+    demo = subprocess.run(
+        [str(GATEWAY_BIN), "chat", "--store", "memory"],
+        input="/pending\n",
+        cwd=first.tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert demo.returncode == 0, demo.stderr
+    assert "nothing is waiting for confirmation" in demo.stdout  # the advice works
