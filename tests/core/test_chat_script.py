@@ -15,7 +15,11 @@ import pytest
 
 from tests.webchat.support import GATEWAY_BIN, copy_keywords
 
-SCRIPT = "/sql DELETE FROM orders WHERE status = 1\n确认\n"
+DELETE = "/sql DELETE FROM orders WHERE status = 1\n"
+SCRIPT = DELETE + "确认\n"
+# An unclear reply is answered ("reply just confirm or cancel") and decides nothing: the
+# next line is read then, while the call still waits. The last line has no newline.
+UNCLEAR_FIRST = DELETE + "嗯确认吗\n确认"
 
 
 def paid_orders(data_dir: Path) -> int:
@@ -23,8 +27,12 @@ def paid_orders(data_dir: Path) -> int:
         return int(conn.execute("SELECT COUNT(*) FROM orders WHERE status = 1").fetchone()[0])
 
 
-@pytest.mark.parametrize("source", ["file", "pipe"])
-def test_a_script_on_stdin_is_answered_line_by_line(tmp_path: Path, source: str) -> None:
+@pytest.mark.parametrize(
+    ("source", "text"),
+    [("file", SCRIPT), ("pipe", SCRIPT), ("pipe", UNCLEAR_FIRST)],
+    ids=["file", "pipe", "unclear-reply"],
+)
+def test_a_script_on_stdin_is_answered_line_by_line(tmp_path: Path, source: str, text: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_")}
     env.update(
         GATEWAY_DATA_DIR=str(tmp_path / "data"),
@@ -32,13 +40,13 @@ def test_a_script_on_stdin_is_answered_line_by_line(tmp_path: Path, source: str)
         GATEWAY_CONFIRMATION__STORE="sqlite",
     )
     script = tmp_path / "script.txt"
-    script.write_text(SCRIPT, encoding="utf-8")
+    script.write_text(text, encoding="utf-8")
     with script.open("rb") as file:
         # `gateway chat < script.txt`, or `printf ... | gateway chat`
         done = subprocess.run(
             [str(GATEWAY_BIN), "chat"],
             stdin=file if source == "file" else None,
-            input=None if source == "file" else SCRIPT.encode(),
+            input=None if source == "file" else text.encode(),
             cwd=tmp_path,
             env=env,
             capture_output=True,
