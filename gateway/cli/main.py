@@ -66,7 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, help="override server.port")
     p.set_defaults(handler=_command("cmd_serve"))
 
-    p = sub.add_parser("chat", help="chat with the gateway in this terminal")
+    p = sub.add_parser(
+        "chat", help="chat with the gateway in this terminal (or run a script of lines from stdin)"
+    )
     p.add_argument("--user", help="your user id in the console channel (default: local)")
     p.add_argument(
         "--store",
