@@ -44,6 +44,8 @@ EXPOSE 8080
 HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('GATEWAY_SERVER__PORT', '8080') + '/readyz', timeout=4)"]
 # SIGTERM (docker stop) is a clean stop: pending confirmations are cancelled and the
-# chats told, outbound messages drain. Give it up to 30 s: docker stop --time 30.
+# chats told, running calls finish, outbound messages drain. It takes up to the stop budget
+# (docs/deploy.md, "Stopping"), longer than Docker's default 10 s: docker run --stop-timeout 60
+# (or docker stop -t 60).
 STOPSIGNAL SIGTERM
 CMD ["gateway", "serve"]

@@ -108,6 +108,7 @@ class ConfirmationSettings(Section):
     # It heartbeats every lease/3 seconds, so two missed beats are not yet death.
     lease_seconds: float = Field(default=15.0, gt=0)
     # SIGTERM lets running calls finish for this long; the rest are reported interrupted.
+    # Part of the stop budget (gateway/stop_budget.py): raise the supervisor's with it.
     stop_timeout_seconds: float = Field(default=30.0, ge=0)
     # Connections per replica (the finished feed holds one); past it callers queue for up
     # to redis_pool_timeout_seconds, then the request fails closed (chat told, HTTP 503).

@@ -56,6 +56,7 @@ from gateway.http.server import HttpServer, admin_token_problem
 from gateway.http.sessions import AdminSessions, LoginLimiter, open_session_store
 from gateway.inbox import Inbox, MemoryInbox
 from gateway.metrics import Metrics
+from gateway.stop_budget import OUTBOUND_DRAIN_SECONDS, TURN_STOP_SECONDS
 from gateway.storage.conversations import ConversationStore, MemoryConversationStore
 from gateway.tools.base import PluginError, ToolRegistry
 from gateway.tools.edits import CallEditor
@@ -158,7 +159,8 @@ class Gateway:
     async def stop(self) -> None:
         """Intake stops; pending confirmations are cancelled (chats told); running calls
         get ``confirmation.stop_timeout_seconds`` to finish, the rest are reported
-        interrupted (chats told); the instance leaves the store; outbound drains.
+        interrupted (chats told); the instance leaves the store; outbound drains. The
+        longest this takes is gateway.stop_budget's figure.
 
         Idempotent: a failed start() already stopped what it had started.
         """
@@ -169,10 +171,10 @@ class Gateway:
         await self.retention.stop()
         await self.confirmations.stop_asking()
         await self.executor.stop(self.settings.confirmation.stop_timeout_seconds)
-        await self.loop.stop(timeout=5.0)
+        await self.loop.stop(timeout=TURN_STOP_SECONDS)
         await self.confirmations.close()
         await close_agent(self.agent)
-        await self.channels.stop(drain_timeout=5.0)
+        await self.channels.stop(drain_timeout=OUTBOUND_DRAIN_SECONDS)
         if self.http is not None:
             await self.http.stop()
         await self.keywords.stop_watching()

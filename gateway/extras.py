@@ -1,16 +1,43 @@
 """Optional dependencies: name the extra to install when a configured feature needs one.
 
 The default install runs the embedded defaults only; platform SDKs, database drivers and
-the model client come with extras (``pip install 'chat-gateway[feishu]'``). Start-up calls
-``require`` for each feature the settings turn on, so a missing package is one line that
-says what to install instead of a traceback from deep inside an import.
+the model client come with extras (``pip install -e '.[feishu]'`` in the checkout). Start-up
+calls ``require`` for each feature the settings turn on, so a missing package is one line
+that says what to install instead of a traceback from deep inside an import.
+
+The project is on no package index: the hint installs the extra from where this install
+came from (the checkout or the wheel, PEP 610's direct_url.json), never by name.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
+import shlex
+import sys
+from importlib import metadata
+from urllib.parse import unquote, urlparse
 
 from config.settings import ConfigError, Settings
+
+DISTRIBUTION = "chat-gateway"
+
+
+def install_command(extra: str) -> str:
+    """The pip command that adds ``extra`` to this environment from this install's source."""
+    pip = f"{shlex.quote(sys.executable)} -m pip install"
+    # The first with a record: in the checkout an editable build's egg-info comes first.
+    records = (d.read_text("direct_url.json") for d in metadata.distributions(name=DISTRIBUTION))
+    try:
+        origin = json.loads(next((r for r in records if r), "{}"))
+    except ValueError:
+        origin = {}
+    url = urlparse(str(origin.get("url", "")))
+    if url.scheme != "file":  # run from a checkout on PYTHONPATH, or installed some other way
+        return f"pip install '.[{extra}]' in the checkout (docs/deploy.md, \"Install\")"
+    source = shlex.quote(f"{unquote(url.path)}[{extra}]")
+    editable = bool(origin.get("dir_info", {}).get("editable"))
+    return f"{pip} -e {source}" if editable else f"{pip} {source}"
 
 
 def require(module: str, extra: str, what: str) -> None:
@@ -24,9 +51,7 @@ def require(module: str, extra: str, what: str) -> None:
     except ModuleNotFoundError as exc:
         # Also when the module is there but one of its own dependencies is not (a partial
         # install): installing the extra again brings both.
-        raise ConfigError(
-            f"{what} needs the [{extra}] extra: pip install 'chat-gateway[{extra}]'"
-        ) from exc
+        raise ConfigError(f"{what} needs the [{extra}] extra: {install_command(extra)}") from exc
 
 
 # The driver module each async SQLAlchemy URL needs, and the extra that brings it.

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from config.checks import environment_problems
-from tests.cli.support import gateway
+from tests.cli.support import ROOT, gateway
 
 TOKEN = "check-config-token-0123456789abcdef"
 
@@ -100,7 +100,7 @@ def test_the_start_up_checks_of_serve_are_run(tmp_path: Path) -> None:
     problems = problems_of(out.stderr)
     assert len(problems) == 2, problems
     assert "mysql+aiomysql://" in problems[0]
-    assert "pip install 'chat-gateway[llm]'" in problems[1]
+    assert f" -m pip install -e '{ROOT}[llm]'" in problems[1]
 
 
 def test_redis_down_is_reported(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.support import gateway
+from tests.cli.support import ROOT, gateway
 
 EXIT_CONFIG = 2
 FEISHU = {
@@ -87,7 +87,8 @@ def test_a_data_dir_that_cannot_be_written(tmp_path: Path) -> None:
 )
 def test_a_missing_extra(tmp_path: Path, module: str, extra: str, env: dict[str, str]) -> None:
     line = serve_fails_in_one_line(tmp_path, env=env, missing=(module,))
-    assert f"pip install 'chat-gateway[{extra}]'" in line
+    # From this checkout, never by name from a package index (docs/deploy.md, "Install").
+    assert f" -m pip install -e '{ROOT}[{extra}]'" in line
 
 
 def test_a_malformed_list_in_the_environment(tmp_path: Path) -> None:

@@ -98,10 +98,6 @@ def test_postgres_profile_points_the_sql_tools_at_the_postgres_service(
     assert url.database == postgres["POSTGRES_DB"]
 
 
-def test_stop_grace_period_covers_a_clean_stop() -> None:
-    assert GATEWAY["stop_grace_period"] == "30s"
-
-
 def compose_command() -> list[str] | None:
     """The Compose v2 plugin when there is one, else Debian's docker-compose (v1.29, which
     validates the file against the Compose schema without an engine)."""

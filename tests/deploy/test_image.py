@@ -13,6 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from config.settings import Settings
+from gateway.stop_budget import stop_budget_seconds
 from tests.deploy.kit import ROOT
 
 # Building installs every extra from PyPI: minutes, not seconds.
@@ -90,7 +92,8 @@ def test_container_serves_and_stops_cleanly(image: str) -> None:
         assert uid != "0"
         files = docker("exec", name, "ls", "/data").stdout.split()
         assert "confirmations.db" in files
-        docker("stop", "--time", "30", name, timeout=60)
+        budget = stop_budget_seconds(Settings())
+        docker("stop", "--time", str(budget), name, timeout=budget + 30)
         state = json.loads(docker("inspect", name).stdout)[0]["State"]
         assert state["ExitCode"] == 0, docker("logs", name, check=False).stderr
     finally:
