@@ -14,7 +14,8 @@ import math
 
 from config.settings import Settings
 
-# Executor.stop waits this long for the calls it cancelled to be recorded "interrupted".
+# Executor.stop waits this long for the calls it cancelled to be recorded "interrupted"
+# (gateway/tools/executor.py uses it).
 INTERRUPT_RECORD_SECONDS = 5.0
 # Running turns (the agent thinking, a reply on its way) get this long, then are cancelled.
 TURN_STOP_SECONDS = 5.0

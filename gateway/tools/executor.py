@@ -23,6 +23,7 @@ from gateway.confirm.model import Confirmation, ExecState
 from gateway.confirm.service import ConfirmationService
 from gateway.confirm.store import StoreUnavailableError, once_store_answers
 from gateway.runtime import BackgroundTasks
+from gateway.stop_budget import INTERRUPT_RECORD_SECONDS
 from gateway.tools.base import ToolArgumentsError, ToolRegistry
 
 log = structlog.get_logger(__name__)
@@ -243,7 +244,10 @@ class Executor:
             for r in left:
                 if r.task is not None:
                     r.task.cancel()  # its run() marks it interrupted and tells the chat
-            await asyncio.wait([asyncio.ensure_future(r.done.wait()) for r in left], timeout=5.0)
+            await asyncio.wait(
+                [asyncio.ensure_future(r.done.wait()) for r in left],
+                timeout=INTERRUPT_RECORD_SECONDS,
+            )
         if len(self._later):
             # Still not written: the stop's interrupt (or the adoption of this instance by
             # another replica or the next start) reports those calls interrupted.
