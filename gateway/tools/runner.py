@@ -191,7 +191,7 @@ class ToolRunner:
                 )
             )
             if grant is not None:  # an approver said "don't ask again" for this (grants.py)
-                await turn.say(texts.grant_used(call.name, grant))
+                await turn.say(texts.grant_used(call.name, grant, now=self.grants.clock()))
                 return await self._execute(call, args, turn, decision, None)
             try:
                 final = await self.confirmations.request(
