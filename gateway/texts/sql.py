@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gateway.texts.confirm import rows
+
 
 def _names(functions: Sequence[str]) -> str:
     return ", ".join(functions)
@@ -51,6 +53,12 @@ def several_statements(count: int) -> str:
     return (
         f"一次 {count} 条语句，需要确认 / {count} statements at once, so a person must approve them"
     )
+
+
+def statement_done(kind: str, count: int | None) -> str:
+    """What one statement of a change did: its row count, or (None: DDL, or a count the
+    driver did not give) that it ran; it read "DROP: ? 行 / ? rows" (issue 26)."""
+    return f"{kind}: {rows(count) if count is not None else '已执行 / done'}"
 
 
 def sql_every_row(kind: str, table: str, rows: int, *, estimated: bool) -> str:

@@ -46,6 +46,11 @@ ESTIMATE_ROWS_ABOVE = 1_000_000
 _CLIENT_GRACE_SECONDS = 2.0
 
 
+# The kinds whose row count is rows changed. DDL's is -1 or, on MariaDB, 0: it is said to
+# have run, never "? rows" or "0 rows" (issue 26).
+_ROW_COUNTED = frozenset({"INSERT", "UPDATE", "DELETE", "MERGE", "SELECT INTO"})
+
+
 class StatementTimeoutError(TimeoutError):
     """A read (query or preview count) ran past ``[tools.sql] statement_timeout_seconds``."""
 
@@ -239,8 +244,8 @@ class SqlDatabase:
                 result = await asyncio.wait_for(
                     conn.exec_driver_sql(s.sql), timeout=self.timeout_seconds
                 )
-                n = result.rowcount
-                counts.append(f"{s.kind}: {texts.rows(n) if n >= 0 else '? 行 / ? rows'}")
+                n = result.rowcount if s.kind in _ROW_COUNTED and result.rowcount >= 0 else None
+                counts.append(texts.statement_done(s.kind, n))
         return "; ".join(counts)
 
 

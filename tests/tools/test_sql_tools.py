@@ -499,3 +499,12 @@ async def test_batch_with_ddl_is_all_or_nothing_or_refused(db: Db) -> None:
     # A lone DDL statement is fine everywhere.
     await run(tool, f"CREATE TABLE {other} (a INT)")
     assert await db.rows(f"SELECT * FROM {other}") == []
+
+
+async def test_ddl_results_say_done_not_a_question_mark(db: Db) -> None:
+    """DDL has no row count (rowcount -1): it read "DROP: ? 行 / ? rows" (issue 26)."""
+    tool = SqlModifyTool(db.sql)
+    other = db.name("other")
+    db.drops.append(f"DROP TABLE IF EXISTS {other}")
+    assert await run(tool, f"CREATE TABLE {other} (a INT)") == "CREATE: 已执行 / done"
+    assert await run(tool, f"DROP TABLE {other}") == "DROP: 已执行 / done"
