@@ -28,6 +28,7 @@ from aiohttp import web
 from cachetools import TTLCache
 from tenacity import RetryCallState
 
+from gateway.http.jsonapi import json_response
 from gateway.http.openapi import Reply, Route, serve
 from gateway.http.openapi_models import DeadLetters as DeadLettersAnswer
 from gateway.runtime import retrying
@@ -359,6 +360,6 @@ class DeadLetters:
         serve(app, [Route("get", self.path, self._serve, summary, {200: DEAD_LETTERS})])
 
     async def _serve(self, _: web.Request) -> web.Response:
-        return web.json_response(
+        return json_response(
             {"channel": self.channel, "failed": [e.to_dict() for e in self._entries]}
         )

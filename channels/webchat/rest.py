@@ -12,7 +12,7 @@ from channels.webchat.limits import OverLimit, SlowDown
 from gateway import texts
 from gateway.bus import SenderIdentity
 from gateway.http.identity import client_address, identity_of
-from gateway.http.jsonapi import ApiError, read_json_object, required_string
+from gateway.http.jsonapi import ApiError, json_response, read_json_object, required_string
 from gateway.logs import RateLimitedLine
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class ChatRest:
             return slow_down_response(exc, user=user)
         # seq: a script long-polls after it for the answer, without reading its own message
         # back first (one request less per message: bench/ingest.py).
-        return web.json_response({"message_id": entry.message_id, "seq": entry.seq}, status=202)
+        return json_response({"message_id": entry.message_id, "seq": entry.seq}, status=202)
 
     async def get_messages(self, request: web.Request) -> web.Response:
         channel = self.channel
@@ -73,13 +73,13 @@ class ChatRest:
             item = channel.message_frame(e, user, identity)
             del item["type"]
             messages.append(item)
-        return web.json_response({"messages": messages, "last_seq": room.last_seq})
+        return json_response({"messages": messages, "last_seq": room.last_seq})
 
 
 def slow_down_response(exc: SlowDown, *, user: str) -> web.Response:
     """429 with Retry-After, and the same polite words the page shows."""
     log.info("webchat.rate_limited", user=user, retry_after=exc.retry_after)
-    return web.json_response(
+    return json_response(
         {"error": texts.WEBCHAT_SLOW_DOWN.format(limit=exc.limit, seconds=exc.retry_after)},
         status=429,
         headers={"Retry-After": str(exc.retry_after)},
@@ -96,7 +96,7 @@ def over_limit_response(
     log_line.hit(
         connection=what, setting=exc.setting, limit=exc.limit, client=client_address(request)
     )
-    return web.json_response(
+    return json_response(
         {
             "error": texts.WEBCHAT_TOO_MANY_CONNECTIONS.format(
                 limit=exc.limit, setting=exc.setting

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 EXIT_OK = 0
 EXIT_FAILED = 1  # not found, already decided, refused
 EXIT_UNREACHABLE = 3
+EXIT_TOKEN = 4  # no admin token given, or not the daemon's (not "not found", issue 26)
 
 
 class AdminClientError(Exception):
@@ -59,9 +60,15 @@ class AdminClient:
         except urllib.error.HTTPError as exc:
             payload = _json(exc.read())
             if exc.code == 401:
+                fix = (
+                    "set GATEWAY_ADMIN__TOKEN (or [admin] token in the config) to the "
+                    "daemon's token, or pass --token"
+                )
                 raise AdminClientError(
-                    "the daemon refused the admin token: set GATEWAY_ADMIN__TOKEN "
-                    "(or [admin] token) to the daemon's token, or pass --token"
+                    f"the daemon refused the admin token (not the daemon's): {fix}"
+                    if self.token
+                    else f"no admin token given, and the daemon needs one: {fix}",
+                    code=EXIT_TOKEN,
                 ) from exc
             return exc.code, payload
         except urllib.error.URLError as exc:

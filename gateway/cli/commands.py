@@ -69,8 +69,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
             data_dir=str(settings.data_dir),
             keywords_file=str(gw.keywords.path),
         )
-        url = gw.http.url if gw.http else "(no HTTP server)"
-        print(f"gateway is running: open {url}  (Ctrl-C to stop)", flush=True)
+        if gw.http is None:
+            print("gateway is running (no HTTP server; Ctrl-C to stop)", flush=True)
+            return
+        url = gw.http.url
+        # One line, read by scripts and tests up to the first URL.
+        print(
+            f"gateway is running: open {url}  (admin page: {url}/admin; Ctrl-C to stop)",
+            flush=True,
+        )
 
     async def serve() -> None:
         await run_until_stopped(await build(settings), on_started=started)

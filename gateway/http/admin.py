@@ -34,6 +34,7 @@ from gateway.http.jsonapi import (
     DecisionBody,
     KeywordBody,
     KeywordsBody,
+    json_response,
     read_body,
     read_query,
 )
@@ -187,7 +188,7 @@ class AdminApi:
     # ------------------------------------------------------------------ health
 
     async def healthz(self, _: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
+        return json_response({"status": "ok"})
 
     async def readyz(self, _: web.Request) -> web.Response:
         # The store is asked each time: a Redis outage must show here (issue 13), and
@@ -199,7 +200,7 @@ class AdminApi:
             "channels": self.channel_status(),
             "store": {"ready": problem is None, "reason": problem},
         }
-        return web.json_response(body, status=200 if ready else 503)
+        return json_response(body, status=200 if ready else 503)
 
     async def get_metrics(self, _: web.Request) -> web.Response:
         try:
@@ -221,21 +222,19 @@ class AdminApi:
     async def list_confirmations(self, request: web.Request) -> web.Response:
         query = read_query(request, ConfirmationQuery)
         found, next_cursor = await search_page(self.store, query)
-        return web.json_response(
+        return json_response(
             {"confirmations": [c.to_dict() for c in found], "next_cursor": next_cursor}
         )
 
     async def get_confirmation(self, request: web.Request) -> web.Response:
         found = await self._found(request)
-        return web.json_response({"confirmation": found.to_dict()})
+        return json_response({"confirmation": found.to_dict()})
 
     async def confirmation_events(self, request: web.Request) -> web.Response:
         """The audit trail: every transition of one confirmation with its time, oldest first."""
         found = await self._found(request)
         events = await self.store.events(found.id)
-        return web.json_response(
-            {"confirmation_id": found.id, "events": [e.to_dict() for e in events]}
-        )
+        return json_response({"confirmation_id": found.id, "events": [e.to_dict() for e in events]})
 
     async def _found(self, request: web.Request) -> Confirmation:
         cid = request.match_info["id"]
@@ -275,7 +274,7 @@ class AdminApi:
         if status != 200:
             answer["error"] = result.message
         log.info("admin.decision", confirmation_id=cid, outcome=result.outcome.value, actor=actor)
-        return web.json_response(answer, status=status)
+        return json_response(answer, status=status)
 
     async def _approve_edited(
         self, cid: str, body: DecisionBody, *, actor: str, reason: str | None
@@ -377,7 +376,7 @@ class AdminApi:
 
     async def get_keywords(self, _: web.Request) -> web.Response:
         store = self.keywords
-        return web.json_response(
+        return json_response(
             {**store.words.to_dict(), "file": str(store.path), "last_error": store.last_error}
         )
 
@@ -408,10 +407,10 @@ class AdminApi:
             raise ApiError(422, str(exc)) from exc
         except OSError as exc:
             log.error("admin.keywords_write_failed", path=str(path), error=str(exc))
-            return web.json_response({"error": f"cannot write {path}: {exc.strerror}"}, status=500)
+            return json_response({"error": f"cannot write {path}: {exc.strerror}"}, status=500)
         words = self.keywords.words
         log.info(event, confirm=len(words.confirm), cancel=len(words.cancel))
-        return web.json_response({**words.to_dict(), "file": str(path)})
+        return json_response({**words.to_dict(), "file": str(path)})
 
 
 # Tool and person are filtered here, not in the store: read this many, keep the matches.

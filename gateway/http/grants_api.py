@@ -13,7 +13,7 @@ from gateway import texts
 from gateway.bus import MessageBus, OutboundMessage
 from gateway.confirm.grants import Grant, GrantBook
 from gateway.confirm.service import ConfirmationService
-from gateway.http.jsonapi import ApiError, RevokeBody, read_body
+from gateway.http.jsonapi import ApiError, RevokeBody, json_response, read_body
 from gateway.http.openapi import ID, UNKNOWN_ID, Reply, Route, serve
 from gateway.http.openapi_models import Error, GrantList, OneGrant
 from gateway.http.server import person_behind
@@ -45,14 +45,12 @@ class GrantsApi:
         ))  # fmt: skip
 
     async def list_grants(self, _: web.Request) -> web.Response:
-        return web.json_response({"grants": [g.to_dict() for g in await self.grants.live()]})
+        return json_response({"grants": [g.to_dict() for g in await self.grants.live()]})
 
     async def get_grant(self, request: web.Request) -> web.Response:
         grant = await self._find(request)
         events = await self.grants.events(grant.id)
-        return web.json_response(
-            {"grant": grant.to_dict(), "events": [e.to_dict() for e in events]}
-        )
+        return json_response({"grant": grant.to_dict(), "events": [e.to_dict() for e in events]})
 
     async def revoke(self, request: web.Request) -> web.Response:
         grant = await self._find(request)
@@ -69,7 +67,7 @@ class GrantsApi:
             done.session_key,
             texts.grant_revoked(done),
         )
-        return web.json_response({"grant": done.to_dict()})
+        return json_response({"grant": done.to_dict()})
 
     async def _find(self, request: web.Request) -> Grant:
         gid = request.match_info["id"]

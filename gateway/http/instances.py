@@ -16,6 +16,7 @@ from aiohttp import web
 
 from gateway.confirm.model import Instance
 from gateway.confirm.service import ConfirmationService
+from gateway.http.jsonapi import json_response
 from gateway.http.openapi import Reply, Route, serve
 from gateway.http.openapi_models import Instances
 
@@ -70,4 +71,4 @@ class InstancesApi:
         ))  # fmt: skip
 
     async def list_instances(self, _: web.Request) -> web.Response:
-        return web.json_response(await instances_report(self.confirmations))
+        return json_response(await instances_report(self.confirmations))

@@ -18,7 +18,7 @@ from aiohttp.typedefs import Handler
 from pydantic import BaseModel, TypeAdapter
 from pydantic.json_schema import JsonSchemaMode
 
-from gateway.http.jsonapi import NAME_RULE, ChatHistoryQuery, ChatMessageBody
+from gateway.http.jsonapi import NAME_RULE, ChatHistoryQuery, ChatMessageBody, json_response
 from gateway.http.openapi_models import Accepted, ChatHistory, Error
 from gateway.http.server import needs_admin
 
@@ -86,7 +86,7 @@ def serve(app: web.Application, routes: Iterable[Route]) -> None:
 
 async def serve_document(request: web.Request) -> web.Response:
     routes: list[Route] = request.app[ROUTES]
-    return web.json_response(openapi_document(routes))
+    return json_response(openapi_document(routes))
 
 
 def openapi_document(routes: Iterable[Route]) -> dict[str, Any]:

@@ -43,6 +43,7 @@ from gateway.http.jsonapi import (
     ConfirmationQuery,
     PolicyTestBody,
     ReplyTestBody,
+    json_response,
     read_body,
     validate,
 )
@@ -292,7 +293,7 @@ class AdminPage:
         """How the gateway would read ``text`` as a reply to a prompt, with today's words."""
         body = await read_body(request, ReplyTestBody)
         parsed = self.confirmations.parser.parse(body.text)
-        return web.json_response(TypeAdapter(ParsedReply).dump_python(parsed, mode="json"))
+        return json_response(TypeAdapter(ParsedReply).dump_python(parsed, mode="json"))
 
     async def test_policy(self, request: web.Request) -> web.Response:
         """What ``gateway policy test`` prints, as JSON: nothing runs."""
@@ -303,7 +304,7 @@ class AdminPage:
             raise ApiError(404, str(exc), field="tool") from exc
         except ToolArgumentsError as exc:
             raise ApiError(422, str(exc), field="args") from exc
-        return web.json_response(report.to_dict())
+        return json_response(report.to_dict())
 
 
 def _field(form: Mapping[str, object], name: str, longest: int) -> str:

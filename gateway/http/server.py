@@ -37,6 +37,7 @@ from gateway.http.jsonapi import (
     MAX_JSON_DEPTH,
     error_response,
     json_errors,
+    json_response,
     one_line,
 )
 from gateway.http.sessions import ADMIN_SESSIONS, AdminSession
@@ -141,7 +142,7 @@ def require_admin(token: str | None) -> Middleware:
         if request.method == "GET" and request.path.startswith("/admin"):
             # A person opening the page (or a link to a record): show the login form.
             raise web.HTTPSeeOther("/admin/login")
-        return web.json_response(
+        return json_response(
             {"error": UNAUTHORIZED},
             status=401,
             headers={"WWW-Authenticate": 'Bearer realm="gateway"'},

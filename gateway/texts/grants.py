@@ -12,15 +12,22 @@ GRANT_BUTTON = "30 分钟内同类操作免确认 / skip asking for 30 min"
 GRANT_MINUTES_BUTTON = 30
 
 
-def _until(at: float) -> str:
-    return time.strftime("%H:%M", time.localtime(at))
+def _until(at: float, now: float) -> str:
+    """When a grant ends, in the server's local time: the time alone when that is today,
+    with the date on another day (a 7-day grant read "until 01:36", issue 26), and with
+    the zone when its offset then is not the one now (a daylight-saving change between)."""
+    end, today = time.localtime(at), time.localtime(now)
+    shown = "%H:%M" if end[:3] == today[:3] else "%Y-%m-%d %H:%M"
+    if end.tm_gmtoff != today.tm_gmtoff:
+        shown += " %Z"
+    return time.strftime(shown, end)
 
 
-def grant_used(tool: str, grant: Grant) -> str:
+def grant_used(tool: str, grant: Grant, *, now: float) -> str:
+    until = _until(grant.expires_at, now)
     return (
-        f"✅ 已按 {grant.granted_by} 的授权（至 {_until(grant.expires_at)}）直接执行 {tool}，"
-        f"未再询问 / ran {tool} without asking: {grant.granted_by}'s grant "
-        f"until {_until(grant.expires_at)}"
+        f"✅ 已按 {grant.granted_by} 的授权（至 {until}）直接执行 {tool}，"
+        f"未再询问 / ran {tool} without asking: {grant.granted_by}'s grant until {until}"
     )
 
 
@@ -36,18 +43,19 @@ def _covers(grant: Grant) -> str:
 
 
 def grant_given(grant: Grant) -> str:
+    until = _until(grant.expires_at, grant.created_at)
     if grant.scope == "session":
         return (
-            f"🔓 {grant.granted_by} 授权：{_until(grant.expires_at)} 前 "
+            f"🔓 {grant.granted_by} 授权：{until} 前 "
             f"{grant.requester} 在本会话的 {grant.tool}{_covers(grant)} 调用免确认"
             f"（critical 除外）/ {grant.granted_by} granted: "
             f"{grant.requester}'s {grant.tool}{_covers(grant)} calls here run without asking "
-            f"until {_until(grant.expires_at)} (never critical ones)"
+            f"until {until} (never critical ones)"
         )
     return (
-        f"🔓 {grant.granted_by} 授权：{_until(grant.expires_at)} 前完全相同的 {grant.tool} "
+        f"🔓 {grant.granted_by} 授权：{until} 前完全相同的 {grant.tool} "
         f"调用免确认 / {grant.granted_by} granted: this exact {grant.tool} call runs without "
-        f"asking until {_until(grant.expires_at)}"
+        f"asking until {until}"
     )
 
 

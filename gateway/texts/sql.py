@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gateway.texts.confirm import rows
+
 
 def _names(functions: Sequence[str]) -> str:
     return ", ".join(functions)
@@ -50,6 +52,39 @@ def several_statements(count: int) -> str:
     """Why a text of several statements waits for a person."""
     return (
         f"一次 {count} 条语句，需要确认 / {count} statements at once, so a person must approve them"
+    )
+
+
+def statement_done(kind: str, count: int | None) -> str:
+    """What one statement of a change did: its row count, or (None: DDL, or a count the
+    driver did not give) that it ran; it read "DROP: ? 行 / ? rows" (issue 26)."""
+    return f"{kind}: {rows(count) if count is not None else '已执行 / done'}"
+
+
+_DATABASE_FAILURES = {
+    "missing": ("表或列不存在", "a table or column it names does not exist"),
+    "syntax": ("语句有语法错误", "the statement has a syntax error"),
+    "read_only": ("只读查询不能修改数据", "a read-only query cannot change data"),
+    "constraint": (
+        "违反了约束（唯一、外键或非空）",
+        "it breaks a constraint (unique, foreign key or not null)",
+    ),
+    "value": ("有值不合法（类型、长度或范围）", "a value is not valid (type, length or range)"),
+    "unavailable": (
+        "数据库不可用或繁忙（连接、锁或磁盘）",
+        "the database is unavailable or busy (connection, lock or disk)",
+    ),
+    "refused": ("数据库拒绝了该语句", "the database refused the statement"),
+}
+
+
+def database_failed(kind: str) -> str:
+    """A statement the database did not run, by kind of failure (gateway/tools/sql.py);
+    the driver's own text goes to the log and a confirmed call's audit trail only."""
+    zh, en = _DATABASE_FAILURES.get(kind, _DATABASE_FAILURES["refused"])
+    return (
+        f"数据库未执行：{zh}（详情见网关日志）/ "
+        f"the database did not run it: {en} (details in the gateway's log)"
     )
 
 

@@ -37,6 +37,24 @@ class ToolPreview:
     hold: str | None = None
 
 
+class ToolFailedError(Exception):
+    """A tool's failure in one sentence for people (from gateway/texts); ``detail`` is the
+    raw error, for the log and the audit trail only (issue 26: a driver's text with a
+    sqlalche.me link reached the chat)."""
+
+    def __init__(self, message: str, *, detail: str) -> None:
+        super().__init__(message)
+        self.detail = detail
+
+
+def failure(exc: Exception) -> tuple[str, str]:
+    """A tool's failure: what people read, and the raw error for the log and audit trail."""
+    raw = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, ToolFailedError):
+        return str(exc), exc.detail
+    return raw, raw
+
+
 class ToolArgumentsError(ValueError):
     """The model or user passed arguments that do not fit the tool's schema.
 

@@ -24,7 +24,7 @@ from gateway.confirm.service import ConfirmationService
 from gateway.confirm.store import StoreUnavailableError, once_store_answers
 from gateway.runtime import BackgroundTasks
 from gateway.stop_budget import INTERRUPT_RECORD_SECONDS
-from gateway.tools.base import ToolArgumentsError, ToolRegistry
+from gateway.tools.base import ToolArgumentsError, ToolRegistry, failure
 
 log = structlog.get_logger(__name__)
 
@@ -120,6 +120,7 @@ class Executor:
             raise
         running = _Running(asyncio.current_task(), asyncio.Event())
         self._running[record.id] = running
+        error: str | None = None  # the raw failure, for the audit trail only
         try:
             result = await tool.run(parsed)
         except asyncio.CancelledError:
@@ -133,15 +134,16 @@ class Executor:
                 )
             raise
         except Exception as exc:  # a tool's failure is the call's outcome, told to the chat
-            log.warning("tool.failed", tool=call.name, error=f"{type(exc).__name__}: {exc}")
-            state, output = ExecState.FAILED, f"{type(exc).__name__}: {exc}"
+            output, error = failure(exc)
+            log.warning("tool.failed", tool=call.name, error=error)
+            state = ExecState.FAILED
         else:
             log.info("tool.ran", tool=call.name, confirmation_id=record.id)
             state, output = ExecState.SUCCEEDED, str(result)
         finally:
             del self._running[record.id]
             running.done.set()
-        return await self._finish(started, state, output, say=say, report=report)
+        return await self._finish(started, state, output, say=say, report=report, error=error)
 
     async def refuse(self, record: Confirmation, reason: str, *, say: Say) -> Ran:
         """Settle an approved call as failed without running it (the policy now refuses
@@ -158,14 +160,23 @@ class Executor:
         return await self._finish(claimed, ExecState.FAILED, reason, say=say, report=False)
 
     async def _finish(
-        self, record: Confirmation, state: ExecState, output: str, *, say: Say, report: bool
+        self,
+        record: Confirmation,
+        state: ExecState,
+        output: str,
+        *,
+        say: Say,
+        report: bool,
+        error: str | None = None,
     ) -> Ran:
         now, result = self.confirmations.clock(), summarize(output)
         try:
-            final = await self._end(record, state, result, now)
+            final = await self._end(record, state, result, now, error=error)
         except StoreUnavailableError:
             # It ran: the chat hears how it went now, the record once the store answers.
-            self._write_later("finished", record.id, lambda: self._end(record, state, result, now))
+            self._write_later(
+                "finished", record.id, lambda: self._end(record, state, result, now, error=error)
+            )
             final = record
         name = record.tool_call.name
         if report:
@@ -177,9 +188,17 @@ class Executor:
         return Ran(status, output, final)
 
     async def _end(
-        self, record: Confirmation, state: ExecState, result: str, now: float
+        self,
+        record: Confirmation,
+        state: ExecState,
+        result: str,
+        now: float,
+        *,
+        error: str | None = None,
     ) -> Confirmation:
-        """Write how the call ended (at ``now``); the record as it now is."""
+        """Write how the call ended (at ``now``); the record as it now is. ``error`` is the
+        raw failure behind ``result`` (a driver's text), kept in the audit trail only."""
+        extra = {"error": summarize(error)} if error and error != result else {}
         service = self.confirmations
         final = await service.store.finish_execution(
             record.id,
@@ -189,7 +208,7 @@ class Executor:
             now=now,
             events=(
                 service.audit.event(
-                    record.id, "finished", at=now, state=state.value, result=result
+                    record.id, "finished", at=now, state=state.value, result=result, **extra
                 ),
             ),
         )

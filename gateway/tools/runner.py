@@ -21,7 +21,7 @@ from gateway.confirm.model import Confirmation, Status, ToolCall
 from gateway.confirm.service import ConfirmationService
 from gateway.confirm.store import PendingLimitReached, StoreUnavailableError
 from gateway.logs import RateLimitedLine
-from gateway.tools.base import ToolArgumentsError, ToolRegistry
+from gateway.tools.base import ToolArgumentsError, ToolRegistry, failure
 from gateway.tools.executor import Executor, Ran
 from gateway.tools.policy import Policy, PolicyDecision
 
@@ -191,7 +191,7 @@ class ToolRunner:
                 )
             )
             if grant is not None:  # an approver said "don't ask again" for this (grants.py)
-                await turn.say(texts.grant_used(call.name, grant))
+                await turn.say(texts.grant_used(call.name, grant, now=self.grants.clock()))
                 return await self._execute(call, args, turn, decision, None)
             try:
                 final = await self.confirmations.request(
@@ -258,9 +258,10 @@ class ToolRunner:
         try:
             result = await tool.run(args)
         except Exception as exc:
-            log.warning("tool.failed", tool=call.name, error=f"{type(exc).__name__}: {exc}")
+            said, raw = failure(exc)
+            log.warning("tool.failed", tool=call.name, error=raw)
             self._observe(call.name, "error", started)
-            return ToolOutcome("error", f"{type(exc).__name__}: {exc}", confirmation, decision)
+            return ToolOutcome("error", said, confirmation, decision)
         log.info("tool.ran", tool=call.name)
         self._observe(call.name, "ok", started)
         return ToolOutcome("ok", str(result), confirmation, decision)

@@ -17,14 +17,14 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, CursorResult, make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import PoolResetState
 from sqlglot import exp
 
 from gateway import texts
 from gateway.confirm.model import Risk
-from gateway.tools.base import Level, Tool, ToolPreview
+from gateway.tools.base import Level, Tool, ToolFailedError, ToolPreview
 from gateway.tools.sql_analysis import (
     SQL_DIALECTS,
     SqlAnalysis,
@@ -44,6 +44,11 @@ ESTIMATE_ROWS_ABOVE = 1_000_000
 # The database stops a read at timeout_seconds and says so; the client gives up only this
 # much later, as a backstop for a database that does not answer at all.
 _CLIENT_GRACE_SECONDS = 2.0
+
+
+# The kinds whose row count is rows changed. DDL's is -1 or, on MariaDB, 0: it is said to
+# have run, never "? rows" or "0 rows" (issue 26).
+_ROW_COUNTED = frozenset({"INSERT", "UPDATE", "DELETE", "MERGE", "SELECT INTO"})
 
 
 class StatementTimeoutError(TimeoutError):
@@ -159,7 +164,7 @@ class SqlDatabase:
                 raise StatementTimeoutError(
                     texts.statement_timed_out(self.timeout_seconds)
                 ) from exc
-            raise
+            raise _failed(exc) from exc
 
     async def count_affected(self, statement: SqlStatement) -> int | None:
         """Rows an UPDATE/DELETE would touch: SELECT COUNT(*) with the same table and WHERE.
@@ -234,13 +239,16 @@ class SqlDatabase:
     async def modify(self, analysis: SqlAnalysis) -> str:
         """Run every statement in one transaction; all or nothing."""
         counts = []
-        async with self.engine.begin() as conn:
-            for s in analysis.statements:
-                result = await asyncio.wait_for(
-                    conn.exec_driver_sql(s.sql), timeout=self.timeout_seconds
-                )
-                n = result.rowcount
-                counts.append(f"{s.kind}: {texts.rows(n) if n >= 0 else '? 行 / ? rows'}")
+        try:
+            async with self.engine.begin() as conn:
+                for s in analysis.statements:
+                    result = await asyncio.wait_for(
+                        conn.exec_driver_sql(s.sql), timeout=self.timeout_seconds
+                    )
+                    n = result.rowcount if s.kind in _ROW_COUNTED and result.rowcount >= 0 else None
+                    counts.append(texts.statement_done(s.kind, n))
+        except DBAPIError as exc:
+            raise _failed(exc) from exc
         return "; ".join(counts)
 
 
@@ -266,6 +274,34 @@ def _transactional_sqlite(engine: AsyncEngine) -> None:
     @event.listens_for(engine.sync_engine, "begin")
     def _begin(conn: Connection) -> None:
         conn.exec_driver_sql("BEGIN")
+
+
+# What the drivers say when a statement names a table or column that is not there, or does
+# not parse (SQLite reports both as OperationalError, PostgreSQL and MariaDB as
+# ProgrammingError).
+_MISSING = ("no such table", "no such column", "does not exist", "doesn't exist", "unknown column")
+_SYNTAX = ("syntax error", "syntax to use")
+_READ_ONLY = ("read-only transaction", "read only transaction", "readonly database")
+
+
+def _failed(exc: DBAPIError) -> ToolFailedError:
+    """A driver error as one sentence naming its kind; the raw text rides along as detail."""
+    said = str(exc.orig).lower()
+    if isinstance(exc, IntegrityError):
+        kind = "constraint"
+    elif isinstance(exc, DataError):
+        kind = "value"
+    elif any(m in said for m in _MISSING):
+        kind = "missing"
+    elif any(m in said for m in _SYNTAX):
+        kind = "syntax"
+    elif any(m in said for m in _READ_ONLY):
+        kind = "read_only"
+    elif isinstance(exc, OperationalError):
+        kind = "unavailable"
+    else:
+        kind = "refused"
+    return ToolFailedError(texts.database_failed(kind), detail=f"{type(exc).__name__}: {exc}")
 
 
 def _timed_out(exc: DBAPIError) -> bool:

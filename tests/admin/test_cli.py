@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+from pathlib import Path
 
 import aiohttp
 import pytest
@@ -94,15 +95,22 @@ async def test_unknown_id_wrong_token_and_no_daemon(
     gateway: Gateway,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     url = base_url(gateway)
     monkeypatch.setenv("GATEWAY_ADMIN__TOKEN", TOKEN)
     assert await run_cli("confirmations", "show", "ZZ99", "--url", url) == 1
     assert "ZZ99" in capsys.readouterr().err
 
+    # A token problem is not "not found" (1): its own code, saying which (issue 26).
     monkeypatch.setenv("GATEWAY_ADMIN__TOKEN", "not-the-token")
-    assert await run_cli("confirmations", "list", "--url", url) == 1
+    assert await run_cli("confirmations", "list", "--url", url) == 4
     assert "refused the admin token" in capsys.readouterr().err
+    monkeypatch.delenv("GATEWAY_ADMIN__TOKEN")
+    monkeypatch.chdir(tmp_path)  # no gateway.toml with a token either
+    assert await run_cli("confirmations", "list", "--url", url) == 4
+    err = capsys.readouterr().err
+    assert "no admin token given" in err and "GATEWAY_ADMIN__TOKEN" in err
 
     # A port nobody listens on: find one, then close it.
     with socket.socket() as s:

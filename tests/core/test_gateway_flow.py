@@ -332,3 +332,26 @@ async def test_a_failed_start_stops_what_it_started(
     assert isinstance(gw.store, SqliteConfirmationStore)
     with pytest.raises(ValueError, match="no active connection"):
         await gw.store.get("AB12")
+
+
+async def test_a_database_error_is_one_sentence_and_the_raw_text_stays_in_the_trail(
+    chat: Chat,
+) -> None:
+    """A driver's text ("…(Background on this error at: https://sqlalche.me/e/…)") reached
+    the chat (issue 26): the chat reads the kind of failure, the audit trail the raw text."""
+    await chat.say("/sql SELECT * FROM no_such_orders")
+    msg = await chat.channel.next(contains="数据库未执行")
+    assert "表或列不存在" in msg.text and "a table or column it names does not exist" in msg.text
+    for raw in ("sqlalche.me", "OperationalError", "no such table"):
+        assert raw not in msg.text
+
+    await chat.say("/sql UPDATE orders SET no_such_column = 1 WHERE id = 2")
+    prompt = await chat.channel.next(OutboundKind.CONFIRMATION)
+    assert prompt.confirmation is not None
+    await chat.say("确认")
+    msg = await chat.channel.next(contains="数据库未执行")
+    assert "表或列不存在" in msg.text and "no such column" not in msg.text
+    events = await chat.gw.confirmations.store.events(prompt.confirmation.id)
+    finished = next(e for e in events if e.kind == "finished")
+    assert "表或列不存在" in finished.detail["result"]
+    assert "no such column: no_such_column" in finished.detail["error"]

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from gateway.confirm.model import Risk
-from gateway.tools.base import ToolPreview
+from gateway.tools.base import ToolFailedError, ToolPreview
 from gateway.tools.sql import SqlDatabase, SqlModifyTool, SqlQueryTool
 from gateway.tools.sql_analysis import analyze_sql
 from tests.services import MARIADB_URL, POSTGRES_URL, mask_url, require_service
@@ -308,7 +308,7 @@ async def test_sql_query_refuses_writes(db: Db) -> None:
 
 async def test_query_connection_is_read_only_even_without_the_classifier(db: Db) -> None:
     # Bypass classification: the database itself must refuse the write.
-    with pytest.raises(DBAPIError):
+    with pytest.raises(ToolFailedError):
         await db.sql.query(analyze_sql(f"DELETE FROM {db.table} WHERE id = 1", db.sql.dialect))
     assert await db.ids() == [1, 2, 3, 4, 5, 6]
     # The pooled connection is usable for writes again afterwards.
@@ -328,15 +328,15 @@ async def test_postgres_side_effects_cannot_run_through_sql_query(db: Db) -> Non
     tool = SqlQueryTool(db.sql)
     # Both look like plain SELECTs to a parser; the read-only transaction stops them.
     assert (await preview(tool, f"SELECT {fn}()")).error is None
-    with pytest.raises(DBAPIError, match="read-only"):
+    with pytest.raises(ToolFailedError, match="read-only"):
         await run(tool, f"SELECT {fn}()")
-    with pytest.raises(DBAPIError, match="read-only"):
+    with pytest.raises(ToolFailedError, match="read-only"):
         await run(tool, f"SELECT nextval('{seq}')")
     assert await db.ids() == [1, 2, 3, 4, 5, 6]
     assert (await db.rows(f"SELECT is_called FROM {seq}"))[0][0] is False
     # FOR UPDATE is refused up front, and the connection would refuse it too.
     assert (await preview(tool, f"SELECT * FROM {db.table} FOR UPDATE")).error is not None
-    with pytest.raises(DBAPIError, match="read-only"):
+    with pytest.raises(ToolFailedError, match="read-only"):
         await db.sql.query(analyze_sql(f"SELECT * FROM {db.table} FOR UPDATE", "postgres"))
 
 
@@ -350,7 +350,7 @@ async def test_mariadb_side_effects_cannot_run_through_sql_query(db: Db) -> None
     )
     tool = SqlQueryTool(db.sql)
     assert (await preview(tool, f"SELECT {fn}()")).error is None
-    with pytest.raises(DBAPIError, match="READ ONLY"):
+    with pytest.raises(ToolFailedError, match="read-only"):
         await run(tool, f"SELECT {fn}()")
     assert await db.ids() == [1, 2, 3, 4, 5, 6]
 
@@ -462,7 +462,7 @@ async def test_multi_statement_batch_is_all_or_nothing(db: Db) -> None:
     p = await preview(tool, sql)
     assert p.error is None
     assert p.details["statement_count"] == 3
-    with pytest.raises(DBAPIError):
+    with pytest.raises(ToolFailedError):
         await run(tool, sql)
     assert await db.ids() == [1, 2, 3, 4, 5, 6]
     assert await db.rows(f"SELECT status FROM {db.table} WHERE id = 1") == [(0,)]
@@ -491,7 +491,7 @@ async def test_batch_with_ddl_is_all_or_nothing_or_refused(db: Db) -> None:
             await run(tool, sql)
     else:
         assert p.error is None
-        with pytest.raises(DBAPIError):
+        with pytest.raises(ToolFailedError):
             await run(tool, sql)
     assert await db.ids() == [1, 2, 3, 4, 5, 6]  # the table was not dropped
     with pytest.raises(DBAPIError):
@@ -499,3 +499,12 @@ async def test_batch_with_ddl_is_all_or_nothing_or_refused(db: Db) -> None:
     # A lone DDL statement is fine everywhere.
     await run(tool, f"CREATE TABLE {other} (a INT)")
     assert await db.rows(f"SELECT * FROM {other}") == []
+
+
+async def test_ddl_results_say_done_not_a_question_mark(db: Db) -> None:
+    """DDL has no row count (rowcount -1): it read "DROP: ? 行 / ? rows" (issue 26)."""
+    tool = SqlModifyTool(db.sql)
+    other = db.name("other")
+    db.drops.append(f"DROP TABLE IF EXISTS {other}")
+    assert await run(tool, f"CREATE TABLE {other} (a INT)") == "CREATE: 已执行 / done"
+    assert await run(tool, f"DROP TABLE {other}") == "DROP: 已执行 / done"

@@ -255,3 +255,19 @@ async def test_a_sequence_number_from_an_earlier_life_gets_the_whole_history(
     await wait_for_kind(http, "reborn", "text")
     got = await poll(http, "reborn", after=10_000)
     assert got["messages"][0]["text"] == "/help"
+
+
+async def test_json_answers_are_utf8_as_they_read(http: aiohttp.ClientSession) -> None:
+    """aiohttp escaped every non-ASCII character ("\\u786e..."), unreadable in curl
+    (issue 26): the bytes on the wire are the UTF-8 of the text."""
+    await say(http, "utf8", "alice", "你好 /help")
+    await eventually(lambda: _history_has(http, "utf8", "你好 /help"))
+    async with http.get("/api/chat/utf8/messages", params={"after": "0"}) as resp:
+        assert resp.headers["Content-Type"] == "application/json; charset=utf-8"
+        raw = await resp.read()
+    assert "你好 /help".encode() in raw
+    assert b"\\u" not in raw
+
+
+async def _history_has(http: aiohttp.ClientSession, room: str, text: str) -> bool | None:
+    return any(m.get("text") == text for m in (await poll(http, room))["messages"]) or None

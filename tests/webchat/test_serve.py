@@ -73,6 +73,15 @@ async def test_chat_sse_and_admin_decision_on_a_real_daemon(daemon: ServeProcess
     assert daemon.error_lines() == []
 
 
+async def test_the_admin_page_url_is_printed_beside_the_chat_url(daemon: ServeProcess) -> None:
+    """Only the web chat's URL was printed at start (issue 26)."""
+    started = next(line for line in daemon.lines if line.startswith("gateway is running"))
+    assert f"admin page: {daemon.url}/admin;" in started
+    async with aiohttp.ClientSession() as http, http.get(f"{daemon.url}/admin") as resp:
+        assert resp.status == 200  # the login form, after the redirect
+        assert resp.url.path == "/admin/login"
+
+
 async def test_cli_against_the_daemon(daemon: ServeProcess) -> None:
     env = {"GATEWAY_ADMIN__TOKEN": TOKEN, "PATH": str(GATEWAY_BIN.parent)}
     async with aiohttp.ClientSession(base_url=daemon.url) as http:

@@ -224,7 +224,9 @@ async def test_grant_button_approves_and_the_next_same_call_runs_without_asking(
         )
         await fake.wait_until(lambda: 6 not in order_ids(settings), what="row 6 deleted unasked")
         await fake.wait_until(
-            lambda: texts.grant_used("sql_modify", grant) in webhook_texts(fake),
+            lambda: (
+                texts.grant_used("sql_modify", grant, now=grant.created_at) in webhook_texts(fake)
+            ),
             what="the grant named in the chat",
         )
         assert len(await gw.confirmations.list()) == 1  # nobody was asked the second time

@@ -235,7 +235,7 @@ async def test_grant_button_approves_and_the_next_same_call_runs_without_asking(
         fake.send_frame(group_msg(ALICE, "/sql DELETE FROM orders WHERE id = 6"))
         await wait_until(lambda: 6 not in order_ids(settings), what="row 6 deleted unasked")
         await wait_until(
-            lambda: texts.grant_used("sql_modify", grant) in sent_texts(fake),
+            lambda: texts.grant_used("sql_modify", grant, now=grant.created_at) in sent_texts(fake),
             what="the grant named in the chat",
         )
         assert len(await gw.confirmations.list()) == 1  # nobody was asked the second time
