@@ -51,8 +51,9 @@ _CLIENT_GRACE_SECONDS = 2.0
 _ROW_COUNTED = frozenset({"INSERT", "UPDATE", "DELETE", "MERGE", "SELECT INTO"})
 
 
-class StatementTimeoutError(TimeoutError):
-    """A read (query or preview count) ran past ``[tools.sql] statement_timeout_seconds``."""
+class StatementTimeoutError(ToolFailedError, TimeoutError):
+    """A read (query or preview count) ran past ``[tools.sql] statement_timeout_seconds``:
+    the chat reads the sentence, not the class name; the driver's text is the detail."""
 
 
 class SqlDatabase:
@@ -158,11 +159,13 @@ class SqlDatabase:
                 conn.exec_driver_sql(sql), timeout=self.timeout_seconds + _CLIENT_GRACE_SECONDS
             )
         except TimeoutError as exc:
-            raise StatementTimeoutError(texts.statement_timed_out(self.timeout_seconds)) from exc
+            raise StatementTimeoutError(
+                texts.statement_timed_out(self.timeout_seconds), detail="no answer in time"
+            ) from exc
         except DBAPIError as exc:
             if _timed_out(exc):
                 raise StatementTimeoutError(
-                    texts.statement_timed_out(self.timeout_seconds)
+                    texts.statement_timed_out(self.timeout_seconds), detail=str(exc.orig)
                 ) from exc
             raise _failed(exc) from exc
 

@@ -240,6 +240,7 @@ async def test_a_long_query_is_stopped_by_the_statement_timeout(start: Start, ki
     failed = await chat.channel.wait_text("执行失败", within=15)
     assert "statement_timeout_seconds" in failed.text
     assert "1 s" in failed.text
+    assert "Error" not in failed.text  # a sentence, not the exception's class name
     # The connection it ran on is back in the pool, usable, and without the limit.
     await chat.say("/sql SELECT 41 + 1")
     await chat.channel.wait_text("42")
