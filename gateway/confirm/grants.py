@@ -191,9 +191,11 @@ def covered_call(
     requester: str,
     decision: Any,
     details: Mapping[str, Any],
+    *,
+    held: bool = False,
 ) -> dict[str, Any]:
     """``GrantBook.covering``'s arguments for a call the policy wants confirmed (``details``:
-    its preview's)."""
+    its preview's; ``held``: its preview held it, ``ToolPreview.hold``)."""
     return {
         "tool": call.name,
         "args": call.args,
@@ -202,6 +204,7 @@ def covered_call(
         "requester": requester,
         "risk": decision.risk,
         "four_eyes": decision.four_eyes,
+        "held": held,
         "call_id": call.call_id,
     }
 
@@ -302,13 +305,16 @@ class GrantBook:
         risk: Risk,
         four_eyes: bool,
         call_id: str,
+        held: bool = False,
     ) -> Grant | None:
         """The live grant that lets this call run without asking (recorded as used), or None.
 
         ``scope`` is the call's ``grant_scope`` (its preview's details); a grant covers only
-        calls of the scope it was given on.
+        calls of the scope it was given on. A held call (SQL calling a function outside the
+        allow-list, or that the gateway cannot fully read) is asked each time: a grant given
+        on one such call must not release the next, whose effect nobody has seen (issue 22).
         """
-        if risk is Risk.CRITICAL or four_eyes:
+        if risk is Risk.CRITICAL or four_eyes or held:
             return None
         now = self.clock()
         key = args_key(args)

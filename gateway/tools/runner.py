@@ -178,16 +178,14 @@ class ToolRunner:
             )
             return ToolOutcome("manual", preview.summary, decision=decision)
         if decision.level == "confirm":
-            # A held call (SQL calling a function outside the allow-list, or that the
-            # gateway cannot fully read) is asked each time: a grant given on one such call
-            # must not release the next one, whose effect nobody has seen (issue 22).
-            grant = (
-                None
-                if preview.hold
-                else await self.grants.covering(
-                    **covered_call(
-                        call, turn.session_key, turn.sender_id, decision, preview.details
-                    )
+            grant = await self.grants.covering(
+                **covered_call(
+                    call,
+                    turn.session_key,
+                    turn.sender_id,
+                    decision,
+                    preview.details,
+                    held=bool(preview.hold),
                 )
             )
             if grant is not None:  # an approver said "don't ask again" for this (grants.py)
