@@ -34,9 +34,16 @@ async function send(method, url, body) {
   return { ok: resp.ok, status: resp.status, data };
 }
 
+// Refreshes of one part can overlap (an event burst while a fetch is in flight): a
+// response older than the one already shown is dropped, never drawn over a newer one.
+const asked = new Map();
+const shown = new Map();
+
 async function refresh(name, target) {
   const box = $(target);
   if (!box) return;
+  const turn = (asked.get(target) || 0) + 1;
+  asked.set(target, turn);
   const query = name === "history" ? window.location.search : "";
   const resp = await fetch(`/admin/part/${name}${query}`, { credentials: "same-origin" });
   if (resp.status === 401 || resp.redirected) {
@@ -44,8 +51,13 @@ async function refresh(name, target) {
     return;
   }
   if (!resp.ok) return;
+  const html = await resp.text(); // server-rendered and escaped
+  if (turn < (shown.get(target) || 0)) return;
+  shown.set(target, turn);
+  // What was typed is read at the moment of the swap, not before the body arrived:
+  // keys pressed while the response was read stay.
   const typed = typedIn(box);
-  box.innerHTML = await resp.text(); // server-rendered and escaped
+  box.innerHTML = html;
   restoreTyped(box, typed);
 }
 
