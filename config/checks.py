@@ -8,14 +8,15 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 import typing
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, SecretStr
 
-from config.settings import Settings, mask_url
+from config.settings import Settings, env_name, mask_url, value_source
 
 # The Verification Token alone travels in every body: a request built from it would pass
 # (a forged card click, issue 22). Only the Encrypt Key signs requests.
@@ -61,6 +62,70 @@ def channel_warnings(settings: Settings) -> list[str]:
                 f' or "*" (GATEWAY_CHANNELS__{name.upper()}__ALLOW_FROM=\'["*"]\')'
             )
     return warnings
+
+
+# A value written to be replaced: the ids `gateway init`'s template writes
+# (cli_xxxxxxxxxxxxxxxx, dingxxxxxxxxxxxxxxxx), the docs' examples (ou_xxxxxxxx, cli_...,
+# xxx), and the usual words for "fill me in".
+_PLACEHOLDER = re.compile(
+    r"(?:[a-z]{1,4}[-_]?)?(?:x{3,}|\.{3,}|…)|<[^<>]*>|your[-_ ].*|change[-_ ]?me|todo|fixme|"
+    r"replace[-_ ]?me",
+    re.IGNORECASE,
+)
+# Channels whose settings do not matter while they are off.
+_SWITCHABLE = ("channels.webchat", "channels.feishu", "channels.dingtalk")
+
+
+def is_placeholder(value: str) -> bool:
+    """Whether ``value`` is a stand-in for the real one (``cli_xxxx``, ``changeme``, ``<id>``)."""
+    return _PLACEHOLDER.fullmatch(value.strip()) is not None
+
+
+def placeholder_problems(
+    settings: Settings, *, toml_path: Path | None, environ: Mapping[str, str]
+) -> list[str]:
+    """Settings in force that still hold a placeholder, each naming where it was written.
+
+    A secret's value is not repeated. Sections of a channel that is off are skipped.
+    """
+    problems: list[str] = []
+
+    def walk(value: Any, loc: tuple[str, ...]) -> None:
+        if isinstance(value, BaseModel):
+            if ".".join(loc) in _SWITCHABLE and not getattr(value, "enabled", True):
+                return
+            for name in type(value).model_fields:
+                walk(getattr(value, name), (*loc, name))
+            return
+        items = value if isinstance(value, list) else [value]
+        for item in items:
+            secret = isinstance(item, SecretStr)
+            text = item.get_secret_value() if secret else item
+            if isinstance(text, str) and is_placeholder(text):
+                problems.append(_placeholder(loc, text, secret, toml_path, environ))
+                return
+
+    walk(settings, ())
+    return problems
+
+
+def _placeholder(
+    loc: tuple[str, ...],
+    text: str,
+    secret: bool,
+    toml_path: Path | None,
+    environ: Mapping[str, str],
+) -> str:
+    key = ".".join(loc)
+    source = value_source(loc, toml_path, environ)
+    value = "a placeholder" if secret else f"the placeholder {json.dumps(text, ensure_ascii=False)}"
+    if source is not None and source.variable:
+        where = f"environment variable {source.variable} holds {value}: set the real value there"
+    elif source is not None:
+        where = f"{source.file} has {value}: set the real value there (or in {env_name(loc)})"
+    else:
+        where = f"it is {value}: set {env_name(loc)}"
+    return f"{key} is not configured: {where}"
 
 
 # ---------------------------------------------------------------------- start-up checks

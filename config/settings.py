@@ -7,7 +7,12 @@ or ``./gateway.toml`` when present), then the defaults below, which run on a fre
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -259,30 +264,107 @@ def resolve_config_path(path: Path | str | None) -> Path | None:
     return default if default.is_file() else None
 
 
-def _env_name(loc: tuple[int | str, ...]) -> str:
-    return "GATEWAY_" + "__".join(str(part).upper() for part in loc)
+def _names(loc: tuple[int | str, ...]) -> list[str]:
+    """The setting's path without list indexes: ("server", "trusted_proxies", 0) -> 2 names."""
+    return [str(part) for part in loc if not isinstance(part, int)]
+
+
+def env_name(loc: tuple[int | str, ...]) -> str:
+    """The environment variable of a setting: GATEWAY_CONFIRMATION__TIMEOUT_SECONDS."""
+    return "GATEWAY_" + "__".join(name.upper() for name in _names(loc))
 
 
 def _toml_name(loc: tuple[int | str, ...]) -> str:
-    parts = [str(p) for p in loc if not isinstance(p, int)]
+    parts = _names(loc)
     if len(parts) == 1:
         return f"top-level key {parts[0]}"
     return f"[{'.'.join(parts[:-1])}] {parts[-1]}"
 
 
-def describe_validation_error(error: ValidationError) -> str:
-    """Turn a pydantic error into lines that name the key and how to set it."""
+@dataclass(frozen=True)
+class ValueSource:
+    """Where a setting's value came from: an environment variable, or a TOML file."""
+
+    variable: str | None = None
+    file: Path | None = None
+
+    def __str__(self) -> str:
+        return f"from environment variable {self.variable}" if self.variable else f"in {self.file}"
+
+
+def value_source(
+    loc: tuple[int | str, ...], toml_path: Path | None, environ: Mapping[str, str]
+) -> ValueSource | None:
+    """Where the value of a setting came from: the environment variable that holds it (a
+    whole section's JSON counts), else the TOML file that has it, else None (a default).
+
+    The environment beats the file, so a variable that is set is the source.
+    """
+    names = _names(loc)
+    set_names = {name.upper() for name in environ}
+    for end in range(len(names), 0, -1):
+        variable = env_name(tuple(names[:end]))
+        if variable in set_names:
+            return ValueSource(variable=variable)
+    if toml_path is None:
+        return None
+    try:
+        node: Any = tomllib.loads(toml_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    for name in names:
+        if not isinstance(node, dict) or name not in node:
+            return None
+        node = node[name]
+    return ValueSource(file=toml_path.absolute())
+
+
+def nearest_key(loc: tuple[int | str, ...]) -> str | None:
+    """The valid key nearest to a misspelt one, in the section it was written in."""
+    model: type[BaseModel] = Settings
+    *parents, wrong = _names(loc)
+    for name in parents:
+        field = model.model_fields.get(name)
+        annotation = field.annotation if field is not None else None
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return None
+        model = annotation
+    near = difflib.get_close_matches(wrong, list(model.model_fields), n=1)
+    return near[0] if near else None
+
+
+def describe_validation_error(
+    error: ValidationError,
+    *,
+    toml_path: Path | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> str:
+    """Turn a pydantic error into lines that name the key, where its value came from (the
+    file or the variable) and how to fix it."""
+    environ = os.environ if environ is None else environ
     lines = []
     for item in error.errors():
         loc = tuple(item["loc"])
         key = ".".join(str(p) for p in loc)
+        source = value_source(loc, toml_path, environ)
+        origin = f" {source}" if source else ""
         if item["type"] == "extra_forbidden":
-            lines.append(f"{key}: unknown setting; remove it or check its spelling")
+            near = nearest_key(loc)
+            if near is None:
+                hint = "remove it or check its spelling"
+            elif source is not None and source.variable:
+                hint = f"did you mean {env_name((*_names(loc)[:-1], near))}?"
+            else:
+                hint = f"did you mean `{near}`?"
+            lines.append(f"{key}: unknown setting{origin}; {hint}")
             continue
-        lines.append(
-            f"{key}: {item['msg']} (got {item.get('input')!r}); "
-            f"set {_env_name(loc)} or {_toml_name(loc)}"
-        )
+        if source is None:
+            fix = f"set {env_name(loc)} or {_toml_name(loc)}"
+        elif source.variable:
+            fix = "change or unset that variable"
+        else:
+            fix = f"change {_toml_name(loc)} there (or set {env_name(loc)})"
+        lines.append(f"{key}: {item['msg']} (got {item.get('input')!r}{origin}); {fix}")
     return "\n".join(lines)
 
 
@@ -291,14 +373,22 @@ def load_settings(path: Path | str | None = None, **overrides: Any) -> Settings:
 
     Raises ConfigError with a readable message on any bad value.
     """
-    toml_path = resolve_config_path(path)
+    return _build(resolve_config_path(path), overrides)
+
+
+def environment_settings() -> Settings:
+    """Settings from the environment and defaults only, no file (``gateway init`` writes
+    the file: its questions start from what the environment says)."""
+    return _build(None, {})
+
+
+def _build(toml_path: Path | None, overrides: dict[str, Any]) -> Settings:
     Settings._toml_file = toml_path
     try:
         return Settings(**overrides)
     except ValidationError as exc:
-        where = f" (file {toml_path})" if toml_path else ""
         raise ConfigError(
-            f"invalid configuration{where}:\n{describe_validation_error(exc)}"
+            "invalid configuration:\n" + describe_validation_error(exc, toml_path=toml_path)
         ) from exc
     except (OSError, ValueError) as exc:
         # tomllib.TOMLDecodeError is a ValueError: say which file is broken.

@@ -12,7 +12,12 @@ from typing import Any
 
 import structlog
 
-from config.checks import channel_warnings, environment_problems, open_file_warnings
+from config.checks import (
+    channel_warnings,
+    environment_problems,
+    open_file_warnings,
+    placeholder_problems,
+)
 from config.keywords import (
     SHIPPED_KEYWORDS_FILE,
     KeywordsError,
@@ -144,6 +149,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
             problems.append(str(exc))
     if settings is not None:
         problems += check_settings(settings)
+        problems += placeholder_problems(
+            settings, toml_path=resolve_config_path(args.config), environ=os.environ
+        )
         try:
             kw = settings.keywords_file
             load_keywords(kw if kw.exists() else SHIPPED_KEYWORDS_FILE)
@@ -166,7 +174,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     if problems:
         print("\nproblems:", file=sys.stderr)
         for p in problems:
-            print(f"  - {p}", file=sys.stderr)
+            lines = p.replace("\n", "\n    ")  # a multi-line problem stays under its dash
+            print(f"  - {lines}", file=sys.stderr)
         return EXIT_CONFIG
     print("\nconfiguration OK", file=sys.stderr)
     return 0

@@ -12,8 +12,15 @@ TOKEN = "check-config-token-0123456789abcdef"
 
 
 def problems_of(out_stderr: str) -> list[str]:
+    """The listed problems; a problem's further lines are indented under its dash."""
     _, _, listed = out_stderr.partition("problems:\n")
-    return [line.removeprefix("  - ") for line in listed.splitlines() if line.startswith("  - ")]
+    problems: list[str] = []
+    for line in listed.splitlines():
+        if line.startswith("  - "):
+            problems.append(line.removeprefix("  - "))
+        elif line.startswith("    ") and problems:
+            problems[-1] += "\n" + line.removeprefix("    ")
+    return problems
 
 
 def test_a_fresh_machine_is_ok_and_warns_the_admin_api_has_no_token(tmp_path: Path) -> None:
@@ -147,3 +154,80 @@ def test_feishu_webhook_mode_needs_the_encrypt_key(tmp_path: Path) -> None:
     assert "GATEWAY_CHANNELS__FEISHU__ENCRYPT_KEY" in problem
     env["GATEWAY_CHANNELS__FEISHU__ENCRYPT_KEY"] = "k"
     assert gateway("check-config", cwd=tmp_path, env=env).returncode == 0
+
+
+# ---------------------------------------------------------------------- issue 26
+
+
+def test_placeholders_are_not_configuration_ok(tmp_path: Path) -> None:
+    """What `gateway init`'s template and the docs' examples write is reported, not OK."""
+    cfg = tmp_path / "gateway.toml"
+    cfg.write_text(
+        "[channels.dingtalk]\nenabled = true\n"
+        'client_id = "dingxxxxxxxxxxxxxxxx"\nallow_from = ["*"]\napprovers = ["<staff id>"]\n'
+        "[channels.feishu]\nenabled = false\n"
+        # a channel that is off: its settings are not in force, and not reported
+        'app_id = "cli_xxxxxxxxxxxxxxxx"\n',
+        encoding="utf-8",
+    )
+    env = {
+        "GATEWAY_CHANNELS__DINGTALK__CLIENT_SECRET": "changeme",
+        "GATEWAY_ADMIN__TOKEN": "xxx",
+    }
+    out = gateway("check-config", cwd=tmp_path, env=env)
+    assert out.returncode == 2
+    assert "configuration OK" not in out.stderr
+    assert problems_of(out.stderr) == [
+        "admin.token is not configured: environment variable GATEWAY_ADMIN__TOKEN holds a "
+        "placeholder: set the real value there",
+        f'channels.dingtalk.approvers is not configured: {cfg} has the placeholder "<staff id>"'
+        ": set the real value there (or in GATEWAY_CHANNELS__DINGTALK__APPROVERS)",
+        f"channels.dingtalk.client_id is not configured: {cfg} has the placeholder "
+        '"dingxxxxxxxxxxxxxxxx": set the real value there (or in '
+        "GATEWAY_CHANNELS__DINGTALK__CLIENT_ID)",
+        "channels.dingtalk.client_secret is not configured: environment variable "
+        "GATEWAY_CHANNELS__DINGTALK__CLIENT_SECRET holds a placeholder: set the real value there",
+    ]
+    real = {
+        "GATEWAY_CHANNELS__DINGTALK__CLIENT_ID": "dingabcdef123",
+        "GATEWAY_CHANNELS__DINGTALK__CLIENT_SECRET": "Kq3-real-secret",
+        "GATEWAY_CHANNELS__DINGTALK__APPROVERS": '["manager1"]',
+        "GATEWAY_ADMIN__TOKEN": TOKEN,
+    }
+    fixed = gateway("check-config", cwd=tmp_path, env=real)
+    assert fixed.returncode == 0, fixed.stderr
+    assert "configuration OK" in fixed.stderr
+
+
+def test_a_bad_value_names_its_source_file_or_variable(tmp_path: Path) -> None:
+    cfg = tmp_path / "gateway.toml"
+    cfg.write_text("[confirmation]\ntimeout_seconds = -1\n[server]\nport = 8080\n")
+    out = gateway("check-config", cwd=tmp_path, env={"GATEWAY_SERVER__PORT": "99999"})
+    assert out.returncode == 2
+    [problem] = problems_of(out.stderr)
+    lines = [line.strip() for line in problem.splitlines()]
+    assert lines == [
+        "invalid configuration:",
+        "server.port: Input should be less than or equal to 65535 (got '99999' from environment "
+        "variable GATEWAY_SERVER__PORT); change or unset that variable",
+        f"confirmation.timeout_seconds: Input should be greater than 0 (got -1 in {cfg}); change "
+        "[confirmation] timeout_seconds there (or set GATEWAY_CONFIRMATION__TIMEOUT_SECONDS)",
+    ]
+    assert "gateway.toml" not in lines[1]  # the variable's value is not blamed on the file
+
+
+def test_a_misspelt_key_gets_the_nearest_one(tmp_path: Path) -> None:
+    cfg = tmp_path / "g.toml"
+    cfg.write_text("[confirmaton]\nstore = 'memory'\n[llm]\ntimeout_secs = 5\n")
+    out = gateway("check-config", "--config", str(cfg), cwd=tmp_path)
+    assert out.returncode == 2
+    [problem] = problems_of(out.stderr)
+    assert f"llm.timeout_secs: unknown setting in {cfg}; did you mean `timeout_seconds`?" in (
+        problem
+    )
+    assert f"confirmaton: unknown setting in {cfg}; did you mean `confirmation`?" in problem
+    out = gateway("check-config", cwd=tmp_path, env={"GATEWAY_LLM__MAX_STEP": "3"})
+    assert (
+        "llm.max_step: unknown setting from environment variable GATEWAY_LLM__MAX_STEP; "
+        "did you mean GATEWAY_LLM__MAX_STEPS?"
+    ) in out.stderr

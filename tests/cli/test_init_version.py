@@ -54,12 +54,18 @@ def test_init_writes_a_commented_file_for_the_chosen_channels(tmp_path: Path) ->
     settings = load_settings(path)  # every key it writes is a real setting
     assert settings.channels.feishu.enabled
     assert not settings.channels.dingtalk.enabled
-    # with the secret from the environment, the written file passes check-config
-    checked = gateway(
-        "check-config",
-        cwd=tmp_path,
-        env={"GATEWAY_CHANNELS__FEISHU__APP_SECRET": "s" * 32},
+    # its app_id is a placeholder: check-config says so (issue 26), naming the file
+    secret = {"GATEWAY_CHANNELS__FEISHU__APP_SECRET": "s" * 32}
+    checked = gateway("check-config", cwd=tmp_path, env=secret)
+    assert checked.returncode == 2
+    assert (
+        f"channels.feishu.app_id is not configured: {path} has the placeholder "
+        '"cli_xxxxxxxxxxxxxxxx"' in checked.stderr
     )
+    assert "configuration OK" not in checked.stderr
+    # with the real id and the secret from the environment, the written file passes
+    real_id = {"GATEWAY_CHANNELS__FEISHU__APP_ID": "cli_a1b2c3d4e5f60708"}
+    checked = gateway("check-config", cwd=tmp_path, env=secret | real_id)
     assert checked.returncode == 0, checked.stderr
 
 
