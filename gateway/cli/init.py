@@ -13,15 +13,11 @@ writes the template from the flags, as before.
 from __future__ import annotations
 
 import argparse
-import getpass
 import json
 import os
 import re
-import secrets
 import shlex
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -225,6 +221,10 @@ class Verdict:
 
 def check_credentials(platform: str, origin: str, app_id: str, secret: str) -> Verdict:
     """Ask the platform's token endpoint whether ``app_id`` and ``secret`` are valid."""
+    import http.client
+    import urllib.error
+    import urllib.request  # here, not at the top: `gateway --help` stays quick (issue 14)
+
     origin = origin.rstrip("/")
     if platform == "feishu":
         url, body = origin + FEISHU_TOKEN_PATH, {"app_id": app_id, "app_secret": secret}
@@ -241,7 +241,7 @@ def check_credentials(platform: str, origin: str, app_id: str, secret: str) -> V
             status, raw = response.status, response.read()
     except urllib.error.HTTPError as exc:  # DingTalk says no with a 400 and a JSON body
         status, raw = exc.code, exc.read()
-    except (urllib.error.URLError, OSError) as exc:
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         return Verdict(None, f"{origin} could not be reached ({reason})")
     try:
@@ -293,6 +293,8 @@ class Terminal:
         return _split(self.ask(question, ", ".join(default)))
 
     def secret(self, question: str) -> str:
+        import getpass
+
         while True:
             # getpass reads from the terminal with echo off: the secret is never shown.
             answer = getpass.getpass(f"{question} (not shown as you type): ").strip()
@@ -381,6 +383,8 @@ def _ask_platform(
 
 
 def _guided(args: argparse.Namespace, path: Path, env_path: Path) -> int:
+    import secrets
+
     import tomlkit
 
     from config.settings import environment_settings
