@@ -19,9 +19,8 @@ import re
 import shlex
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 CHANNELS = ("webchat", "feishu", "dingtalk")
 
@@ -164,8 +163,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------- guided set-up
 
 
-@dataclass(frozen=True)
-class Platform:
+class Platform(NamedTuple):
     """What the questions and the credential check need to know of one chat platform."""
 
     channel: str  # its section: [channels.<channel>]
@@ -210,8 +208,7 @@ DINGTALK_TOKEN_PATH = "/v1.0/oauth2/accessToken"
 CHECK_TIMEOUT_SECONDS = 10.0
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(NamedTuple):
     """A platform's answer to an app id and secret: accepted, refused, or None when there
     was no answer to read (unreachable, a server error)."""
 
