@@ -69,10 +69,11 @@ def _live(store: ConfirmationStore, clock: Clock, tool: CountingTool) -> Harness
     async def say(text: str) -> None:
         pass
 
-    async def orphan(c: Confirmation) -> None:
-        await executor.run(c, say=say, report=True)
+    def go_on(c: Confirmation) -> None:  # the one path from an ended record: claim, run
+        if c.status is Status.APPROVED:
+            h.runs.append(asyncio.ensure_future(executor.run(c, say=say, report=True)))
 
-    h.service.set_orphan_handler(orphan)
+    h.service.on_settled(go_on)
     return h
 
 
@@ -166,7 +167,8 @@ async def test_two_adopters_run_an_orphaned_call_once(store: ConfirmationStore) 
     tool = CountingTool()
     a, b = _live(store, clock, tool), _live(store, clock, tool)
     await asyncio.gather(a.service.adopt_dead(), b.service.adopt_dead())
-    await a.service.shutdown()  # waits for the runs its adoption started
+    await asyncio.gather(*a.runs, *b.runs)  # what each adoption went on with
+    await a.service.shutdown()
     await b.service.shutdown()
     assert tool.runs == 3
     for cid in ("A1", "A2", "A3"):
