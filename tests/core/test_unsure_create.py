@@ -208,5 +208,3 @@ async def test_an_approval_that_won_elsewhere_runs_once_here(
     assert (approved.id, approved.status, approved.decided_by) == ("RACE", Status.APPROVED, "bob")
     assert h.service.doubts.ids == ()
     assert ran.empty()
-
-
