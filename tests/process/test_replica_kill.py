@@ -24,7 +24,6 @@ from tests.process.replica_support import (
     decide,
     next_event,
     pending_id,
-    record,
     say,
     script_model,
     trail,
