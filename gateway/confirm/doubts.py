@@ -107,7 +107,9 @@ class Doubts:
         stored = True
         while True:
             # A refused request's requester was told the call did not run: no second word.
-            final = await service.cancel(confirmation_id, reason=reason, tell_chat=False)
+            final = await service.cancel(
+                confirmation_id, reason=reason, tell_chat=False, turn_went_on=True
+            )
             if final is not None:
                 break
             final = await self._store_cancelled(doubt, reason)

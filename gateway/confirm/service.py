@@ -335,7 +335,8 @@ class ConfirmationService:
         )
         try:
             if self._closing:
-                final = await self.cancel(conf.id, reason=texts.SHUTDOWN_REASON)
+                # Told to the asking turn by the record returned: nothing else goes on.
+                final = await self.cancel(conf.id, reason=texts.SHUTDOWN_REASON, turn_went_on=True)
                 return final or conf
             await self.bus.publish_outbound(
                 OutboundMessage(
@@ -355,7 +356,9 @@ class ConfirmationService:
             log.exception("confirm.request_failed", confirmation_id=conf.id)
             # Raises StoreUnavailableError when the store is down: its deadline ends it.
             final = await self.cancel(
-                conf.id, reason=texts.ERROR_REASON.format(error=type(exc).__name__)
+                conf.id,
+                reason=texts.ERROR_REASON.format(error=type(exc).__name__),
+                turn_went_on=True,
             )
             return final or conf
 
@@ -376,11 +379,20 @@ class ConfirmationService:
         by: str | None = None,
         via: str = "system",
         tell_chat: bool = True,
+        turn_went_on: bool = False,
     ) -> Confirmation | None:
         """End a pending confirmation without a decision (shutdown, superseded, an error).
-        ``tell_chat=False``: no update to the chat (it was never shown a prompt)."""
+        ``tell_chat=False``: no update to the chat (it was never shown a prompt);
+        ``turn_went_on``: its turn was told the request failed and went on, so nothing goes
+        on from this end (doubts.py)."""
         final, _ = await self._finish(
-            confirmation_id, Status.CANCELLED, by=by, via=via, reason=reason, tell_chat=tell_chat
+            confirmation_id,
+            Status.CANCELLED,
+            by=by,
+            via=via,
+            reason=reason,
+            tell_chat=tell_chat,
+            go_on=not turn_went_on,
         )
         return final
 
@@ -396,6 +408,7 @@ class ConfirmationService:
         edit: CallEdit | None = None,
         trail: Sequence[AuditEvent] = (),
         tell_chat: bool = True,
+        go_on: bool = True,
     ) -> tuple[Confirmation | None, str | None]:
         """End a pending confirmation: the record as it now is, and what its chat was told
         (None when this call changed nothing)."""
@@ -445,7 +458,8 @@ class ConfirmationService:
                 )
             )
         # Before the listeners hear it: a member's next message waits for what goes on.
-        self.go_on(final)
+        if go_on:
+            self.go_on(final)
         await self._listeners.emit("resolved", final)
         self._replicas.finished(final)
         return final, said
