@@ -108,9 +108,31 @@ def _quantile(values: list[float], q: float) -> float:
 # ---------------------------------------------------------------------------- real path
 
 
+class Ended:
+    """Each ended record, as the service hands it on (the agent loop's place)."""
+
+    def __init__(self) -> None:
+        self._ended: dict[str, asyncio.Future[Confirmation]] = {}
+
+    def _future(self, confirmation_id: str) -> asyncio.Future[Confirmation]:
+        loop = asyncio.get_running_loop()
+        return self._ended.setdefault(confirmation_id, loop.create_future())
+
+    def __call__(self, final: Confirmation) -> None:
+        fut = self._future(final.id)
+        if not fut.done():
+            fut.set_result(final)
+
+    async def wait(self, confirmation_id: str) -> Confirmation:
+        try:
+            return await self._future(confirmation_id)
+        finally:
+            del self._ended[confirmation_id]
+
+
 def build_real(
     keywords_file: Path = KEYWORDS_FILE, store: ConfirmationStore | None = None
-) -> tuple[MessageBus, ConfirmationService]:
+) -> tuple[MessageBus, ConfirmationService, Ended]:
     """The production pieces, wired as gateway.app wires them (memory store by default)."""
     bus = MessageBus()
     service = ConfirmationService(
@@ -122,7 +144,9 @@ def build_real(
         ),
         keywords=KeywordStore(keywords_file),
     )
-    return bus, service
+    ended = Ended()
+    service.on_settled(ended)
+    return bus, service, ended
 
 
 def _real_request(
@@ -169,7 +193,7 @@ async def run_real(
 async def _run_real(
     sessions: int, trips_per_session: int, *, keywords_file: Path, store: ConfirmationStore
 ) -> RunResult:
-    bus, service = build_real(keywords_file, store)
+    bus, service, ended = build_real(keywords_file, store)
     sent: dict[str, float] = {}  # confirmation id -> when the reply was published
     result = RunResult("real", sessions, sessions * trips_per_session, 0, 0.0)
 
@@ -193,7 +217,8 @@ async def _run_real(
 
     async def session(i: int) -> None:
         for k in range(trips_per_session):
-            conf = await _real_request(service, i, k)
+            asked = await _real_request(service, i, k)
+            conf = await ended.wait(asked.id)
             resumed = time.perf_counter()
             result.latencies.append(resumed - sent.pop(conf.id))
             if conf.status is Status.APPROVED:
@@ -390,14 +415,15 @@ async def _measure_pending(
 
 
 async def pending_memory_real(n: int, *, keywords_file: Path = KEYWORDS_FILE) -> MemoryResult:
-    bus, service = build_real(keywords_file)
+    bus, service, _ = build_real(keywords_file)
     mem, tasks = await _measure_pending(
         "real", n, lambda i: _real_request(service, i, 0), bus.outbound
     )
-    # Every pending one ends cancelled (never approved) and its turn wakes up.
+    # Every pending one ends cancelled (never approved).
+    asked = await asyncio.gather(*tasks)
     await service.shutdown()
-    finals = await asyncio.gather(*tasks)
-    if not all(c.status is Status.CANCELLED for c in finals):
+    finals = [await service.store.get(c.id) for c in asked]
+    if not all(c is not None and c.status is Status.CANCELLED for c in finals):
         raise RuntimeError("a pending confirmation did not end cancelled on shutdown")
     return mem
 

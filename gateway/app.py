@@ -37,12 +37,10 @@ from config.settings import ConfigError, Settings
 from gateway import extras
 from gateway.agent.commands import CommandAgent
 from gateway.agent.loop import Agent, AgentLoop
-from gateway.bus import MessageBus, OutboundMessage
+from gateway.bus import MessageBus
 from gateway.confirm.grants import GrantBook, open_grant_store
 from gateway.confirm.ledger import new_instance
 from gateway.confirm.memory_store import MemoryConfirmationStore
-from gateway.confirm.model import Confirmation
-from gateway.confirm.replicas import OrphanHandler
 from gateway.confirm.retention import Retention
 from gateway.confirm.service import ConfirmationService
 from gateway.confirm.store import ConfirmationStore
@@ -62,7 +60,7 @@ from gateway.tools.base import PluginError, ToolRegistry
 from gateway.tools.edits import CallEditor
 from gateway.tools.executor import Executor
 from gateway.tools.policy import Policy
-from gateway.tools.runner import ToolOutcome, ToolRunner
+from gateway.tools.runner import ToolRunner
 from gateway.tools.sql import SqlDatabase, SqlModifyTool, SqlQueryTool
 
 log = structlog.get_logger(__name__)
@@ -283,10 +281,10 @@ async def build(
             settings, runner, registry, confirmations, bus, sql_db, metrics, conversations
         )
         opened.push_async_callback(close_agent, agent)
-        confirmations.set_orphan_handler(orphan_runner(runner, bus, agent))
         loop = AgentLoop(
             bus=bus,
             agent=agent,
+            confirmations=confirmations,
             approvers_by_channel={
                 "feishu": tuple(settings.channels.feishu.approvers),
                 "dingtalk": tuple(settings.channels.dingtalk.approvers),
@@ -563,34 +561,3 @@ async def close_agent(agent: Agent) -> None:
     aclose: Callable[[], Awaitable[None]] | None = getattr(agent, "aclose", None)
     if aclose is not None:
         await aclose()
-
-
-def orphan_runner(runner: ToolRunner, bus: MessageBus, agent: Agent) -> OrphanHandler:
-    """Run an approved call whose waiting turn is gone; its turn goes on when it can.
-
-    With a stored model continuation the result goes back to the model, whose answer is
-    posted; otherwise the chat gets the result line.
-    """
-
-    async def run(confirmation: Confirmation) -> None:
-        async def say(text: str) -> None:
-            await bus.publish_outbound(
-                OutboundMessage(
-                    channel=confirmation.channel,
-                    chat_id=confirmation.chat_id,
-                    text=text,
-                    session_key=confirmation.session_key,
-                )
-            )
-
-        resume: Resume | None = getattr(agent, "resume", None)
-        if confirmation.continuation is None:
-            resume = None
-        outcome = await runner.run_orphan(confirmation, say, report=resume is None)
-        if resume is not None and outcome.status != "elsewhere":
-            await resume(confirmation, outcome, say)
-
-    return run
-
-
-Resume = Callable[[Confirmation, ToolOutcome, Callable[[str], Awaitable[None]]], Awaitable[None]]

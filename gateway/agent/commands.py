@@ -7,8 +7,9 @@ import time
 from gateway import texts
 from gateway.bus import InboundMessage
 from gateway.confirm.ids import new_call_id
-from gateway.confirm.model import ToolCall
+from gateway.confirm.model import Confirmation, ToolCall
 from gateway.confirm.service import ConfirmationService
+from gateway.tools.executor import Say
 from gateway.tools.runner import ToolOutcome, ToolRunner, TurnContext
 from gateway.tools.sql_analysis import analyze_sql
 
@@ -24,18 +25,16 @@ class CommandAgent:
         self.sql_dialect = sql_dialect
 
     async def handle(self, msg: InboundMessage, turn: TurnContext) -> None:
-        text = msg.text.strip()
-        # A person may answer a pending prompt with a new command (reject_with_feedback);
-        # that text comes back as feedback and is handled like a new message, once.
-        for _ in range(2):
-            feedback = await self._dispatch(text, turn)
-            if feedback is None:
-                return
-            text = feedback.strip()
+        await self._dispatch(msg.text.strip(), turn)
 
-    async def _dispatch(self, text: str, turn: TurnContext) -> str | None:
+    async def resume(self, confirmation: Confirmation, say: Say) -> None:
+        """Go on from an ended call: an approved one runs and its result line is posted
+        (rejected, expired and cancelled calls were told by the confirmation update)."""
+        await self.runner.settle(confirmation, say, report=True)
+
+    async def _dispatch(self, text: str, turn: TurnContext) -> None:
         if not text:
-            return None
+            return
         command, _, rest = text.partition(" ")
         command = command.lower()
         if command == "/sql":
@@ -43,28 +42,27 @@ class CommandAgent:
         if command == "/pending":
             pending = await self.confirmations.list_pending(turn.session_key)
             await turn.say(texts.pending_list(pending, time.time()))
-            return None
+            return
         if command in ("/help", "/start", "help", "帮助"):
             await turn.say(texts.HELP_NO_MODEL)
-            return None
+            return
         if command.startswith("/"):
             await turn.say(texts.UNKNOWN_COMMAND.format(command=command))
-            return None
+            return
         await turn.say(texts.HELP_NO_MODEL)
-        return None
 
-    async def _sql(self, statement: str, turn: TurnContext) -> str | None:
+    async def _sql(self, statement: str, turn: TurnContext) -> None:
         if not statement:
             await turn.say("用法 usage: /sql <statement>")
-            return None
+            return
         analysis = analyze_sql(statement, self.sql_dialect)
         name = "sql_query" if analysis.read_only else "sql_modify"
         outcome = await self.runner.invoke(
             ToolCall(name=name, args={"sql": statement}, call_id=new_call_id()), turn
         )
-        return await self._report(outcome, name, turn)
+        await self._report(outcome, name, turn)
 
-    async def _report(self, outcome: ToolOutcome, name: str, turn: TurnContext) -> str | None:
+    async def _report(self, outcome: ToolOutcome, name: str, turn: TurnContext) -> None:
         if outcome.status == "ok":
             cid = outcome.confirmation.id if outcome.confirmation else None
             await turn.say(texts.tool_result(name, outcome.output, cid))
@@ -73,5 +71,5 @@ class CommandAgent:
             await turn.say(texts.tool_failed(name, outcome.output))
         elif outcome.status == "unknown_tool":
             await turn.say(texts.tool_failed(name, outcome.output))
+        # waiting: the prompt is out, and ``resume`` goes on once the call has ended;
         # rejected / expired / cancelled were announced by the confirmation update.
-        return outcome.feedback

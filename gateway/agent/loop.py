@@ -1,14 +1,26 @@
-"""The agent loop: one turn at a time per session, many sessions at once."""
+"""The agent loop: one turn at a time per session, many sessions at once.
+
+A turn that asks for a decision ends there (its call is stored with the turn's
+continuation). Whatever ends that call, in this process, hands the record to ``resume``:
+the one path that goes on from it — claim, run, record (gateway/tools/runner.settle), then
+the turn again — under the same per-member order as new messages.
+"""
 
 from __future__ import annotations
 
+import asyncio
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
 import structlog
 
 from gateway.bus import InboundMessage, MessageBus, OutboundMessage
+from gateway.confirm.events import ConfirmationEvent
+from gateway.confirm.model import Confirmation
+from gateway.confirm.service import ConfirmationService
 from gateway.runtime import BackgroundTasks, KeyedSerial
+from gateway.tools.executor import Say
 from gateway.tools.runner import TurnContext
 
 # (message, True when its turn starts / False when it ends)
@@ -22,6 +34,10 @@ class Agent(Protocol):
 
     async def handle(self, msg: InboundMessage, turn: TurnContext) -> None: ...
 
+    async def resume(self, confirmation: Confirmation, say: Say) -> None:
+        """Go on from a call this agent asked for, once it has ended (run it if approved)."""
+        ...
+
 
 class AgentLoop:
     """Takes messages off the bus and runs turns.
@@ -29,7 +45,9 @@ class AgentLoop:
     Each message becomes a turn of its own, run one at a time per session — per member in
     a group chat: a confirmation pending in one chat never blocks another, one member's
     pending call never delays another member's answer (invariant 10), and each person's
-    messages are answered in the order they arrived.
+    messages are answered in the order they arrived. A resumed turn takes its place in
+    that order; with ``on_other_message = "keep_pending"`` a member's new message waits
+    while their own call waits for a decision (read from the store: on any replica).
     """
 
     def __init__(
@@ -37,15 +55,21 @@ class AgentLoop:
         *,
         bus: MessageBus,
         agent: Agent,
+        confirmations: ConfirmationService,
         approvers_by_channel: Mapping[str, tuple[str, ...]] | None = None,
     ) -> None:
         self.bus = bus
         self.agent = agent
+        self.confirmations = confirmations
         self._approvers = dict(approvers_by_channel or {})
         self._sessions = KeyedSerial()
         self._turns = BackgroundTasks("agent-turns")
         self._intake = BackgroundTasks("agent-intake")
         self._turn_listeners: list[TurnListener] = []
+        self._resuming: Counter[str] = Counter()  # resumed turns scheduled, per serial key
+        self._ended = asyncio.Event()  # a call or a resumed turn ended: parked turns look again
+        confirmations.subscribe(self._on_confirmation)
+        confirmations.on_settled(self.resume)
 
     def on_turn(self, listener: TurnListener) -> None:
         """Called with (message, True) when its turn starts and (message, False) when it
@@ -98,7 +122,70 @@ class AgentLoop:
             # Spawned in arrival order; each waits for its session's turn before it.
             self._turns.spawn(self._turn(msg), name=f"turn-{msg.session_key}")
 
+    def resume(self, confirmation: Confirmation) -> None:
+        """Go on from an ended call, in its member's turn order (the service calls this for
+        every record this process ended, and adoption for approved calls left unclaimed)."""
+        key = _serial_key(confirmation.session_key, confirmation.requester, confirmation.is_group)
+        self._resuming[key] += 1
+        self._turns.spawn(self._resume(confirmation, key), name=f"resume-{confirmation.id}")
+
+    async def _resume(self, confirmation: Confirmation, key: str) -> None:
+        async def say(text: str) -> None:
+            await self.bus.publish_outbound(
+                OutboundMessage(
+                    channel=confirmation.channel,
+                    chat_id=confirmation.chat_id,
+                    session_key=confirmation.session_key,
+                    text=text,
+                )
+            )
+
+        try:
+            async with self._sessions.hold(key):
+                with structlog.contextvars.bound_contextvars(session=confirmation.session_key):
+                    try:
+                        await self.agent.resume(confirmation, say)
+                    except Exception as exc:  # told to the chat, never lost
+                        log.exception("agent.resume_failed", confirmation_id=confirmation.id)
+                        await say(f"⚠️ 处理失败 / failed: {type(exc).__name__}")
+        finally:
+            self._resuming[key] -= 1
+            if not self._resuming[key]:
+                del self._resuming[key]
+            self._signal_ended()
+
+    def _on_confirmation(self, event: ConfirmationEvent) -> None:
+        if event.kind != "requested":
+            self._signal_ended()
+
+    def _signal_ended(self) -> None:
+        """Wake those waiting now; a later wait takes the next event."""
+        self._ended.set()
+        self._ended = asyncio.Event()
+
+    async def _after_parked(self, msg: InboundMessage) -> None:
+        """Wait while the sender's own turn is parked on a call and the configured answer
+        to other messages is to keep it pending, and while a resumed turn of theirs runs."""
+        key = serial_key(msg)
+        keep = self.confirmations.settings.on_other_message == "keep_pending"
+        while True:
+            ended = self._ended  # taken before the look: an end during it is not missed
+            parked = keep and any(
+                c.requester == msg.sender_id and c.continuation is not None
+                for c in await self.confirmations.list_pending(msg.session_key)
+            )
+            if not parked and not self._resuming.get(key):
+                return
+            # Another replica may end it: its events reach here too (remote listeners);
+            # the store is read again after a while all the same.
+            try:
+                async with asyncio.timeout(self.confirmations.lease / 3):
+                    await ended.wait()
+            except TimeoutError:
+                pass
+
     async def _turn(self, msg: InboundMessage) -> None:
+        await self._after_parked(msg)
         async with self._sessions.hold(serial_key(msg)):
             # Taken before the turn's first effect (a line said, a tool call) or at its end:
             # a crash from then on does not process the message again (its tool calls may
@@ -142,6 +229,10 @@ async def _nothing() -> None:
 
 def serial_key(msg: InboundMessage) -> str:
     """Whose turns run one at a time: the session, or in a group one member of it."""
-    if msg.is_group:
-        return f"{msg.session_key}\x00{msg.sender_id}"
-    return msg.session_key
+    return _serial_key(msg.session_key, msg.sender_id, msg.is_group)
+
+
+def _serial_key(session_key: str, sender: str, is_group: bool) -> str:
+    if is_group:
+        return f"{session_key}\x00{sender}"
+    return session_key

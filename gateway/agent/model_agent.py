@@ -2,8 +2,12 @@
 
 A turn is a loop of at most ``llm.max_steps`` model calls. When the model asks for
 several tools in one answer, they run one after another, in the order the model gave
-them, each through the policy; a call that needs a person is asked and awaited before the
-next one is even evaluated, so a chat never sees two prompts of one turn at once.
+them, each through the policy. A call that needs a person is asked and the turn ends there:
+the conversation up to the call is stored with it (its continuation), and once the call has
+ended — run, rejected, expired — ``resume`` goes on from it, with the call's outcome as its
+tool result, the remaining calls of that answer, then the model again: the same code in
+the process that asked, after a restart or on another replica. So a chat never sees two
+prompts of one turn at once.
 
 Nothing the model writes can approve anything: the agent never decides a confirmation;
 only ``ConfirmationService.decide`` does, for a person's message, card click or the admin
@@ -13,9 +17,9 @@ the tool's result.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Literal
 
 import structlog
 
@@ -55,8 +59,8 @@ another way or ask them. If they wrote a message instead of deciding, answer tha
 - Reply in the language the person writes in. Be brief."""
 
 Say = Callable[[str], Awaitable[None]]
-
-_NOT_RUN = "Not run: the gateway restarted while an earlier call of this step waited."
+# How a turn goes on after an answer's calls: ask the model again, end, or wait for a person.
+Going = Literal["next", "stop", "parked"]
 
 # Slash commands that keep working with a model configured (same runner, same policy).
 _PASSTHROUGH_COMMANDS = ("/sql", "/pending")
@@ -106,11 +110,14 @@ class ModelAgent:
             return
         history = await self.conversations.load(turn.session_key)
         added: list[dict[str, Any]] = [{"role": "user", "content": self._user_content(msg)}]
+        parked = False
         try:
-            await self._run_turn(history, added, turn)
+            parked = await self._run_turn(history, added, turn, first_step=0)
         finally:
-            # Kept even when the turn failed half-way: calls that ran must stay known.
-            await self._keep(turn.session_key, added)
+            # Kept even when the turn failed half-way: calls that ran must stay known. A
+            # parked turn is kept whole when it ends (its continuation holds it until then).
+            if not parked:
+                await self._keep(turn.session_key, added)
 
     async def _keep(self, session_key: str, added: list[dict[str, Any]]) -> None:
         """Append one turn's exchange to the session's stored history, as it is now
@@ -124,33 +131,29 @@ class ModelAgent:
         except Exception:
             log.exception("agent.history_not_kept", session=session_key, messages=len(added))
 
-    async def resume(self, confirmation: Confirmation, outcome: ToolOutcome, say: Say) -> None:
-        """Go on with a turn that died with a restart while its call waited for a decision.
-
-        ``confirmation.continuation`` holds the conversation up to the call; the call's
-        outcome (run by the adopting process) becomes its tool result, and the model
-        answers in the chat as the turn would have.
-        """
-        cont = confirmation.continuation or {}
-        if cont.get("kind") != "model":
+    async def resume(self, confirmation: Confirmation, say: Say) -> None:
+        """Go on from an ended call: run it if approved (the runner's claim), then, for a
+        call a model turn asked, the turn goes on from its stored continuation."""
+        model = confirmation.continues_a_model_turn
+        outcome = await self.runner.settle(confirmation, say, report=not model)
+        if outcome is None or not model:
             return
+        log.info("agent.tool_outcome", tool=confirmation.tool_call.name, status=outcome.status)
+        await self._go_on(confirmation, outcome, say)
+
+    async def _go_on(self, confirmation: Confirmation, outcome: ToolOutcome, say: Say) -> None:
+        """The turn that asked for ``confirmation`` goes on from its continuation: the call's
+        outcome is its tool result, the answer's later calls run, then the model answers."""
+        cont = confirmation.continuation or {}
         messages: list[dict[str, Any]] = [dict(m) for m in cont.get("messages", [])]
         start = int(cont.get("turn_start", 0))
-        added = [
-            {
-                "role": "tool",
-                "tool_call_id": cont["tool_call_id"],
-                "content": self._for_model(outcome),
-            }
-        ]
-        # Later calls of the same step never ran (the turn died waiting): say so, since the
-        # API wants a result for every call of an assistant message.
-        answered = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
-        answered.add(cont["tool_call_id"])
-        asked: dict[str, Any] = next((m for m in reversed(messages) if m.get("tool_calls")), {})
-        for c in asked.get("tool_calls", []):
-            if c.get("id") not in answered:
-                added.append({"role": "tool", "tool_call_id": c["id"], "content": _NOT_RUN})
+        history, added = messages[:start], messages[start:]
+        call_id = cont["tool_call_id"]
+        added.append({"role": "tool", "tool_call_id": call_id, "content": self._for_model(outcome)})
+        # The calls of the same answer after this one have not run yet.
+        asked: dict[str, Any] = next((m for m in reversed(added) if m.get("tool_calls")), {})
+        calls = [_call(c) for c in asked.get("tool_calls", [])]
+        later = calls[next((i + 1 for i, c in enumerate(calls) if c.id == call_id), len(calls)) :]
         turn = TurnContext(
             session_key=confirmation.session_key,
             channel=confirmation.channel,
@@ -158,12 +161,20 @@ class ModelAgent:
             sender_id=confirmation.requester,
             is_group=confirmation.is_group,
             say=say,
+            approvers=confirmation.approvers,
         )
+        step = int(cont.get("step", 0))
         log.info("agent.resumed", confirmation_id=confirmation.id)
+        parked = False
         try:
-            await self._run_turn(messages, added, turn)
+            going = await self._run_calls(later, history, added, turn, step, after=outcome)
+            if going == "next":
+                parked = await self._run_turn(history, added, turn, first_step=step + 1)
+            else:
+                parked = going == "parked"
         finally:
-            await self._keep(confirmation.session_key, messages[start:] + added)
+            if not parked:
+                await self._keep(confirmation.session_key, added)
 
     def _user_content(self, msg: InboundMessage) -> str:
         if msg.is_group:
@@ -172,28 +183,36 @@ class ModelAgent:
         return msg.text
 
     async def _run_turn(
-        self, history: list[dict[str, Any]], added: list[dict[str, Any]], turn: TurnContext
-    ) -> None:
+        self,
+        history: list[dict[str, Any]],
+        added: list[dict[str, Any]],
+        turn: TurnContext,
+        *,
+        first_step: int,
+    ) -> bool:
+        """Model steps until an answer without calls; True when the turn parked on a call."""
         tools = self.registry.schemas()
         system = {"role": "system", "content": self.system_prompt}
-        for step in range(self.settings.max_steps):
+        for step in range(first_step, self.settings.max_steps):
             try:
                 reply = await self.model.complete([system, *history, *added], tools)
             except LlmError as exc:
                 await turn.say(exc.chat_text)
-                return
+                return False
             added.append(reply.as_message())
             log.info("agent.step", step=step + 1, tool_calls=len(reply.tool_calls))
             if not reply.tool_calls:
                 await turn.say(reply.content or texts.MODEL_EMPTY_REPLY)
-                return
+                return False
             if reply.content and reply.content.strip():
                 # What the model says alongside its calls is shown, never obeyed: the
                 # calls below go through the policy whatever it claims.
                 await turn.say(reply.content)
-            if not await self._run_calls(reply.tool_calls, history, added, turn):
-                return
+            going = await self._run_calls(reply.tool_calls, history, added, turn, step)
+            if going != "next":
+                return going == "parked"
         await turn.say(texts.model_step_limit(self.settings.max_steps))
+        return False
 
     async def _run_calls(
         self,
@@ -201,38 +220,36 @@ class ModelAgent:
         history: list[dict[str, Any]],
         added: list[dict[str, Any]],
         turn: TurnContext,
-    ) -> bool:
-        """Run one answer's calls in order. False when the turn must end here."""
-        skip: str | None = None
-        go_on = True
+        step: int,
+        *,
+        after: ToolOutcome | None = None,
+    ) -> Going:
+        """Run one answer's calls in order (``after``: the outcome of an earlier one of
+        them). "parked": a call waits for a person, the turn ends here until it has ended;
+        "stop": the turn ends; "next": the model is asked again."""
+        skip, going = _after(after)
         for call in calls:
             if skip is not None:
-                result = f"Not run: {skip}"
-            else:
-                # What the turn needs to go on if it dies while this call waits for a person.
-                continuation = {
-                    "kind": "model",
-                    "messages": [*history, *added],
-                    "turn_start": len(history),
-                    "tool_call_id": call.id,
-                }
-                result, outcome = await self._run_one(
-                    call, replace(turn, continuation=continuation)
+                added.append(
+                    {"role": "tool", "tool_call_id": call.id, "content": f"Not run: {skip}"}
                 )
-                if outcome is not None and outcome.feedback is not None:
-                    skip = (
-                        "the user wrote a message instead of deciding an earlier call of "
-                        "this step; answer their message and re-plan"
-                    )
-                elif outcome is not None and outcome.status == "cancelled":
-                    # Shutdown, or superseded by a new message that is queued as its own
-                    # turn: asking the model again now would only race that turn.
-                    skip = "an earlier call of this step was cancelled"
-                    go_on = False
-                elif outcome is not None and outcome.status == "expired":
-                    skip = "an earlier call of this step expired without a decision"
+                continue
+            # What the turn needs to go on once this call has ended, if it waits for a person.
+            continuation = {
+                "kind": "model",
+                "messages": [*history, *added],
+                "turn_start": len(history),
+                "tool_call_id": call.id,
+                "step": step,
+            }
+            result, outcome = await self._run_one(call, replace(turn, continuation=continuation))
+            if outcome is not None and outcome.status == "waiting":
+                return "parked"
             added.append({"role": "tool", "tool_call_id": call.id, "content": result})
-        return go_on
+            if outcome is not None:
+                skip, stop = _after(outcome)
+                going = stop if stop != "next" else going
+        return going
 
     async def _run_one(
         self, call: ModelToolCall, turn: TurnContext
@@ -295,4 +312,34 @@ def build_model_agent(
         commands=CommandAgent(runner=runner, confirmations=confirmations, sql_dialect=dialect),
         system_prompt=prompt,
         conversations=conversations,
+    )
+
+
+def _after(outcome: ToolOutcome | None) -> tuple[str | None, Going]:
+    """What an outcome means for the answer's later calls (why they do not run, or None)
+    and for the turn."""
+    if outcome is None:
+        return None, "next"
+    if outcome.feedback is not None:
+        return (
+            "the user wrote a message instead of deciding an earlier call of this step; "
+            "answer their message and re-plan",
+            "next",
+        )
+    if outcome.status == "cancelled":
+        # Shutdown, or superseded by a new message that is queued as its own turn: asking
+        # the model again now would only race that turn.
+        return "an earlier call of this step was cancelled", "stop"
+    if outcome.status == "expired":
+        return "an earlier call of this step expired without a decision", "next"
+    return None, "next"
+
+
+def _call(stored: Mapping[str, Any]) -> ModelToolCall:
+    """A call of a stored assistant message, as the model gave it."""
+    function = stored.get("function") or {}
+    return ModelToolCall(
+        id=str(stored.get("id")),
+        name=str(function.get("name", "")),
+        arguments=str(function.get("arguments", "")),
     )

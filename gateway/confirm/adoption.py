@@ -2,9 +2,10 @@
 
 A process whose heartbeat is older than the lease is dead (replicas.py judges). What it
 owned is taken over here: pending calls get their deadline armed and their prompt posted
-again, approved calls nobody claimed are run through the orphan handler (which also lets a
-model turn go on), and calls that were running are reported ``interrupted``, never re-run,
-unless the tool is idempotent: then claimed once more.
+again, and calls that were running are reported ``interrupted``, never re-run, unless the
+tool is idempotent: then claimed once more. An approved call that nobody claimed a lease
+after its decision (the process that decided it died first) goes on here, on the one path
+every ended record takes (``ConfirmationService.go_on``: claim → run → record → continue).
 
 A gateway killed with 100,000 pending calls leaves them all to the next one, which must
 answer new messages at once (docs/performance.md, "Start-up with a backlog"). So pending
@@ -14,14 +15,13 @@ scan runs in the background while the gateway serves.
 
 A decision may land on a record while this runs. The store settles it: adoption is a
 compare-and-set of the owner that returns the record as it is, so a record approved
-before its adoption is run here, and one still pending is in ``adopted`` before anything
-else runs, so a decision after it finds it there (``finished``). A claim runs a call at
-most once whoever asks.
+before its adoption goes on here, and a decision after it goes on where it was taken. A
+claim runs a call at most once whoever asks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Coroutine, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -37,8 +37,9 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger(__name__)
 
-# Runs an approved call whose waiting turn is gone (claim first: see gateway/tools/executor).
-OrphanHandler = Callable[[Confirmation], Coroutine[Any, Any, None]]
+# Goes on from an ended record: claim → run → record → continue (gateway/agent/loop.py).
+# Called without awaiting: it schedules the work.
+Settled = Callable[[Confirmation], None]
 
 # Pending records read, adopted and audited at a time: one short store operation each, so
 # the store serves new messages in between, and a bounded amount held in memory (a
@@ -47,13 +48,12 @@ PAGE = 500
 
 
 class Adoption:
-    """Takes over the records of dead processes; runs what was approved meanwhile."""
+    """Takes over the records of dead processes; goes on with approved calls left unclaimed."""
 
     def __init__(self, service: ConfirmationService, *, tasks: BackgroundTasks) -> None:
         self._service = service
         self._tasks = tasks  # the service's: runs of adopted calls, drained at shutdown
-        self.orphan_handler: OrphanHandler | None = None
-        # Pending calls adopted here: no turn waits for them anywhere.
+        # Pending calls adopted here whose prompt is not shown again yet.
         self.adopted: set[str] = set()
         self._walked: set[str] = set()  # dead instances whose pending records were walked
 
@@ -61,10 +61,10 @@ class Adoption:
     def me(self) -> str:
         return self._service.instance.id
 
-    async def scan(self, dead: Collection[str], known: Collection[str], *, startup: bool) -> None:
+    async def scan(self, dead: Collection[str], *, startup: bool) -> None:
         """Adopt what the ``dead`` instances left; at ``startup`` also pending records whose
-        owner is not among the ``known`` instances (stored before instances existed, or
-        left by one that is gone)."""
+        owner is not a listed instance (stored before instances existed, or left by one
+        that is gone)."""
         service = self._service
         # Each dead instance's pending records are walked once: it makes no new ones.
         # (Another walk, every few seconds while one of its calls keeps it from being
@@ -82,10 +82,13 @@ class Adoption:
                 log.info("confirm.instance_dead", instance=instance_id)
                 await service.store.forget_instance(instance_id)
                 self._walked.discard(instance_id)
+        lease, now = service.lease, service.clock()
         for c in await service.store.list_approved_waiting():
-            # Approved, unclaimed, and nobody alive answers for it (its turn died with it).
-            if c.owner != self.me and (c.owner in dead or c.owner not in known):
-                await self.take(c)
+            # Approved and still unclaimed a lease after (or found at start): the process
+            # that decided it, which goes on with it at once, died first. Should it still
+            # be alive, the claim lets one of the two run it.
+            if startup or (c.decided_at or 0.0) + lease <= now:
+                service.go_on(c)
 
     async def _adopt_pending_pages(self, dead: Collection[str], *, startup: bool) -> None:
         store = self._service.store
@@ -112,7 +115,7 @@ class Adoption:
         ex = c.execution
         if ex.state.in_flight and ex.claimed_by != self.me:
             if may_claim(c, service.clock()):
-                self._run(c)  # idempotent, its one claimer died: claimed once more
+                service.go_on(c)  # idempotent, its one claimer died: claimed once more
                 return True
             if c.idempotent and ex.attempts == 1:
                 return False  # its lease runs a little longer than the heartbeat: wait
@@ -141,7 +144,7 @@ class Adoption:
         )
         for c in moved:
             if c.status is Status.APPROVED and c.execution.state is ExecState.WAITING:
-                self._run(c)  # approved before it was adopted
+                service.go_on(c)  # approved before it was adopted
         reposted = [c.id for c in pending if await self._adopt_pending(c)]
         await service.audit.add_all([self._event(cid, "prompt_reposted") for cid in reposted])
 
@@ -171,21 +174,3 @@ class Adoption:
 
     def _event(self, confirmation_id: str, kind: str, **detail: Any) -> AuditEvent:
         return self._service.audit.event(confirmation_id, kind, actor=self.me, **detail)
-
-    def run_approved(self, c: Confirmation) -> None:
-        """Run an approved call no turn waits for, as one adopted here (doubts.py)."""
-        self._run(c)
-
-    def _run(self, c: Confirmation) -> None:
-        if self.orphan_handler is None:
-            log.warning("confirm.no_orphan_handler", confirmation_id=c.id)
-            return
-        self._tasks.spawn(self.orphan_handler(c), name=f"orphan-{c.id}")
-
-    def finished(self, final: Confirmation) -> None:
-        """``final`` just ended here: an adopted call that was approved runs now."""
-        if final.id not in self.adopted:
-            return
-        self.adopted.discard(final.id)
-        if final.status is Status.APPROVED:
-            self._run(final)

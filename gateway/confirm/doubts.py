@@ -10,8 +10,9 @@ gateway/runtime.py, as soon as the store answers:
 
 - written: ``finish`` to ``cancelled``, the store's compare-and-set, with its audit line.
   Another replica or the admin API may decide it meanwhile; the compare-and-set lets one
-  win. When an approval won, the call runs here once through the orphan handler, as an
-  adopted call would (its turn here is gone).
+  win; whoever ended it goes on with it (``ConfirmationService.go_on``). An approval
+  found here, taken by a replica that may have died since, goes on here too: the claim
+  lets one run it.
 - not there: a cancelled record is stored under its id, so that the create, if it still
   lands (its bytes may wait in the server's buffer behind ours), finds the id taken and
   writes nothing.
@@ -52,8 +53,6 @@ _UNSURE = (StoreUnavailableError, TimeoutError, asyncio.CancelledError)
 class _Doubt:
     record: Confirmation  # as the failed create sent it
     events: tuple[AuditEvent, ...]
-    reason: str = texts.UNSURE_CREATE_REASON
-    tell_chat: bool = False  # its prompt was posted: the chat's card must say how it ended
 
 
 class Doubts:
@@ -63,11 +62,11 @@ class Doubts:
         self,
         service: ConfirmationService,
         *,
-        run_approved: Callable[[Confirmation], None],
+        settled: Callable[[Confirmation], None],
         announce: Callable[[Confirmation], Awaitable[None]],
     ) -> None:
         self._service = service
-        self._run_approved = run_approved  # adoption's orphan handler
+        self._settled = settled  # the service's go_on
         self._announce = announce  # listeners' "resolved"
         self._held: dict[str, _Doubt] = {}
         self._tasks = BackgroundTasks("confirm-doubts")
@@ -93,21 +92,6 @@ class Doubts:
         self._held[record.id] = _Doubt(record, tuple(events))
         self._tasks.spawn(self._settle_when_up(record.id), name=f"doubt-{record.id}")
 
-    async def cancel(self, record: Confirmation, reason: str) -> Confirmation | None:
-        """Cancel ``record``, whose turn is gone; None when the store does not answer: then
-        it is held here and cancelled (its chat told) once the store answers, since its
-        deadline went with the turn."""
-        try:
-            return await self._service.cancel(record.id, reason=reason)
-        except StoreUnavailableError as exc:
-            log.warning("confirm.cancel_failed", confirmation_id=record.id, error=str(exc))
-            if self._stopped:  # stopping: another replica or the next start adopts it
-                log.warning("confirm.doubts_left", ids=[record.id])
-            else:
-                self._held[record.id] = _Doubt(record, (), reason, tell_chat=True)
-                self._tasks.spawn(self._settle_when_up(record.id), name=f"doubt-{record.id}")
-            return None
-
     async def _settle_when_up(self, confirmation_id: str) -> None:
         await once_store_answers(lambda: self.settle(confirmation_id))
 
@@ -119,11 +103,13 @@ class Doubts:
         doubt = self._held.get(confirmation_id)
         if doubt is None:
             return await service.store.get(confirmation_id)
-        reason = doubt.reason
+        reason = texts.UNSURE_CREATE_REASON
         stored = True
         while True:
             # A refused request's requester was told the call did not run: no second word.
-            final = await service.cancel(confirmation_id, reason=reason, tell_chat=doubt.tell_chat)
+            final = await service.cancel(
+                confirmation_id, reason=reason, tell_chat=False, turn_went_on=True
+            )
             if final is not None:
                 break
             final = await self._store_cancelled(doubt, reason)
@@ -138,7 +124,7 @@ class Doubts:
             was_stored=stored,
         )
         if final.status is Status.APPROVED and final.execution.state is ExecState.WAITING:
-            self._run_approved(final)  # approved elsewhere before the cancel: it runs once
+            self._settled(final)  # approved elsewhere before the cancel: it runs once
         return final
 
     async def _store_cancelled(self, doubt: _Doubt, reason: str) -> Confirmation | None:

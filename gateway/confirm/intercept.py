@@ -238,9 +238,10 @@ class ReplyIntercept:
                 )
                 consumed = False
                 continue
-            # reject_with_feedback: the message is the model's feedback, so the waiting
-            # turn answers it. Without a waiting turn (restart), it goes to the queue.
-            if not self._service.is_waiting(c.id):
+            # reject_with_feedback: the message is the model's feedback, so the turn that
+            # asked goes on and answers it. A call asked by a command (no model turn to go
+            # on) leaves the message to the queue, as a new message.
+            if not c.continues_a_model_turn:
                 consumed = False
             await self._service.decide_record(
                 c, Decision.REJECT, actor=msg.sender_id, via="text", reason=msg.text, feedback=True

@@ -252,14 +252,20 @@ class Confirmation:
     prompt_refs: Final[Mapping[str, str]] = field(default_factory=dict)
     # The execution ledger and who answers for the record.
     execution: Final[Execution] = field(default_factory=lambda: WAITING)
-    owner: Final[str | None] = None  # instance id of the process that holds the deadline / turn
+    owner: Final[str | None] = None  # instance id of the process that holds the deadline
     idempotent: Final[bool] = False  # the tool may be re-claimed once after its claimer died
-    # What the turn needs to go on after the decision when the process that asked is gone:
-    # for a model turn, the conversation up to the tool call (see gateway/agent/).
+    # What the turn that asked needs to go on once the call has ended, on whichever process
+    # ends it: for a model turn, the conversation up to the tool call (gateway/agent/); None
+    # for a command, whose result line is all that follows.
     continuation: Final[Mapping[str, Any] | None] = None
 
     def seconds_left(self, now: float) -> float:
         return max(0.0, self.expires_at - now)
+
+    @property
+    def continues_a_model_turn(self) -> bool:
+        """Whether a model turn goes on from this call's outcome (it answers the chat)."""
+        return self.continuation is not None and self.continuation.get("kind") == "model"
 
     def finished(
         self,

@@ -1,17 +1,18 @@
 """Other processes, alive or dead: heartbeats, adoption, and the lifecycle feed.
 
-A turn waits on a future in the process that asked; the store holds the truth. So that no
-call is stranded when that process dies or another one takes a decision:
+No process waits for a decision: the store holds the waiting turn, and the process that
+ends a record goes on with it. So that no call is stranded when a process dies:
 
 - Every process heartbeats (``lease/3`` seconds). One whose heartbeat is older than the
   lease is dead, and a live process adopts what it answered for (adoption.py). This runs
   at start, in the background while the gateway already serves, and every few seconds.
 - Messages a dead replica acknowledged to the platform and never took up (its inbox
   messages, in the shared store) are adopted at the same scan and processed here.
-- With a shared store (Redis) a decision may land on another replica. The store's lifecycle
-  feed tells this process, which wakes its turn, or runs the call it adopted; and every
-  change another replica made (a request, a decision, an execution's end) is told to this
-  process's listeners as a remote event, so its live views (SSE, web chat) show it too.
+- With a shared store (Redis) a decision may land on another replica, which goes on with
+  it. The store's lifecycle feed tells this process, which disarms the deadline it held;
+  and every change another replica made (a request, a decision, an execution's end) is
+  told to this process's listeners as a remote event, so its live views (SSE, web chat)
+  show it too.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import structlog
 
 from gateway import texts
 from gateway.confirm.adoption import Adoption
-from gateway.confirm.adoption import OrphanHandler as OrphanHandler
+from gateway.confirm.adoption import Settled as Settled
 from gateway.confirm.model import Confirmation, Status
 from gateway.confirm.store import FeedEntry, StoreUnavailableError
 from gateway.runtime import BackgroundTasks
@@ -163,7 +164,7 @@ class Replicas:
         dead = {
             i.id for i in instances if judge and i.id != self.me and not i.alive(now, service.lease)
         }
-        await self.adoption.scan(dead, known, startup=startup)
+        await self.adoption.scan(dead, startup=startup)
         if service.store.shared and judge:
             # Their inbox messages too (a Redis stream): those they acknowledged to the
             # platform and never took up. An owner with no heartbeat at all is dead; one
@@ -177,15 +178,13 @@ class Replicas:
         return self.adoption.adopted
 
     def finished(self, final: Confirmation) -> None:
-        """``final`` just ended here: an adopted call that was approved runs now."""
-        self.adoption.finished(final)
+        """``final`` ended: it is no longer an adopted call waiting here."""
+        self.adoption.adopted.discard(final.id)
 
     # ------------------------------------------------------------------ other replicas
 
     async def _follow(self, entries: AsyncIterator[FeedEntry]) -> None:
-        # What only this process's views want is read off the path of the wakes: read in
-        # turn, each entry queued for the pool behind the load, and a wake waited behind
-        # them all (decide -> claim p50 4.9 s at 500 chats on two replicas, issue 13).
+        # Each entry's record is read off the path of the feed, in turn, by the announcer.
         views: asyncio.Queue[FeedEntry] = asyncio.Queue()
         announcer = self._loops.spawn(self._announce(views), name="announce-replicas")
         try:
@@ -207,40 +206,13 @@ class Replicas:
                 await service.announce_remote(entry.kind, record)
 
     def _followed(self, entry: FeedEntry, views: asyncio.Queue[FeedEntry]) -> None:
-        """Wake the turn waiting here for a decision made elsewhere, and tell this
-        process's listeners (SSE, web chat) what another replica did."""
-        service = self._service
-        cid = entry.id
-        resolved = entry.kind == "resolved"
-        waiting = resolved and (service.is_waiting(cid) or cid in self.adopted)
-        if resolved and not waiting:
-            service.deadlines.disarm(cid)
-        if entry.local and not waiting:
-            return  # made here: the service told the listeners then, once
-        if not waiting:
+        """A record ended elsewhere: its deadline here is disarmed (whoever ended it goes
+        on with it); what another replica did is told to this process's listeners."""
+        if entry.kind == "resolved":
+            self._service.deadlines.disarm(entry.id)
+            self.adoption.adopted.discard(entry.id)
+        if not entry.local:  # made here: the service told the listeners then, once
             views.put_nowait(entry)
-            return
-        # Each wake reads its record on its own: under load a read queues for the pool, and
-        # wakes read in turn waited behind each other (decide -> claim p50 1.6 s at 500
-        # chats on two replicas against 14 ms on one).
-        self._loops.spawn(self._wake(entry), name=f"wake-{cid}")
-
-    async def _wake(self, entry: FeedEntry) -> None:
-        service = self._service
-        try:
-            record = await service.store.get(entry.id)
-        except Exception:  # a store blip: this call's deadline stays armed and reads the
-            # real outcome when it fires.
-            log.warning("confirm.follow_read_failed", confirmation_id=entry.id)
-            return
-        if record is None:
-            return
-        if record.status.is_terminal:
-            service.deadlines.disarm(entry.id)
-            service.wake(record)
-            self.finished(record)  # adopted here, decided on another replica
-        if not entry.local:
-            await service.announce_remote(entry.kind, record)
 
     # ------------------------------------------------------------------ stop
 

@@ -1,11 +1,14 @@
 """The confirmation lifecycle: request, decide (and who may decide), expire, cancel.
 
-A person's decision — a typed reply (intercept.py), a card click, the admin API, an
+A turn that asks for a decision ends there: ``request`` stores the call with its
+continuation (what the turn needs to go on) and posts the prompt; no process waits for a
+person. A person's decision — a typed reply (intercept.py), a card click, the admin API, an
 approval with edited arguments (gateway/tools/edits.py) — is taken by ``decide_record``.
 Every way a confirmation can end, decided or not (the timeout, shutdown), goes through
-``_finish``: the store's compare-and-set, then waking the waiting turn, telling listeners
-and posting the update to the chat. The store holds the truth; a future here only wakes
-the turn that asked.
+``_finish``: the store's compare-and-set, then telling listeners, posting the update to
+the chat, and handing the ended record to the one path that goes on from it (``settled``:
+claim → run → record → continue the turn, gateway/agent/loop.py). The process that ended a
+record goes on with it; adoption does when that process died first (adoption.py).
 
 Around it: replies read from the bus (intercept.py), the expiry timers (deadlines.py), and
 other replicas and restarts (replicas.py).
@@ -13,7 +16,6 @@ other replicas and restarts (replicas.py).
 
 from __future__ import annotations
 
-import asyncio
 import time
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
@@ -47,7 +49,7 @@ from gateway.confirm.model import (
 )
 from gateway.confirm.model import DecideOutcome as DecideOutcome
 from gateway.confirm.model import DecideResult as DecideResult
-from gateway.confirm.replicas import OrphanHandler, Replicas
+from gateway.confirm.replicas import Replicas, Settled
 from gateway.confirm.replies import ReplyParser
 from gateway.confirm.store import (
     Confirmations,
@@ -105,10 +107,10 @@ class ConfirmationService:
         else:
             self._parser = ReplyParser(keywords)
         self._tasks = BackgroundTasks("confirmations")
-        self._waiters: dict[str, asyncio.Future[Confirmation]] = {}
         self._listeners = Listeners()
         self.subscribe = self._listeners.subscribe  # (listener) -> unsubscribe
         self._closing = False
+        self._settled: Settled | None = None
         # Calls held at once (issue 22: one client held 1,500): counted by the store's create.
         self._pending_limits = PendingLimits(
             per_session=settings.max_pending_per_session, total=settings.max_pending
@@ -119,7 +121,7 @@ class ConfirmationService:
         # Refused requests whose record may be stored all the same (a stalled store).
         self.doubts = Doubts(
             self,
-            run_approved=self._replicas.adoption.run_approved,
+            settled=self.go_on,
             announce=lambda final: self._listeners.emit("resolved", final),
         )
         bus.set_interceptor(self.intercept)
@@ -133,25 +135,22 @@ class ConfirmationService:
     def _on_keywords(self, words: KeywordSet) -> None:
         self._parser = ReplyParser(words)
 
-    def set_orphan_handler(self, handler: OrphanHandler) -> None:
-        """Who runs an approved call whose waiting turn is gone (after a restart)."""
-        self._replicas.adoption.orphan_handler = handler
+    def on_settled(self, handler: Settled) -> None:
+        """Who goes on from an ended record (claim → run → record → continue the turn):
+        called, without awaiting, for every record this process ended, and for approved
+        calls adoption or doubts.py found unclaimed."""
+        self._settled = handler
+
+    def go_on(self, final: Confirmation) -> None:
+        """Hand an ended record to the one path that goes on from it."""
+        if self._settled is None:
+            log.warning("confirm.nobody_goes_on", confirmation_id=final.id)
+            return
+        self._settled(final)
 
     async def intercept(self, msg: InboundMessage) -> bool:
         """The bus's interceptor: True when ``msg`` was a reply handled here."""
         return await self._replies.read(msg)
-
-    def is_waiting(self, confirmation_id: str) -> bool:
-        """True while a turn in this process waits for this confirmation's outcome."""
-        fut = self._waiters.get(confirmation_id)
-        return fut is not None and not fut.done()
-
-    def wake(self, final: Confirmation) -> None:
-        """Hand a terminal record to the turn waiting for it here, if any."""
-        self.deadlines.disarm(final.id)
-        fut = self._waiters.get(final.id)
-        if fut is not None and not fut.done():
-            fut.set_result(final)
 
     @property
     def lease(self) -> float:
@@ -287,10 +286,11 @@ class ConfirmationService:
         idempotent: bool = False,
         continuation: Mapping[str, Any] | None = None,
     ) -> Confirmation:
-        """Store a pending confirmation, post the prompt, and wait for its terminal record.
+        """Store a pending confirmation and post its prompt; the record as stored.
 
-        Never returns a pending record. A timeout ends as ``expired``; cancellation of the
-        waiting turn or any error ends as ``cancelled`` — never as ``approved``. Raises
+        Nothing waits for it here: whatever ends it hands it to ``settled``, which goes on
+        with ``continuation``. A timeout ends it as ``expired``; a failure to post the
+        prompt as ``cancelled`` (returned) — never as ``approved``. Raises
         PendingLimitReached, storing nothing, when the session or the gateway already holds
         as many calls as it may (``[confirmation] max_pending_per_session`` / ``max_pending``:
         the store counts them in the create's own step, on every replica).
@@ -325,50 +325,42 @@ class ConfirmationService:
             limits=self._pending_limits,
             on_error=self.doubts.create_failed,
         )
-        fut: asyncio.Future[Confirmation] = asyncio.get_running_loop().create_future()
-        self._waiters[conf.id] = fut
         self.deadlines.arm(conf.id, conf.expires_at)
+        log.info(
+            "confirm.requested",
+            confirmation_id=conf.id,
+            tool=tool_call.name,
+            risk=risk.value,
+            timeout=round(timeout, 3),
+        )
         try:
-            log.info(
-                "confirm.requested",
-                confirmation_id=conf.id,
-                tool=tool_call.name,
-                risk=risk.value,
-                timeout=round(timeout, 3),
-            )
             if self._closing:
-                await self.cancel(conf.id, reason=texts.SHUTDOWN_REASON)
-            else:
-                await self.bus.publish_outbound(
-                    OutboundMessage(
-                        channel=channel,
-                        chat_id=chat_id,
-                        session_key=session_key,
-                        kind=OutboundKind.CONFIRMATION,
-                        text=texts.prompt(conf, now),
-                        confirmation=conf,
-                        metadata=metadata or {},
-                    )
+                # Told to the asking turn by the record returned: nothing else goes on.
+                final = await self.cancel(conf.id, reason=texts.SHUTDOWN_REASON, turn_went_on=True)
+                return final or conf
+            await self.bus.publish_outbound(
+                OutboundMessage(
+                    channel=channel,
+                    chat_id=chat_id,
+                    session_key=session_key,
+                    kind=OutboundKind.CONFIRMATION,
+                    text=texts.prompt(conf, now),
+                    confirmation=conf,
+                    metadata=metadata or {},
                 )
-                await self.audit.add(conf.id, "prompt_sent", channel=channel, chat_id=chat_id)
-                await self._listeners.emit("requested", conf)
-            # Not shielded: a cancelled turn cancels this future, and the handler below
-            # then records the confirmation as cancelled.
-            return await fut
-        except asyncio.CancelledError:
-            # The turn was cancelled (shutdown, client gone): the call must not stay approvable.
-            await asyncio.shield(self.doubts.cancel(conf, texts.SHUTDOWN_REASON))
-            raise
+            )
+            await self.audit.add(conf.id, "prompt_sent", channel=channel, chat_id=chat_id)
+            await self._listeners.emit("requested", conf)
+            return conf
         except Exception as exc:  # any failure ends as cancelled, never approved
             log.exception("confirm.request_failed", confirmation_id=conf.id)
-            reason = texts.ERROR_REASON.format(error=type(exc).__name__)
-            final = await self.doubts.cancel(conf, reason)
-            if final is None:  # the store is down: cancelled once it answers
-                raise
-            return final
-        finally:
-            self.deadlines.disarm(conf.id)
-            del self._waiters[conf.id]
+            # Raises StoreUnavailableError when the store is down: its deadline ends it.
+            final = await self.cancel(
+                conf.id,
+                reason=texts.ERROR_REASON.format(error=type(exc).__name__),
+                turn_went_on=True,
+            )
+            return final or conf
 
     async def expire(
         self, confirmation_id: str, *, reason: str = texts.TIMEOUT_REASON
@@ -387,11 +379,20 @@ class ConfirmationService:
         by: str | None = None,
         via: str = "system",
         tell_chat: bool = True,
+        turn_went_on: bool = False,
     ) -> Confirmation | None:
         """End a pending confirmation without a decision (shutdown, superseded, an error).
-        ``tell_chat=False``: no update to the chat (it was never shown a prompt)."""
+        ``tell_chat=False``: no update to the chat (it was never shown a prompt);
+        ``turn_went_on``: its turn was told the request failed and went on, so nothing goes
+        on from this end (doubts.py)."""
         final, _ = await self._finish(
-            confirmation_id, Status.CANCELLED, by=by, via=via, reason=reason, tell_chat=tell_chat
+            confirmation_id,
+            Status.CANCELLED,
+            by=by,
+            via=via,
+            reason=reason,
+            tell_chat=tell_chat,
+            go_on=not turn_went_on,
         )
         return final
 
@@ -407,6 +408,7 @@ class ConfirmationService:
         edit: CallEdit | None = None,
         trail: Sequence[AuditEvent] = (),
         tell_chat: bool = True,
+        go_on: bool = True,
     ) -> tuple[Confirmation | None, str | None]:
         """End a pending confirmation: the record as it now is, and what its chat was told
         (None when this call changed nothing)."""
@@ -428,10 +430,9 @@ class ConfirmationService:
         if final is None or not changed:
             await self.audit.add_all(trail)
             if final is not None and final.status.is_terminal:
-                # Another path (or another replica sharing the store) finished it first:
-                # the waiting turn here must learn the real outcome, not hang; a call
-                # adopted here that was approved meanwhile runs (adoption.py).
-                self.wake(final)
+                # Another path (or another replica sharing the store) finished it first,
+                # and goes on with it: here its deadline and its adoption end.
+                self.deadlines.disarm(final.id)
                 self._replicas.finished(final)
             return final, None
         log.info(
@@ -442,7 +443,7 @@ class ConfirmationService:
             actor=by,
             via=via,
         )
-        self.wake(final)
+        self.deadlines.disarm(final.id)
         self._replies.forget(confirmation_id)
         said = texts.outcome(final)
         if tell_chat:
@@ -456,6 +457,9 @@ class ConfirmationService:
                     confirmation=final,
                 )
             )
+        # Before the listeners hear it: a member's next message waits for what goes on.
+        if go_on:
+            self.go_on(final)
         await self._listeners.emit("resolved", final)
         self._replicas.finished(final)
         return final, said

@@ -1,7 +1,8 @@
 """Where confirmations live: an abstract store and the in-memory backend.
 
-The store holds the truth; futures that wake a waiting turn live in the service. Every
-backend passes the same contract suite (tests/confirm/test_store_contract.py).
+The store holds the truth, the waiting turn included (a record's continuation): no process
+waits for a decision. Every backend passes the same contract suite
+(tests/confirm/test_store_contract.py).
 """
 
 from __future__ import annotations
@@ -113,8 +114,8 @@ async def once_store_answers(write: Callable[[], Awaitable[T]]) -> T:
 class ConfirmationStore(ABC):
     """Async persistence of confirmations with an atomic, first-wins status change."""
 
-    # True when several gateway processes share the records (Redis): a pending record
-    # without a waiting turn here may still have one in another replica.
+    # True when several gateway processes share the records (Redis): a record may be
+    # asked, decided and run by different replicas.
     shared: ClassVar[bool] = False
 
     @abstractmethod

@@ -272,14 +272,6 @@ def interrupted(c: Confirmation) -> str:
     )
 
 
-def ran_elsewhere(c: Confirmation) -> str:
-    """A turn whose claim lost: another process has the call (and posts its result)."""
-    return (
-        f"ℹ️ [{c.id}] {c.tool_call.name} 由另一个网关进程执行，结果会在此发布 / "
-        "run by another gateway process; its result is posted here"
-    )
-
-
 def execution_line(c: Confirmation) -> str | None:
     """The result line of an ended call, from its execution ledger (the replica that ran it
     posted it from the tool's whole output; another replica shows the kept part)."""

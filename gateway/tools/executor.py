@@ -1,9 +1,9 @@
 """The one place an approved call runs: claim, start, run, finish — in the store.
 
-Whoever wants to run an approved call — the turn that asked (gateway/tools/runner.py) or a
-process that adopted it after its turn died (gateway/confirm/replicas.py) — comes here.
-The store's compare-and-set claim lets exactly one of them run it; the others are told
-where it went. What the call came to is written to the record's execution ledger
+Whoever goes on from an approved call (gateway/tools/runner.settle) — the process that
+took the decision, or one that adopted it after that process died — comes here. The
+store's compare-and-set claim lets exactly one of them run it; the others leave it.
+What the call came to is written to the record's execution ledger
 (``succeeded`` | ``failed`` with the error text | ``interrupted``) and to its audit trail.
 """
 
@@ -35,9 +35,10 @@ Say = Callable[[str], Awaitable[None]]
 class Ran:
     """What became of an approved call handed to the executor."""
 
-    # succeeded / failed: it ran here; lost: another process has (or had) the call.
+    # succeeded / failed: it ran here; lost: another process has (or had) the call, and
+    # goes on with it there.
     status: Literal["succeeded", "failed", "lost"]
-    output: str  # the tool's whole output, the error text, or why it was lost
+    output: str  # the tool's whole output or the error text ("" when lost)
     record: Confirmation  # the record as this process last saw it
 
 
@@ -90,7 +91,7 @@ class Executor:
             log.info(
                 "tool.claim_lost", confirmation_id=record.id, claimed_by=now.execution.claimed_by
             )
-            return Ran("lost", texts.ran_elsewhere(now), now)
+            return Ran("lost", "", now)
         try:
             await service.audit.add(
                 record.id, "claimed", actor=me, attempt=claimed.execution.attempts
@@ -111,7 +112,7 @@ class Executor:
             if started is None:
                 # Our claim was taken from us (this process looked dead to another one).
                 now = await service.store.get(record.id) or claimed
-                return Ran("lost", texts.ran_elsewhere(now), now)
+                return Ran("lost", "", now)
             await service.audit.add(record.id, "started", actor=me)
         except StoreUnavailableError:
             # Claimed, not run: the turn tells its chat the store is down; the record says
@@ -154,7 +155,7 @@ class Executor:
         )
         if claimed is None:
             now = await service.store.get(record.id) or record
-            return Ran("lost", texts.ran_elsewhere(now), now)
+            return Ran("lost", "", now)
         await service.audit.add(record.id, "claimed", actor=service.instance.id)
         await say(reason)
         return await self._finish(claimed, ExecState.FAILED, reason, say=say, report=False)

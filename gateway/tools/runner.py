@@ -1,8 +1,11 @@
 """Runs a tool call through the policy and, when asked for, a person's decision.
 
-This is where the hold is enforced: ``Tool.run`` is reached for a ``confirm`` call only
-after the confirmation service returned an ``approved`` record for that very call, and
-then only through the executor's claim (gateway/tools/executor.py): one claim, one run.
+This is where the hold is enforced. A ``confirm`` call is asked (``invoke``): stored with
+its turn's continuation, and the turn ends there (``waiting``). ``Tool.run`` is reached for
+it only from ``settle``, for a record the store holds as ``approved`` for that very call,
+and then only through the executor's claim (gateway/tools/executor.py): one claim, one run.
+``settle`` is the one path from an ended record, in the process that ended it or in one
+that adopted it: the same code live, after a restart and on another replica.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import structlog
 
 from gateway import texts
 from gateway.confirm.grants import GrantBook, MemoryGrantStore, covered_call
-from gateway.confirm.model import Confirmation, Status, ToolCall
+from gateway.confirm.model import Confirmation, ExecState, Status, ToolCall
 from gateway.confirm.service import ConfirmationService
 from gateway.confirm.store import PendingLimitReached, StoreUnavailableError
 from gateway.logs import RateLimitedLine
@@ -39,7 +42,7 @@ OutcomeStatus = Literal[
     "expired",
     "cancelled",
     "unknown_tool",
-    "elsewhere",  # approved, but another process won the claim: it runs (ran) there
+    "waiting",  # asked: the turn ends; its call's outcome goes on from the stored record
     "not_held",  # too many calls already wait for a decision: not asked, not run
 ]
 
@@ -60,8 +63,8 @@ class TurnContext:
     say: Callable[[str], Awaitable[None]]
     metadata: Mapping[str, Any] = field(default_factory=dict)
     approvers: tuple[str, ...] = ()
-    # Stored on a confirmation this turn asks for, so that the turn can go on after a
-    # restart (the model conversation up to the call; see gateway/agent/model_agent.py).
+    # Stored on a confirmation this turn asks for: what the turn needs to go on once the
+    # call has ended (the model conversation up to the call; gateway/agent/model_agent.py).
     continuation: Mapping[str, Any] | None = None
     # Awaited before each tool call (and, from the agent loop, each line said): the first
     # one marks the turn's message taken, so a crash from then on does not process it
@@ -116,11 +119,6 @@ class ToolOutcome:
                 f"This call was not held for approval and did not run: {self.output}. "
                 "Too many calls already wait for a decision; do not retry it now, ask the "
                 "user to decide or cancel the waiting ones first."
-            )
-        if self.status == "elsewhere":
-            return (
-                "This call was approved and is run by another gateway process; its result "
-                "is posted to the chat there. Do not retry it."
             )
         return self.output
 
@@ -192,7 +190,7 @@ class ToolRunner:
                 await turn.say(texts.grant_used(call.name, grant, now=self.grants.clock()))
                 return await self._execute(call, args, turn, decision, None)
             try:
-                final = await self.confirmations.request(
+                asked = await self.confirmations.request(
                     session_key=turn.session_key,
                     channel=turn.channel,
                     chat_id=turn.chat_id,
@@ -218,25 +216,9 @@ class ToolRunner:
                 said = texts.PENDING_LIMIT_SESSION if exc.per_session else texts.PENDING_LIMIT_TOTAL
                 await turn.say(said.format(limit=exc.limit, tool=call.name))
                 return ToolOutcome("not_held", str(exc), decision=decision)
-            # What was approved is the stored call: the one asked, or the same call (tool
-            # and id) with a person's edited arguments (gateway/tools/edits.py).
-            same_call = (final.tool_call.name, final.tool_call.call_id) == (call.name, call.call_id)
-            if final.status is not Status.APPROVED or not same_call:
-                status: OutcomeStatus = (
-                    "rejected"
-                    if final.status is Status.REJECTED
-                    else "expired"
-                    if final.status is Status.EXPIRED
-                    else "cancelled"
-                )
-                return ToolOutcome(status, texts.outcome(final), final, decision)
-            started = time.monotonic()
-            edited = final.tool_call != call  # then the executor parses the stored call
-            ran = await self.executor.run(final, say=turn.say, args=None if edited else args)
-            if ran.status == "lost":
-                await turn.say(ran.output)
-            self._observe_ran(ran, started)
-            return _outcome(ran, decision)
+            if asked.status.is_terminal:  # cancelled at once (stopping, or no prompt posted)
+                return ToolOutcome(_ended(asked.status), texts.outcome(asked), asked, decision)
+            return ToolOutcome("waiting", asked.id, asked, decision)
         outcome = await self._execute(call, args, turn, decision, None)
         if decision.level == "notify" and outcome.status == "ok":
             await turn.say(texts.notify_ran(call.name, _describe(preview.details, preview.summary)))
@@ -268,15 +250,22 @@ class ToolRunner:
         if self._on_tool_run is not None:
             self._on_tool_run(tool, result, time.monotonic() - started)
 
-    async def run_orphan(
+    async def settle(
         self, confirmation: Confirmation, say: Callable[[str], Awaitable[None]], *, report: bool
-    ) -> ToolOutcome:
-        """Run an approved call whose turn did not survive a restart (claim first).
+    ) -> ToolOutcome | None:
+        """Go on from an ended record: for an approved call claim, run and record it.
 
-        The person approved exactly this stored call; the policy is checked again in case
-        it was tightened meanwhile: then the call is settled as failed without running.
-        ``report`` posts the result line (no model turn goes on to say it).
+        The one path for every ended record, wherever it ended. The person approved exactly
+        this stored call (an edit included); the policy is checked again in case it was
+        tightened meanwhile: then the call is settled as failed without running. ``report``
+        posts the result line (no model turn goes on to say it). None when another process
+        has the call (it goes on there).
         """
+        if confirmation.status is not Status.APPROVED:
+            status = _ended(confirmation.status)
+            return ToolOutcome(status, texts.outcome(confirmation), confirmation)
+        if confirmation.execution.state is not ExecState.WAITING:
+            return None  # claimed already: whoever claimed it goes on
         call = confirmation.tool_call
         tool = self.registry.get(call.name)
         refused: str | None = None
@@ -297,7 +286,11 @@ class ToolRunner:
             started = time.monotonic()
             ran = await self.executor.run(confirmation, say=say, report=report)
             self._observe_ran(ran, started)
-        return _outcome(ran, decision)
+        if ran.status == "lost":
+            return None
+        return ToolOutcome(
+            "ok" if ran.status == "succeeded" else "error", ran.output, ran.record, decision
+        )
 
     def _observe_ran(self, ran: Ran, started: float) -> None:
         if ran.status != "lost":
@@ -305,11 +298,11 @@ class ToolRunner:
             self._observe(name, "ok" if ran.status == "succeeded" else "error", started)
 
 
-def _outcome(ran: Ran, decision: PolicyDecision | None) -> ToolOutcome:
-    status: OutcomeStatus = (
-        "ok" if ran.status == "succeeded" else "error" if ran.status == "failed" else "elsewhere"
-    )
-    return ToolOutcome(status, ran.output, ran.record, decision)
+def _ended(status: Status) -> OutcomeStatus:
+    """The outcome of a call that ended without running."""
+    if status is Status.REJECTED:
+        return "rejected"
+    return "expired" if status is Status.EXPIRED else "cancelled"
 
 
 def _edit_note(c: Confirmation | None) -> str:

@@ -94,3 +94,35 @@ async def test_an_approved_call_whose_turn_died_goes_back_to_the_model(
         assert final.owner == second.confirmations.instance.id
     finally:
         await second.stop()
+
+
+async def test_with_keep_pending_a_members_next_message_waits_for_their_parked_turn(
+    start_gateway: GatewayFactory, fake_llm: FakeOpenAI
+) -> None:
+    """The asking turn ended when its call was asked; the member's next message still
+    waits until that turn has gone on and answered (its state is the stored call)."""
+    fake_llm.script(
+        tool_calls(("sql_modify", {"sql": "DELETE FROM orders WHERE id = 5"})),
+        text("订单 5 已删除 / order 5 deleted"),
+        text("在的 / here"),
+    )
+    gw, chat = await start_gateway(confirmation={"on_other_message": "keep_pending"})
+    await say(gw, "删除订单 5")
+    prompt = await chat.wait_prompt()
+    assert await say(gw, "还在吗") is PublishResult.QUEUED
+    await chat.wait_text(prompt.id)  # "still waiting for a decision on ..."
+    assert await say(gw, "确认") is PublishResult.INTERCEPTED
+    await chat.wait_text("订单 5 已删除")
+    await chat.wait_text("在的")
+    third = (await fake_llm.wait_requests(3))[2]
+    # The waiting message reached the model after the parked exchange, whole.
+    assert [m["role"] for m in third.messages] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+    ]
+    assert third.messages[-1]["content"] == "还在吗"
+    assert 5 not in order_rows(gw.settings)

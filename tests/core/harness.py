@@ -47,6 +47,20 @@ class Harness:
         )
         self._ids = itertools.count(1)
         self.tasks: list[asyncio.Task[Confirmation]] = []
+        self.runs: list[asyncio.Future[Any]] = []  # what a test's own go-on started
+        # Each ended record, as the service hands it to whoever goes on from it.
+        self._ended: dict[str, asyncio.Future[Confirmation]] = {}
+        self.service.on_settled(self._settled)
+
+    def _settled(self, final: Confirmation) -> None:
+        fut = self._ended.setdefault(final.id, asyncio.get_running_loop().create_future())
+        if not fut.done():
+            fut.set_result(final)
+
+    async def ended(self, confirmation_id: str) -> Confirmation:
+        """The record as it was when it ended (handed on to go on from it)."""
+        fut = self._ended.setdefault(confirmation_id, asyncio.get_running_loop().create_future())
+        return await fut
 
     async def ask(
         self,
@@ -57,12 +71,13 @@ class Harness:
         four_eyes: bool = False,
         timeout: float | None = None,
         tool: str = "sql_modify",
+        model_turn: bool = True,
     ) -> tuple[asyncio.Task[Confirmation], Confirmation]:
-        """Start a request as a turn would; return its task and the prompted record."""
+        """Ask as a turn would; return a task for the ended record and the prompted record."""
         call = ToolCall(
             name=tool, args={"sql": "DELETE FROM t WHERE id = 1"}, call_id=f"call{next(self._ids)}"
         )
-        task = asyncio.create_task(
+        asked = asyncio.create_task(
             self.service.request(
                 session_key=f"{CHANNEL}:{chat}",
                 channel=CHANNEL,
@@ -74,11 +89,17 @@ class Harness:
                 details={"statement": "DELETE FROM t WHERE id = 1"},
                 four_eyes=four_eyes,
                 timeout=timeout,
+                # A model turn goes on from the call's outcome; a command's does not.
+                continuation={"kind": "model", "tool_call_id": call.call_id}
+                if model_turn
+                else None,
             )
         )
-        self.tasks.append(task)
         prompt = await self.next_out(OutboundKind.CONFIRMATION)
         assert prompt.confirmation is not None
+        await asked
+        task = asyncio.create_task(self.ended(prompt.confirmation.id))
+        self.tasks.append(task)
         return task, prompt.confirmation
 
     async def reply(

@@ -69,10 +69,11 @@ def _live(store: ConfirmationStore, clock: Clock, tool: CountingTool) -> Harness
     async def say(text: str) -> None:
         pass
 
-    async def orphan(c: Confirmation) -> None:
-        await executor.run(c, say=say, report=True)
+    def go_on(c: Confirmation) -> None:  # the one path from an ended record: claim, run
+        if c.status is Status.APPROVED:
+            h.runs.append(asyncio.ensure_future(executor.run(c, say=say, report=True)))
 
-    h.service.set_orphan_handler(orphan)
+    h.service.on_settled(go_on)
     return h
 
 
@@ -166,9 +167,37 @@ async def test_two_adopters_run_an_orphaned_call_once(store: ConfirmationStore) 
     tool = CountingTool()
     a, b = _live(store, clock, tool), _live(store, clock, tool)
     await asyncio.gather(a.service.adopt_dead(), b.service.adopt_dead())
-    await a.service.shutdown()  # waits for the runs its adoption started
+    await asyncio.gather(*a.runs, *b.runs)  # what each adoption went on with
+    await a.service.shutdown()
     await b.service.shutdown()
     assert tool.runs == 3
     for cid in ("A1", "A2", "A3"):
         record = await store.get(cid)
         assert record is not None and record.execution.state is ExecState.SUCCEEDED
+
+
+async def test_an_approval_left_unclaimed_goes_on_here_a_lease_after_it(
+    store: ConfirmationStore,
+) -> None:
+    """The process that took the decision goes on with it at once; when it died before its
+    claim, a live one does, a lease after the decision, whoever asked (alive here)."""
+    asker = Instance(id="asker-1-cccccc", pid=3, host="live", started_at=T0 - 60, seen_at=T0)
+    await store.heartbeat(asker, lease=LEASE)
+    c = replace(make("U1", session="test:U1", created_at=T0 - 10, owner=asker.id), channel="test")
+    await store.create(c)
+    await store.finish("U1", Status.APPROVED, by="alice", via="admin", reason=None, now=T0)
+    clock = Clock(T0 + 1)
+    tool = CountingTool()
+    h = _live(store, clock, tool)
+    await h.service.adopt_dead()
+    assert h.runs == [] and tool.runs == 0  # its decider may still be claiming it
+    clock.now = T0 + LEASE + 1
+    await store.heartbeat(replace(asker, seen_at=clock.now), lease=LEASE)  # the asker lives
+    await h.service.adopt_dead()
+    await asyncio.gather(*h.runs)
+    ran = await store.get("U1")
+    assert ran is not None and ran.execution.state is ExecState.SUCCEEDED and tool.runs == 1
+    await h.service.adopt_dead()  # claimed: never again
+    await asyncio.gather(*h.runs)
+    assert tool.runs == 1
+    await h.service.shutdown()

@@ -244,17 +244,17 @@ async def test_shutdown_cancels_pending_and_tells_chat() -> None:
     assert update.chat_id == conf.chat_id and "cancelled" in update.text
 
 
-async def test_cancelled_turn_cancels_confirmation() -> None:
+async def test_a_stop_cancels_what_waits_and_a_late_approval_cannot_revive_it() -> None:
     h = Harness()
     task, conf = await h.ask()
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await h.service.stop_asking()
+    assert (await task).status is Status.CANCELLED
     record = await h.store.get(conf.id)
     assert record is not None and record.status is Status.CANCELLED
     # A late approval cannot revive it.
     result = await h.service.decide(conf.id, Decision.APPROVE, actor="alice", via="card")
     assert result.outcome is DecideOutcome.ALREADY_DECIDED
+    await h.service.close()
 
 
 async def test_bot_messages_never_decide() -> None:
@@ -272,6 +272,16 @@ async def test_other_message_rejects_with_feedback_by_default() -> None:
     final = await task
     assert final.status is Status.REJECTED
     assert final.feedback and final.reason == "先查一下有多少行"
+
+
+async def test_a_command_asks_and_another_message_rejects_it_and_is_queued_as_new() -> None:
+    """No model turn goes on from a command's call: the message is its own turn."""
+    h = Harness()
+    task, _ = await h.ask(model_turn=False)
+    assert await h.reply("/sql SELECT 1") is PublishResult.QUEUED
+    final = await task
+    assert final.status is Status.REJECTED and final.feedback
+    assert [m.text for m in h.drain_inbound()] == ["/sql SELECT 1"]
 
 
 async def test_other_message_cancel_policy_queues_message() -> None:

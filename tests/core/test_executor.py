@@ -139,8 +139,6 @@ async def test_two_processes_racing_for_one_call_run_it_once(
     )
     assert sorted(r.status for r in runs) == ["lost", "lost", "lost", "succeeded"]
     assert tool.runs == 1
-    lost = next(r for r in runs if r.status == "lost")
-    assert lost.output == texts.ran_elsewhere(lost.record)
     await a.service.shutdown()
 
 

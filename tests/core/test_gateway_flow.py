@@ -19,6 +19,7 @@ import pytest
 from config.settings import Settings
 from gateway.app import Gateway, build
 from gateway.bus import InboundMessage, OutboundKind
+from gateway.confirm.events import ConfirmationEvent
 from gateway.confirm.model import Confirmation, Risk, Status, ToolCall
 from gateway.tools.base import tool
 from tests.support import RecordingChannel, ShiftedClock, pass_deadline
@@ -216,36 +217,40 @@ async def test_plugin_tool_runs_only_after_approval(make_settings: Callable[...,
             InboundMessage(channel="rec", chat_id="c1", sender_id="alice", text="")
         )
         call = ToolCall(name="restart_service", args={"name": "db"}, call_id="c-1")
+        # Asked: the turn ends waiting; the call's outcome goes on from the stored record.
+        ended = _ended(gw)
         # Timeout: never runs.
-        task = asyncio.create_task(gw.runner.invoke(call, turn))
+        asked = await gw.runner.invoke(call, turn)
+        assert asked.status == "waiting" and asked.confirmation is not None
         prompt = await rec.next(OutboundKind.CONFIRMATION)
         assert prompt.confirmation is not None
         await pass_deadline(gw.confirmations, clock, prompt.confirmation.id)
-        outcome = await task
-        assert outcome.status == "expired"
+        assert (await ended.get()).status is Status.EXPIRED
         assert CALLS == []
         # Rejected: never runs.
         rec.skip_sent()
-        task = asyncio.create_task(gw.runner.invoke(call, turn))
+        await gw.runner.invoke(call, turn)
         await rec.next(OutboundKind.CONFIRMATION)
         await gw.bus.publish_inbound(
             InboundMessage(
                 channel="rec", chat_id="c1", sender_id="alice", text="取消", message_id="r1"
             )
         )
-        assert (await task).status == "rejected"
+        assert (await ended.get()).status is Status.REJECTED
         assert CALLS == []
-        # Approved: runs exactly once.
+        # Approved: runs exactly once, and the chat reads its result.
         rec.skip_sent()
-        task = asyncio.create_task(gw.runner.invoke(call, turn))
+        await gw.runner.invoke(call, turn)
         await rec.next(OutboundKind.CONFIRMATION)
         await gw.bus.publish_inbound(
             InboundMessage(
                 channel="rec", chat_id="c1", sender_id="alice", text="确认", message_id="r2"
             )
         )
-        outcome = await task
-        assert outcome.status == "ok"
+        assert (await ended.get()).status is Status.APPROVED
+        result = await rec.next(OutboundKind.TEXT)
+        while "restarted db" not in result.text:
+            result = await rec.next(OutboundKind.TEXT)
         assert CALLS == [{"name": "db"}]
     del sys.modules["gw_test_plugin"]
 
@@ -355,3 +360,16 @@ async def test_a_database_error_is_one_sentence_and_the_raw_text_stays_in_the_tr
     finished = next(e for e in events if e.kind == "finished")
     assert "表或列不存在" in finished.detail["result"]
     assert "no such column: no_such_column" in finished.detail["error"]
+
+
+def _ended(gw: Gateway) -> asyncio.Queue[Confirmation]:
+    """The records of ``gw``'s confirmations as they end, in order."""
+    assert gw.confirmations is not None
+    seen: asyncio.Queue[Confirmation] = asyncio.Queue()
+
+    def listener(event: ConfirmationEvent) -> None:
+        if event.kind == "resolved":
+            seen.put_nowait(event.confirmation)
+
+    gw.confirmations.subscribe(listener)
+    return seen

@@ -11,10 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from config.settings import Settings
+from config.keywords import load_keywords
+from config.settings import DEFAULT_KEYWORDS_FILE, ConfirmationSettings, Settings
 from gateway.agent.loop import AgentLoop
 from gateway.app import build
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, PublishResult
+from gateway.confirm.memory_store import MemoryConfirmationStore
+from gateway.confirm.service import ConfirmationService
 from gateway.inbox import MemoryInbox, dump_message
 from gateway.sqlite_inbox import SqliteInbox
 from gateway.tools.runner import TurnContext
@@ -132,6 +135,16 @@ class Thinking:
         await turn.say("answer")
 
 
+def _confirmations(bus: MessageBus) -> ConfirmationService:
+    """The service a loop goes on with ended calls through (none are asked here)."""
+    return ConfirmationService(
+        store=MemoryConfirmationStore(),
+        bus=bus,
+        settings=ConfirmationSettings(),
+        keywords=load_keywords(DEFAULT_KEYWORDS_FILE),
+    )
+
+
 async def untaken_of(inbox: MemoryInbox) -> list[str | None]:
     return [m.message_id for m in await inbox.untaken()]
 
@@ -140,7 +153,7 @@ async def test_a_message_is_taken_at_its_turns_first_effect() -> None:
     inbox = MemoryInbox()
     bus = MessageBus(inbox=inbox)
     agent = Thinking()
-    loop = AgentLoop(bus=bus, agent=agent)
+    loop = AgentLoop(bus=bus, agent=agent, confirmations=_confirmations(bus))
     await loop.start()
     try:
         await bus.publish_inbound(said("hi", "m1"))
@@ -158,7 +171,7 @@ async def test_a_turn_cut_off_before_any_effect_stays_untaken() -> None:
     inbox = MemoryInbox()
     bus = MessageBus(inbox=inbox)
     agent = Thinking()
-    loop = AgentLoop(bus=bus, agent=agent)
+    loop = AgentLoop(bus=bus, agent=agent, confirmations=_confirmations(bus))
     await loop.start()
     await bus.publish_inbound(said("hi", "m1"))
     await agent.thinking.wait()
@@ -174,7 +187,7 @@ class Silent:
 async def test_a_turn_with_no_effect_is_taken_when_it_ends() -> None:
     inbox = MemoryInbox()
     bus = MessageBus(inbox=inbox)
-    loop = AgentLoop(bus=bus, agent=Silent())
+    loop = AgentLoop(bus=bus, agent=Silent(), confirmations=_confirmations(bus))
     ended = asyncio.Event()
     loop.on_turn(lambda msg, running: None if running else ended.set())
     await loop.start()

@@ -48,25 +48,24 @@ async def replicas() -> AsyncIterator[tuple[Harness, Harness]]:
     await store_b.close()
 
 
-async def test_reply_on_other_replica_wakes_asking_turn(replicas: tuple[Harness, Harness]) -> None:
+async def test_a_reply_on_the_other_replica_ends_the_call_and_goes_on_there(
+    replicas: tuple[Harness, Harness],
+) -> None:
     a, b = replicas
-    ran: list[Confirmation] = []
-
-    async def orphan(c: Confirmation) -> None:
-        ran.append(c)
-
-    b.service.set_orphan_handler(orphan)
-    task, conf = await a.ask()
+    await a.service.recover()  # A follows the feed
+    _, conf = await a.ask()
+    assert conf.id in a.service.deadlines
     await b.reply("确认")  # the platform delivered the reply to replica B
     async with asyncio.timeout(5):  # well before the 30 s confirmation timeout
-        final = await task
-    assert final.status is Status.APPROVED
-    assert final.id == conf.id
+        final = await b.ended(conf.id)  # B took the decision: B goes on with it
+    assert final.status is Status.APPROVED and final.id == conf.id
     update = await b.next_out(OutboundKind.CONFIRMATION_UPDATE)
     assert update.confirmation is not None and update.confirmation.status is Status.APPROVED
-    # B decided within the reply; shutting it down waits for anything it started then.
+    # A held its deadline; the feed tells A it ended, and A lets it go.
+    async with asyncio.timeout(5):
+        while conf.id in a.service.deadlines:
+            await asyncio.sleep(0.01)
     await b.service.shutdown()
-    assert ran == []  # B did not run A's call
 
 
 async def test_shutdown_of_one_replica_leaves_the_others_calls(
@@ -100,23 +99,17 @@ async def test_a_call_left_by_a_previous_process_runs_here_once_approved() -> No
     )
     await store.create(left)
     h = Harness(store=store)  # the restarted process
-    ran: list[str] = []
-
-    async def orphan(c: Confirmation) -> None:
-        ran.append(c.id)
-
-    h.service.set_orphan_handler(orphan)
     await h.service.recover()
     # Its prompt is shown again once, with the time left.
     reposted = await h.next_out(OutboundKind.CONFIRMATION)
     assert reposted.confirmation is not None and reposted.confirmation.id == left.id
     assert "重启" in reposted.text and "Time left" in reposted.text
-    task, conf = await h.ask(chat="c2")  # asked here: its own turn runs it, not the handler
+    task, conf = await h.ask(chat="c2")  # asked here: the same path goes on with both
     await h.reply(f"确认 {left.id}")
     await h.reply("确认", chat="c2")
+    assert (await h.ended(left.id)).status is Status.APPROVED
     assert (await task).status is Status.APPROVED
-    await h.service.shutdown()  # waits for what the decisions started
-    assert ran == [left.id]
+    await h.service.shutdown()
     assert (await store.get(left.id)).status is Status.APPROVED  # type: ignore[union-attr]
 
 
@@ -144,18 +137,20 @@ async def test_a_failed_read_does_not_end_the_follower() -> None:
     try:
         await a.service.recover()
         await b.service.recover()
-        first, c1 = await a.ask(chat="c1")
+        seen_at_a = a.events("resolved")  # what A's live views hear, B's changes too
+        _, c1 = await a.ask(chat="c1")
         store_a.armed = True  # the follower's read of the decision fails
         await b.reply("确认", chat="c1")
-        # The turn still learns the real outcome, at its own deadline at the latest.
         async with asyncio.timeout(10):
-            assert (await first).status is Status.APPROVED
-        # The follower is still there: the next cross-replica decision wakes at once,
-        # long before this call's 300 s deadline.
-        second, c2 = await a.ask(chat="c2", timeout=300.0)
+            assert (await b.ended(c1.id)).status is Status.APPROVED
+        # The follower is still there: the next cross-replica decision reaches A's views.
+        _, c2 = await a.ask(chat="c2", timeout=300.0)
         await b.reply("确认", chat="c2")
         async with asyncio.timeout(10):
-            assert (await second).status is Status.APPROVED
+            seen = await seen_at_a.get()
+            while seen.id != c2.id:
+                seen = await seen_at_a.get()
+        assert seen.status is Status.APPROVED
     finally:
         for h in (a, b):
             await h.service.shutdown()
