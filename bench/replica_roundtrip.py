@@ -1,9 +1,12 @@
-"""Cross-replica decide -> resume on Redis, and the Redis commands a round trip costs.
+"""Cross-replica decide -> go on, on Redis, and the Redis commands a round trip costs.
 
 Two confirmation services (replicas A and B) share one Redis store under a fresh prefix.
-A asks (``service.request``, as a turn does); B decides (``service.decide``, as a reply that
-reached B would); the figure is the time from B's decide call to A's request returning,
-woken by the finished stream. Run sequentially ``--n`` times, after ``--warmup`` trips.
+A asks (``service.request``, as a turn does: it returns once the prompt is out); B decides
+(``service.decide``, as a reply that reached B would); the figure is the time from B's
+decide call to the ended record being handed to the path that goes on with it (claim →
+run → continue), on B, where the decision was taken (issue 23: before it, A's waiting turn
+was woken through the lifecycle stream). Run sequentially ``--n`` times, after
+``--warmup`` trips.
 
 Commands are counted on the client side (every command and pipeline entry the two
 clients send, one EVALSHA counting as one, plus the blocking XREADs of the followers),
@@ -35,7 +38,7 @@ from redis.asyncio.client import Pipeline, Redis  # noqa: E402
 from config.keywords import load_keywords  # noqa: E402
 from config.settings import DEFAULT_KEYWORDS_FILE, ConfirmationSettings  # noqa: E402
 from gateway.bus import MessageBus, OutboundKind  # noqa: E402
-from gateway.confirm.model import Decision, ToolCall  # noqa: E402
+from gateway.confirm.model import Answer, Confirmation, Decision, ToolCall  # noqa: E402
 from gateway.confirm.redis_store import RedisConfirmationStore  # noqa: E402
 from gateway.confirm.service import ConfirmationEvent, ConfirmationService  # noqa: E402
 
@@ -80,17 +83,28 @@ class Remote:
                 await self._changed.wait()
 
 
+GOING_ON: dict[str, asyncio.Future[None]] = {}  # confirmation id -> handed on to go on
+
+
+def _went_on(final: Confirmation) -> None:
+    fut = GOING_ON.get(final.id)
+    if fut is not None and not fut.done():
+        fut.set_result(None)
+
+
 def _service(store: RedisConfirmationStore) -> ConfirmationService:
-    return ConfirmationService(
+    service = ConfirmationService(
         store=store,
         bus=MessageBus(),
         settings=ConfirmationSettings(timeout_seconds=300),
         keywords=load_keywords(DEFAULT_KEYWORDS_FILE),
     )
+    service.on_settled(_went_on)
+    return service
 
 
 async def _trip(a: ConfirmationService, b: ConfirmationService, n: int) -> float:
-    """One round trip; the time from B's decision to A's turn resuming."""
+    """One round trip; the time from B's decision to its going on."""
     seconds, cid = await _timed_trip(a, b, n)
     # Settled: each replica's live views showed what the other did.
     if a is b:
@@ -103,25 +117,26 @@ async def _trip(a: ConfirmationService, b: ConfirmationService, n: int) -> float
 
 async def _timed_trip(a: ConfirmationService, b: ConfirmationService, n: int) -> tuple[float, str]:
     call = ToolCall(name="sql_modify", args={"sql": "DELETE FROM t WHERE id = 1"}, call_id=f"c{n}")
-    asked = asyncio.ensure_future(
-        a.request(
-            session_key=f"bench:chat{n}",
-            channel="bench",
-            chat_id=f"chat{n}",
-            requester="alice",
-            is_group=False,
-            tool_call=call,
-            summary="DELETE t",
-        )
+    asked = await a.request(
+        session_key=f"bench:chat{n}",
+        channel="bench",
+        chat_id=f"chat{n}",
+        requester="alice",
+        is_group=False,
+        tool_call=call,
+        summary="DELETE t",
     )
     prompt = await a.bus.consume_outbound()
     while prompt.kind is not OutboundKind.CONFIRMATION:
         prompt = await a.bus.consume_outbound()
-    assert prompt.confirmation is not None
+    going_on = GOING_ON[asked.id] = asyncio.get_running_loop().create_future()
     start = time.perf_counter()
-    await b.decide(prompt.confirmation.id, Decision.APPROVE, actor="alice", via="text")
-    await asyncio.wait_for(asked, timeout=10)
-    return time.perf_counter() - start, prompt.confirmation.id
+    await b.answer(
+        Answer(confirmation_id=asked.id, decision=Decision.APPROVE, actor="alice", via="text")
+    )
+    await asyncio.wait_for(going_on, timeout=10)
+    del GOING_ON[asked.id]
+    return time.perf_counter() - start, asked.id
 
 
 VIEWS: list[Remote] = []  # replica A's, then B's
@@ -141,7 +156,7 @@ async def main(url: str, n: int, warmup: int) -> None:
             await _trip(a, b, -1 - i)
             await _trip(a, a, -1000 - i)
         # Interleaved, so that machine noise hits both alike. The baseline: the same
-        # replica asks and decides (its turn is woken in process, no stream hop).
+        # replica asks and decides.
         times: list[float] = []
         local: list[float] = []
         counted: Counter[str] = Counter()
@@ -162,7 +177,7 @@ async def main(url: str, n: int, warmup: int) -> None:
         ms = sorted(t * 1000 for t in series)
         p99 = ms[min(len(ms) - 1, round(0.99 * len(ms)) - 1)]
         print(
-            f"{label} decide -> resume, n={n}: p50 {statistics.median(ms):.2f} ms, "
+            f"{label} decide -> go on, n={n}: p50 {statistics.median(ms):.2f} ms, "
             f"p99 {p99:.2f} ms, max {ms[-1]:.2f} ms"
         )
     total = sum(counted.values())

@@ -28,11 +28,9 @@ import secrets
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
-if TYPE_CHECKING:
-    # Annotations only: the bus imports this module.
-    from gateway.bus import InboundMessage
+from gateway.messages import InboundMessage
 
 # Taken messages are kept this long, so that a platform's late redelivery (Feishu retries
 # for up to ~7 h) is still recognised after a restart; then purged.
@@ -166,8 +164,6 @@ def dump_message(msg: InboundMessage) -> str:
 
 
 def load_message(body: str | bytes) -> InboundMessage:
-    from gateway.bus import InboundMessage  # the bus imports this module
-
     return InboundMessage.from_dict(json.loads(body))
 
 

@@ -23,7 +23,7 @@ from channels.platform import DeadLetters
 from channels.receive import ReceiveRules, Verdict
 from gateway import texts
 from gateway.bus import InboundMessage, OutboundMessage, PublishResult
-from gateway.confirm.grants import decide_with_grant
+from gateway.confirm.model import Answer, GrantAsk
 from gateway.confirm.service import DecideOutcome
 from gateway.http.jsonapi import JsonInputError, parse_json
 from gateway.runtime import BackgroundTasks, ServiceUnavailable
@@ -237,13 +237,15 @@ class DingTalkChannel(Channel):
         if click.decision is None or not click.user_id:
             log.warning("dingtalk.card_click_unreadable", confirmation_id=click.confirmation_id)
             return {}
-        result = await decide_with_grant(
-            self._service,
-            click.confirmation_id,
-            click.decision,
-            actor=click.user_id,
-            via="card",
-            grant_minutes=click.grant_minutes,
+        minutes = click.grant_minutes
+        result = await self._service.answer(
+            Answer(
+                confirmation_id=click.confirmation_id,
+                decision=click.decision,
+                actor=click.user_id,
+                via="card",
+                grant=None if minutes is None else GrantAsk("session", minutes),
+            )
         )
         log.info(
             "dingtalk.card_click",

@@ -30,8 +30,7 @@ from config.checks import FEISHU_WEBHOOK_NEEDS_ENCRYPT_KEY
 from config.settings import ConfigError
 from gateway import texts
 from gateway.bus import OutboundMessage
-from gateway.confirm.grants import decide_with_grant
-from gateway.confirm.model import Decision
+from gateway.confirm.model import Answer, Decision, GrantAsk
 from gateway.confirm.service import DecideOutcome
 from gateway.runtime import BackgroundTasks
 
@@ -287,14 +286,15 @@ class FeishuChannel(Channel):
             return render.callback_response(toast=texts.FEISHU_CARD_UNKNOWN, kind="error")
         minutes = action.value.get(render.GRANT_MINUTES)
         decide = self._tasks.spawn(
-            decide_with_grant(
-                self._service,
-                cid,
-                decision,
-                actor=action.operator_open_id,
-                via="card",
-                # Only a whole number from our own grant button asks for a grant.
-                grant_minutes=minutes if type(minutes) is int else None,
+            self._service.answer(
+                Answer(
+                    confirmation_id=cid,
+                    decision=decision,
+                    actor=action.operator_open_id,
+                    via="card",
+                    # Only a whole number from our own grant button asks for a grant.
+                    grant=GrantAsk("session", minutes) if type(minutes) is int else None,
+                )
             ),
             name=f"feishu-decide-{cid}",
         )

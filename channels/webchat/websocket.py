@@ -19,8 +19,7 @@ from channels.webchat.rest import int_param, over_limit_response
 from channels.webchat.rooms import Room, Socket
 from gateway import texts
 from gateway.bus import SenderIdentity
-from gateway.confirm.grants import decide_with_grant
-from gateway.confirm.model import Decision
+from gateway.confirm.model import Answer, Decision, GrantAsk
 from gateway.confirm.store import StoreUnavailableError
 from gateway.http.identity import client_address
 from gateway.http.jsonapi import ApiError, JsonInputError, parse_json
@@ -215,14 +214,15 @@ class ChatSockets:
             )
             return
         # The cards' one path: with a grant, a counted approval also gives it, told in chat.
-        result = await decide_with_grant(
-            channel.confirmations,
-            current.id,
-            Decision(decision),
-            actor=sock.user,
-            via="web",
-            grant_minutes=grant_minutes,
-            reason=reason,
+        result = await channel.confirmations.answer(
+            Answer(
+                confirmation_id=current.id,
+                decision=Decision(decision),
+                actor=sock.user,
+                via="web",
+                reason=reason,
+                grant=None if grant_minutes is None else GrantAsk("session", grant_minutes),
+            )
         )
         await channel.send_frame(
             sock,

@@ -25,29 +25,26 @@ import secrets
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from gateway import texts
 from gateway.confirm.model import (
     Confirmation,
-    DecideOutcome,
-    DecideResult,
-    Decision,
+    Grant,
+    GrantEvent,
     Risk,
-    Status,
+    Scope,
     ToolCall,
 )
 
 if TYPE_CHECKING:
     from config.settings import Settings
-    from gateway.confirm.service import ConfirmationService
 
 log = structlog.get_logger(__name__)
 
-Scope = Literal["session", "call"]
 RISK_ORDER = {Risk.LOW: 0, Risk.MEDIUM: 1, Risk.HIGH: 2, Risk.CRITICAL: 3}
 # Longest grants: a day for a session, thirty days for one exact call.
 MAX_MINUTES: Mapping[str, int] = {"session": 24 * 60, "call": 30 * 24 * 60}
@@ -62,60 +59,6 @@ def args_key(args: Mapping[str, Any]) -> str:
 def _same_scope(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> bool:
     """Scopes compared as stored (JSON): a tuple read back is a list."""
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Grant:
-    """Permission to run calls without asking, given on one confirmation, until a time."""
-
-    id: str
-    scope: Scope
-    tool: str
-    session_key: str  # where it was given; a session grant covers only this session
-    channel: str  # where to tell people it was revoked
-    chat_id: str
-    requester: str  # whose calls a session grant covers
-    args_key: str | None  # a call grant covers only these arguments
-    args: Mapping[str, Any]  # the arguments it was given on, for people to read
-    risk: Risk  # the highest risk it covers
-    # What calls of the tool it covers: the grant_scope of the call it was given on (SQL:
-    # its statement kinds and tables); None for a tool that gives none (any arguments).
-    covers: Mapping[str, Any] | None = None
-    granted_by: str
-    granted_via: str
-    confirmation_id: str
-    created_at: float
-    expires_at: float
-    revoked_by: str | None = None
-    revoked_at: float | None = None
-
-    def live(self, now: float) -> bool:
-        return self.revoked_at is None and now < self.expires_at
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["args"] = dict(self.args)
-        data["risk"] = self.risk.value
-        data["covers"] = None if self.covers is None else dict(self.covers)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Grant:
-        return cls(**{**data, "args": dict(data["args"]), "risk": Risk(data["risk"])})
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class GrantEvent:
-    """One line of a grant's audit trail."""
-
-    grant_id: str
-    at: float
-    kind: Literal["given", "used", "revoked"]
-    actor: str | None
-    detail: str = ""  # used: the call id and session
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class GrantStore(ABC):
@@ -222,34 +165,6 @@ async def grant_sentence(
     except GrantRefusedError as exc:
         return None, texts.grant_refused(str(exc))
     return grant, texts.grant_given(grant)
-
-
-async def decide_with_grant(
-    service: ConfirmationService,
-    confirmation_id: str,
-    decision: Decision,
-    *,
-    actor: str,
-    via: str,
-    grant_minutes: int | None,
-    reason: str | None = None,
-) -> DecideResult:
-    """A card button: decide; the grant button ("skip asking for 30 min") also gives a
-    session grant once its approval counted, and the call's chat is told which (or why
-    none). The same for every platform's cards and the web chat's."""
-    result = await service.decide(confirmation_id, decision, actor=actor, via=via, reason=reason)
-    c = result.confirmation
-    if (
-        grant_minutes is not None
-        and result.outcome is DecideOutcome.DECIDED
-        and c is not None
-        and c.status is Status.APPROVED
-    ):
-        _, said = await grant_sentence(
-            service.grants, c, scope="session", minutes=grant_minutes, by=actor, via=via
-        )
-        await service.say_to_chat(c, said)
-    return result
 
 
 class GrantBook:

@@ -12,8 +12,14 @@ from typing import TYPE_CHECKING
 
 from gateway import texts
 from gateway.bus import InboundMessage, OutboundMessage, SenderIdentity
-from gateway.confirm.grants import grant_sentence
-from gateway.confirm.model import AuditEvent, Confirmation, DecideOutcome, Decision
+from gateway.confirm.model import (
+    Answer,
+    AuditEvent,
+    Confirmation,
+    DecideOutcome,
+    Decision,
+    GrantAsk,
+)
 from gateway.confirm.replies import ParsedReply, ReplyIntent
 from gateway.confirm.store import StoreUnavailableError
 
@@ -156,22 +162,22 @@ class ReplyIntercept:
         decision = Decision.APPROVE if parsed.intent is ReplyIntent.CONFIRM else Decision.REJECT
         allowed, _ = self._service.may_decide(target, msg.sender_id, decision)
         read = self._read_line(target, msg, parsed, "decision" if allowed else "not_allowed")
-        result = await self._service.decide_record(
-            target, decision, actor=msg.sender_id, via="text", reason=parsed.reason, trail=(read,)
+        grant = None if parsed.grant_minutes is None else GrantAsk("session", parsed.grant_minutes)
+        result = await self._service.answer(
+            Answer(
+                confirmation_id=target.id,
+                decision=decision,
+                actor=msg.sender_id,
+                via="text",
+                reason=parsed.reason,
+                grant=grant,
+            ),
+            record=target,
+            trail=(read,),
         )
         if result.outcome is not DecideOutcome.DECIDED:
             # A decision is announced by the update message; anything else is told here.
             await self._reply_to(msg, result.message)
-        elif parsed.grant_minutes is not None and result.confirmation is not None:
-            _, said = await grant_sentence(
-                self._service.grants,
-                result.confirmation,
-                scope="session",
-                minutes=parsed.grant_minutes,
-                by=msg.sender_id,
-                via="text",
-            )
-            await self._reply_to(msg, said)
 
     def _read_line(
         self, target: Confirmation, msg: InboundMessage, parsed: ParsedReply, how: str
@@ -211,12 +217,15 @@ class ReplyIntercept:
         self._unclear[target.id] = count
         left = self._service.settings.max_unclear_replies - count
         if left <= 0:
-            await self._service.decide_record(
-                target,
-                Decision.REJECT,
-                actor=msg.sender_id,
-                via="text",
-                reason=texts.TOO_MANY_UNCLEAR,
+            await self._service.answer(
+                Answer(
+                    confirmation_id=target.id,
+                    decision=Decision.REJECT,
+                    actor=msg.sender_id,
+                    via="text",
+                    reason=texts.TOO_MANY_UNCLEAR,
+                ),
+                record=target,
             )
             return
         await self._reply_to(msg, texts.unclear(target, left))
@@ -243,7 +252,15 @@ class ReplyIntercept:
             # on) leaves the message to the queue, as a new message.
             if not c.continues_a_model_turn:
                 consumed = False
-            await self._service.decide_record(
-                c, Decision.REJECT, actor=msg.sender_id, via="text", reason=msg.text, feedback=True
+            await self._service.answer(
+                Answer(
+                    confirmation_id=c.id,
+                    decision=Decision.REJECT,
+                    actor=msg.sender_id,
+                    via="text",
+                    reason=msg.text,
+                    feedback=True,
+                ),
+                record=c,
             )
         return consumed

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 
 class Status(StrEnum):
@@ -395,8 +395,92 @@ class Confirmation:
 
 @dataclass(frozen=True, slots=True)
 class DecideResult:
-    """The outcome of a decision, the record as it now is, and the sentence for the person."""
+    """The outcome of a decision, the record as it now is, and the sentence for the person;
+    ``grant``: the grant an approval asked for and got."""
 
     outcome: DecideOutcome
     confirmation: Confirmation | None
     message: str
+    grant: Grant | None = None
+
+
+# A grant's reach: the same tool for the same person in one session, or one exact call.
+Scope = Literal["session", "call"]
+
+
+@dataclass(frozen=True, slots=True)
+class GrantAsk:
+    """ "Don't ask again" asked for with an approval: its reach and length."""
+
+    scope: Scope
+    minutes: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Answer:
+    """A person's decision on a confirmation, whichever way it came: a typed reply, a card
+    click on any channel, the admin API, page or CLI. ``ConfirmationService.answer`` takes
+    every one, and alone judges who may decide."""
+
+    confirmation_id: str
+    decision: Decision
+    actor: str  # who: the platform's id, the proxy's header, the admin API's named person
+    via: str  # text | card | web | admin | ...
+    reason: str | None = None
+    feedback: bool = False  # a message written instead of deciding: the model answers it
+    grant: GrantAsk | None = None  # with an approval: don't ask again, within this reach
+    edit: CallEdit | None = None  # approve these arguments instead (gateway/tools/edits.py)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Grant:
+    """Permission to run calls without asking, given on one confirmation, until a time."""
+
+    id: str
+    scope: Scope
+    tool: str
+    session_key: str  # where it was given; a session grant covers only this session
+    channel: str  # where to tell people it was revoked
+    chat_id: str
+    requester: str  # whose calls a session grant covers
+    args_key: str | None  # a call grant covers only these arguments
+    args: Mapping[str, Any]  # the arguments it was given on, for people to read
+    risk: Risk  # the highest risk it covers
+    # What calls of the tool it covers: the grant_scope of the call it was given on (SQL:
+    # its statement kinds and tables); None for a tool that gives none (any arguments).
+    covers: Mapping[str, Any] | None = None
+    granted_by: str
+    granted_via: str
+    confirmation_id: str
+    created_at: float
+    expires_at: float
+    revoked_by: str | None = None
+    revoked_at: float | None = None
+
+    def live(self, now: float) -> bool:
+        return self.revoked_at is None and now < self.expires_at
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["args"] = dict(self.args)
+        data["risk"] = self.risk.value
+        data["covers"] = None if self.covers is None else dict(self.covers)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Grant:
+        return cls(**{**data, "args": dict(data["args"]), "risk": Risk(data["risk"])})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GrantEvent:
+    """One line of a grant's audit trail."""
+
+    grant_id: str
+    at: float
+    kind: Literal["given", "used", "revoked"]
+    actor: str | None
+    detail: str = ""  # used: the call id and session
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

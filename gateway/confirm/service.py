@@ -2,8 +2,9 @@
 
 A turn that asks for a decision ends there: ``request`` stores the call with its
 continuation (what the turn needs to go on) and posts the prompt; no process waits for a
-person. A person's decision — a typed reply (intercept.py), a card click, the admin API, an
-approval with edited arguments (gateway/tools/edits.py) — is taken by ``decide_record``.
+person. A person's decision — a typed reply (intercept.py), a card click on any channel, the admin
+API, page or CLI, an approval with edited arguments (gateway/tools/edits.py) — is one
+``Answer`` taken by ``answer``, which alone judges who may decide.
 Every way a confirmation can end, decided or not (the timeout, shutdown), goes through
 ``_finish``: the store's compare-and-set, then telling listeners, posting the update to
 the chat, and handing the ended record to the one path that goes on from it (``settled``:
@@ -19,6 +20,7 @@ from __future__ import annotations
 import time
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import structlog
@@ -32,11 +34,12 @@ from gateway.confirm.doubts import Doubts
 from gateway.confirm.events import ConfirmationEvent as ConfirmationEvent
 from gateway.confirm.events import Listener as Listener
 from gateway.confirm.events import Listeners
-from gateway.confirm.grants import GrantBook, MemoryGrantStore
+from gateway.confirm.grants import GrantBook, MemoryGrantStore, grant_sentence
 from gateway.confirm.ids import canonical_id, new_confirmation_id
 from gateway.confirm.intercept import ReplyIntercept
 from gateway.confirm.ledger import AuditLog, new_instance
 from gateway.confirm.model import (
+    Answer,
     AuditEvent,
     CallEdit,
     Confirmation,
@@ -176,43 +179,48 @@ class ConfirmationService:
             return True, ""
         return False, texts.ONLY_APPROVERS
 
-    async def decide(
+    async def answer(
         self,
-        confirmation_id: str,
-        decision: Decision,
+        a: Answer,
         *,
-        actor: str,
-        via: str,
-        reason: str | None = None,
-        feedback: bool = False,
-    ) -> DecideResult:
-        """The one way a person decides. ``via="admin"`` is authorised by the admin token."""
-        cid = canonical_id(confirmation_id)
-        current = await self.store.get(cid)
-        if current is None:
-            return DecideResult(DecideOutcome.NOT_FOUND, None, texts.unknown_id(cid))
-        return await self.decide_record(
-            current, decision, actor=actor, via=via, reason=reason, feedback=feedback
-        )
-
-    async def decide_record(
-        self,
-        current: Confirmation,
-        decision: Decision,
-        *,
-        actor: str,
-        via: str,
-        reason: str | None = None,
-        feedback: bool = False,
-        edit: CallEdit | None = None,
+        record: Confirmation | None = None,
         trail: Sequence[AuditEvent] = (),
     ) -> DecideResult:
-        """``decide`` for a record just read from the store; the compare-and-set settles races.
+        """The one entrance for a person's decision, from every channel, card and API.
 
-        ``edit`` approves new arguments instead (checked first by gateway/tools/edits.py).
-        ``trail``: audit lines that led here (the reply read), written with the decision,
-        or on their own when this call decides nothing.
+        Judges who may decide (``via="admin"``: the token vouches for an operator, and
+        four-eyes still holds on the person named), settles it by the store's
+        compare-and-set, and gives the grant an approval asked for. ``record``: the record
+        just read (the reply intercept has it); ``trail``: audit lines that led here (the
+        reply read), written with the decision, or on their own when it decides nothing.
         """
+        cid = canonical_id(a.confirmation_id)
+        current = record if record is not None else await self.store.get(cid)
+        if current is None:
+            await self.audit.add_all(trail)
+            return DecideResult(DecideOutcome.NOT_FOUND, None, texts.unknown_id(cid))
+        result = await self._decide(current, a, trail)
+        if (
+            a.grant is not None
+            and result.outcome is DecideOutcome.DECIDED
+            and result.confirmation is not None
+            and result.confirmation.status is Status.APPROVED
+        ):
+            grant, said = await grant_sentence(
+                self.grants,
+                result.confirmation,
+                scope=a.grant.scope,
+                minutes=a.grant.minutes,
+                by=a.actor,
+                via=a.via,
+            )
+            await self.say_to_chat(result.confirmation, said)
+            result = replace(result, grant=grant)
+        return result
+
+    async def _decide(
+        self, current: Confirmation, a: Answer, trail: Sequence[AuditEvent]
+    ) -> DecideResult:
         if current.status.is_terminal:
             await self.audit.add_all(trail)
             return DecideResult(
@@ -227,30 +235,30 @@ class ConfirmationService:
             return DecideResult(
                 DecideOutcome.ALREADY_DECIDED, settled, texts.already_decided(settled)
             )
-        if via == "admin":
+        if a.via == "admin":
             # The token vouches for an operator, not for a second person: four-eyes holds,
             # judged on the person the admin API named (gateway/http/server.person_behind).
-            allowed, why = not self_approval(current, actor, decision), texts.FOUR_EYES
+            allowed, why = not self_approval(current, a.actor, a.decision), texts.FOUR_EYES
         else:
-            allowed, why = self.may_decide(current, actor, decision)
+            allowed, why = self.may_decide(current, a.actor, a.decision)
         if not allowed:
             log.info(
                 "confirm.decision_refused",
                 confirmation_id=current.id,
                 session=current.session_key,
-                actor=actor,
-                via=via,
+                actor=a.actor,
+                via=a.via,
             )
             await self.audit.add_all(trail)
             return DecideResult(DecideOutcome.FORBIDDEN, current, why)
         final, said = await self._finish(
             current.id,
-            decision.status,
-            by=actor,
-            via=via,
-            reason=reason,
-            feedback=feedback,
-            edit=edit,
+            a.decision.status,
+            by=a.actor,
+            via=a.via,
+            reason=a.reason,
+            feedback=a.feedback,
+            edit=a.edit,
             trail=trail,
         )
         assert final is not None

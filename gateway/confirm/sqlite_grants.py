@@ -10,7 +10,8 @@ from pathlib import Path
 
 import aiosqlite
 
-from gateway.confirm.grants import Grant, GrantEvent, GrantStore
+from gateway.confirm.grants import GrantStore
+from gateway.confirm.model import Grant, GrantEvent
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS grants (

@@ -18,8 +18,7 @@ from aiohttp import web
 
 from config.keywords import KeywordsError, KeywordSet, KeywordStore, ListName, WordExists
 from config.settings import AdminSettings
-from gateway.confirm.grants import grant_sentence
-from gateway.confirm.model import Confirmation, Decision, Status
+from gateway.confirm.model import Answer, Confirmation, Decision, GrantAsk, Status
 from gateway.confirm.service import (
     ConfirmationEvent,
     ConfirmationService,
@@ -27,7 +26,6 @@ from gateway.confirm.service import (
     DecideResult,
 )
 from gateway.confirm.store import ConfirmationStore
-from gateway.http.grants_api import say_in
 from gateway.http.jsonapi import (
     ApiError,
     ConfirmationQuery,
@@ -260,8 +258,16 @@ class AdminApi:
         if body.arguments is not None:
             result = await self._approve_edited(cid, body, actor=actor, reason=reason)
         else:
-            result = await self.confirmations.decide(
-                cid, Decision(body.decision), actor=actor, via="admin", reason=reason
+            grant = body.grant
+            result = await self.confirmations.answer(
+                Answer(
+                    confirmation_id=cid,
+                    decision=Decision(body.decision),
+                    actor=actor,
+                    via="admin",
+                    reason=reason,
+                    grant=None if grant is None else GrantAsk(grant.scope, grant.minutes),
+                )
             )
         status = DECISION_STATUS[result.outcome]
         answer: dict[str, Any] = {
@@ -270,7 +276,7 @@ class AdminApi:
             "confirmation": result.confirmation.to_dict() if result.confirmation else None,
         }
         if body.grant is not None:
-            answer["grant"] = await self._grant(result.confirmation, body, actor)
+            answer["grant"] = result.grant.to_dict() if result.grant else None
         if status != 200:
             answer["error"] = result.message
         log.info("admin.decision", confirmation_id=cid, outcome=result.outcome.value, actor=actor)
@@ -285,33 +291,20 @@ class AdminApi:
         if body.decision != "approve":
             raise ApiError(400, "arguments go only with approve", field="arguments")
         try:
+            grant = body.grant
             return await self.editor.approve(
-                cid, body.arguments, actor=actor, via="admin", reason=reason
+                cid,
+                body.arguments,
+                actor=actor,
+                via="admin",
+                reason=reason,
+                grant=None if grant is None else GrantAsk(grant.scope, grant.minutes),
             )
         except EditRefusedError as exc:
             if exc.kind == "invalid":
                 raise ApiError(422, exc.message, field=exc.field) from exc
             log.info("admin.edit_refused", confirmation_id=cid, actor=actor, why=exc.message)
             return DecideResult(DecideOutcome.FORBIDDEN, exc.confirmation, exc.message)
-
-    async def _grant(
-        self, c: Confirmation | None, body: DecisionBody, actor: str
-    ) -> dict[str, Any] | None:
-        """The grant asked for with an approval, told in the call's chat; None if refused."""
-        if c is None or c.status is not Status.APPROVED or body.grant is None:
-            return None
-        if c.decided_by != actor or c.decided_via != "admin":
-            return None  # approved, but by someone else: their decision, not this grant
-        grant, said = await grant_sentence(
-            self.confirmations.grants,
-            c,
-            scope=body.grant.scope,
-            minutes=body.grant.minutes,
-            by=actor,
-            via="admin",
-        )
-        await say_in(self.confirmations.bus, c.channel, c.chat_id, c.session_key, said)
-        return grant.to_dict() if grant else None
 
     # ------------------------------------------------------------------ events
 

@@ -11,7 +11,8 @@ from aiohttp import web
 
 from gateway import texts
 from gateway.bus import MessageBus, OutboundMessage
-from gateway.confirm.grants import Grant, GrantBook
+from gateway.confirm.grants import GrantBook
+from gateway.confirm.model import Grant
 from gateway.confirm.service import ConfirmationService
 from gateway.http.jsonapi import ApiError, RevokeBody, json_response, read_body
 from gateway.http.openapi import ID, UNKNOWN_ID, Reply, Route, serve

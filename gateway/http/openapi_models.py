@@ -13,8 +13,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.confirm.grants import Grant, GrantEvent
-from gateway.confirm.model import AuditEvent, Confirmation, DecideOutcome, Instance
+from gateway.confirm.model import (
+    AuditEvent,
+    Confirmation,
+    DecideOutcome,
+    Grant,
+    GrantEvent,
+    Instance,
+)
 
 
 class Answer(BaseModel):

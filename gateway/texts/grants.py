@@ -6,7 +6,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gateway.confirm.grants import Grant
+    from gateway.confirm.model import Grant
 
 GRANT_BUTTON = "30 分钟内同类操作免确认 / skip asking for 30 min"
 GRANT_MINUTES_BUTTON = 30

@@ -27,11 +27,13 @@ import structlog
 from gateway import texts
 from gateway.confirm.ids import canonical_id
 from gateway.confirm.model import (
+    Answer,
     CallEdit,
     Confirmation,
     DecideOutcome,
     DecideResult,
     Decision,
+    GrantAsk,
     Risk,
     ToolCall,
 )
@@ -85,6 +87,7 @@ class CallEditor:
         actor: str,
         via: str,
         reason: str | None = None,
+        grant: GrantAsk | None = None,
     ) -> DecideResult:
         """Approve ``confirmation_id`` with ``arguments`` in place of the asked ones.
 
@@ -103,8 +106,17 @@ class CallEditor:
         edit = None
         if dict(arguments) != dict(current.tool_call.args):
             edit = await self.check(current, arguments, actor=actor, via=via)
-        result = await service.decide_record(
-            current, Decision.APPROVE, actor=actor, via=via, reason=reason, edit=edit
+        result = await service.answer(
+            Answer(
+                confirmation_id=cid,
+                decision=Decision.APPROVE,
+                actor=actor,
+                via=via,
+                reason=reason,
+                edit=edit,
+                grant=grant,
+            ),
+            record=current,
         )
         if edit is not None and result.outcome is DecideOutcome.DECIDED:
             log.info("confirm.edited", confirmation_id=cid, actor=actor, via=via)

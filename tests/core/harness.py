@@ -12,7 +12,7 @@ from config.settings import DEFAULT_KEYWORDS_FILE, ConfirmationSettings
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage, PublishResult
 from gateway.confirm.events import ConfirmationEvent, EventKind
 from gateway.confirm.memory_store import MemoryConfirmationStore
-from gateway.confirm.model import Confirmation, ToolCall
+from gateway.confirm.model import Answer, Confirmation, DecideResult, Decision, ToolCall
 from gateway.confirm.service import ConfirmationService
 from gateway.confirm.store import ConfirmationStore
 
@@ -56,6 +56,26 @@ class Harness:
         fut = self._ended.setdefault(final.id, asyncio.get_running_loop().create_future())
         if not fut.done():
             fut.set_result(final)
+
+    async def decide(
+        self,
+        confirmation_id: str,
+        decision: Decision,
+        *,
+        actor: str,
+        via: str,
+        reason: str | None = None,
+    ) -> DecideResult:
+        """A person's decision through the service's one entrance."""
+        return await self.service.answer(
+            Answer(
+                confirmation_id=confirmation_id,
+                decision=decision,
+                actor=actor,
+                via=via,
+                reason=reason,
+            )
+        )
 
     async def ended(self, confirmation_id: str) -> Confirmation:
         """The record as it was when it ended (handed on to go on from it)."""

@@ -93,7 +93,7 @@ async def test_decide_past_deadline_before_timer_fires_never_approves() -> None:
     h = Harness(timeout=60, clock=lambda: now[0])
     task, conf = await h.ask()
     now[0] += 61  # the deadline passed; the event-loop timer has not fired yet
-    result = await h.service.decide(conf.id, Decision.APPROVE, actor="alice", via="text")
+    result = await h.decide(conf.id, Decision.APPROVE, actor="alice", via="text")
     assert result.outcome is DecideOutcome.EXPIRED
     assert (await task).status is Status.EXPIRED
 
@@ -211,8 +211,8 @@ async def test_stale_or_unknown_id_decides_nothing() -> None:
 async def test_deciding_twice_says_already_decided_by_whom() -> None:
     h = Harness()
     task, conf = await h.ask()
-    first = await h.service.decide(conf.id, Decision.APPROVE, actor="alice", via="card")
-    second = await h.service.decide(conf.id, Decision.REJECT, actor="alice", via="text")
+    first = await h.decide(conf.id, Decision.APPROVE, actor="alice", via="card")
+    second = await h.decide(conf.id, Decision.REJECT, actor="alice", via="text")
     assert first.outcome is DecideOutcome.DECIDED
     assert second.outcome is DecideOutcome.ALREADY_DECIDED
     assert "already approved by alice" in second.message
@@ -224,10 +224,7 @@ async def test_concurrent_decisions_first_wins() -> None:
     task, conf = await h.ask()
     decisions = [Decision.APPROVE, Decision.REJECT] * 10
     results = await asyncio.gather(
-        *(
-            h.service.decide(conf.id, d, actor=f"a{i % 3 + 1}", via="card")
-            for i, d in enumerate(decisions)
-        )
+        *(h.decide(conf.id, d, actor=f"a{i % 3 + 1}", via="card") for i, d in enumerate(decisions))
     )
     winners = [r for r in results if r.outcome is DecideOutcome.DECIDED]
     assert len(winners) == 1
@@ -252,7 +249,7 @@ async def test_a_stop_cancels_what_waits_and_a_late_approval_cannot_revive_it() 
     record = await h.store.get(conf.id)
     assert record is not None and record.status is Status.CANCELLED
     # A late approval cannot revive it.
-    result = await h.service.decide(conf.id, Decision.APPROVE, actor="alice", via="card")
+    result = await h.decide(conf.id, Decision.APPROVE, actor="alice", via="card")
     assert result.outcome is DecideOutcome.ALREADY_DECIDED
     await h.service.close()
 
@@ -305,14 +302,14 @@ async def test_other_message_keep_pending_policy() -> None:
 async def test_admin_decision_bypasses_chat_roles() -> None:
     h = Harness()
     task, conf = await h.ask(is_group=True)
-    result = await h.service.decide(conf.id, Decision.REJECT, actor="ops", via="admin", reason="no")
+    result = await h.decide(conf.id, Decision.REJECT, actor="ops", via="admin", reason="no")
     assert result.outcome is DecideOutcome.DECIDED
     assert (await task).decided_via == "admin"
 
 
 async def test_unknown_id_via_api() -> None:
     h = Harness()
-    result = await h.service.decide("NOPE1", Decision.APPROVE, actor="x", via="admin")
+    result = await h.decide("NOPE1", Decision.APPROVE, actor="x", via="admin")
     assert result.outcome is DecideOutcome.NOT_FOUND and result.confirmation is None
 
 

@@ -113,9 +113,7 @@ async def test_a_create_that_ran_after_the_stall_ends_cancelled_and_undecidable(
                     requested = await _next_for(feed, cid)
                     assert (requested.kind, requested.local) == ("requested", False)
                     # ...that nobody in this process may approve: deciding settles it.
-                    result = await h.service.decide(
-                        cid, Decision.APPROVE, actor="alice", via="text"
-                    )
+                    result = await h.decide(cid, Decision.APPROVE, actor="alice", via="text")
                     assert result.outcome is DecideOutcome.ALREADY_DECIDED, result
                     assert result.confirmation is not None
                     assert result.confirmation.status is Status.CANCELLED
@@ -158,7 +156,7 @@ async def test_a_create_redis_never_ran_is_stored_cancelled_and_a_late_one_is_re
     # A create of that id that still lands late finds it taken and writes nothing.
     with pytest.raises(ConfirmationExistsError):
         await h.store.create(replace(stored, status=Status.PENDING))
-    result = await h.service.decide(cid, Decision.APPROVE, actor="alice", via="text")
+    result = await h.decide(cid, Decision.APPROVE, actor="alice", via="text")
     assert result.outcome is DecideOutcome.ALREADY_DECIDED
     assert h.drain() == []
 

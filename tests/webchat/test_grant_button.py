@@ -1,8 +1,8 @@
 """The web chat card's grant button ("30 分钟内同类操作免确认 / skip asking for 30 min")
 through the real server: a ``decide`` frame with a session grant approves the call and
-gives the grant (the cards' one path, ``decide_with_grant``); the next identical call runs
-without a card and the chat says whose grant let it. Offered only to whoever may approve,
-never on four-eyes (or critical) calls."""
+gives the grant (the one entrance for decisions, ``ConfirmationService.answer``); the next
+identical call runs without a card and the chat says whose grant let it. Offered only to
+whoever may approve, never on four-eyes (or critical) calls."""
 
 from __future__ import annotations
 
