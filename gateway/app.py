@@ -28,7 +28,6 @@ from config.checks import (
     channel_warnings,
     check_channel_settings,
     data_dir_problem,
-    masked_url,
     open_file_warnings,
     sql_url_problem,
 )
@@ -38,9 +37,8 @@ from gateway import extras
 from gateway.agent.commands import CommandAgent
 from gateway.agent.loop import Agent, AgentLoop
 from gateway.bus import MessageBus
-from gateway.confirm.grants import GrantBook, open_grant_store
+from gateway.confirm.grants import GrantBook
 from gateway.confirm.ledger import new_instance
-from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.retention import Retention
 from gateway.confirm.service import ConfirmationService
 from gateway.confirm.store import ConfirmationStore
@@ -48,14 +46,20 @@ from gateway.data_lock import DataDirLock
 from gateway.http.admin import AdminApi
 from gateway.http.grants_api import GrantsApi
 from gateway.http.instances import InstancesApi
-from gateway.http.jsonapi import one_line
 from gateway.http.page import AdminPage
 from gateway.http.server import HttpServer, admin_token_problem
-from gateway.http.sessions import AdminSessions, LoginLimiter, open_session_store
-from gateway.inbox import Inbox, MemoryInbox
+from gateway.http.sessions import AdminSessions, LoginLimiter
+from gateway.inbox import Inbox
 from gateway.metrics import Metrics
 from gateway.stop_budget import OUTBOUND_DRAIN_SECONDS, TURN_STOP_SECONDS
-from gateway.storage.conversations import ConversationStore, MemoryConversationStore
+from gateway.storage.backends import (
+    open_conversations,
+    open_grant_store,
+    open_inbox,
+    open_session_store,
+    open_store,
+)
+from gateway.storage.conversations import ConversationStore
 from gateway.tools.base import PluginError, ToolRegistry
 from gateway.tools.edits import CallEditor
 from gateway.tools.executor import Executor
@@ -421,84 +425,6 @@ def lock_data_dir(settings: Settings) -> DataDirLock | None:
     if settings.confirmation.store != "sqlite":
         return None
     return DataDirLock.acquire(settings.data_dir)
-
-
-async def open_store(settings: Settings) -> ConfirmationStore:
-    """The configured confirmation store, opened; ConfigError when its server is unusable."""
-    kind = settings.confirmation.store
-    if kind == "memory":
-        return MemoryConfirmationStore()
-    if kind == "sqlite":
-        from gateway.confirm.sqlite_store import SqliteConfirmationStore
-
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        return await SqliteConfirmationStore.open(settings.data_dir / "confirmations.db")
-    from redis.exceptions import RedisError
-
-    from gateway.confirm.redis_store import RedisConfirmationStore
-
-    url = settings.confirmation.redis_url
-    try:
-        return await RedisConfirmationStore.from_url(
-            url,
-            prefix=settings.confirmation.redis_prefix,
-            finished_ttl_seconds=settings.confirmation.redis_finished_ttl_seconds,
-            max_connections=settings.confirmation.redis_max_connections,
-            pool_timeout_seconds=settings.confirmation.redis_pool_timeout_seconds,
-        )
-    except (RedisError, OSError, ValueError) as exc:  # ValueError: a malformed URL
-        raise ConfigError(
-            f"confirmation.store is redis, and Redis at {masked_url(url)} cannot be used "
-            f"({one_line(exc) or type(exc).__name__}): start it, or set "
-            "GATEWAY_CONFIRMATION__REDIS_URL (or [confirmation] redis_url)"
-        ) from exc
-
-
-async def open_inbox(settings: Settings, store: ConfirmationStore, owner: str) -> Inbox:
-    """The inbox that goes with the confirmation store, its messages owned by ``owner``.
-
-    SQLite: ``inbox.db`` in the data dir. Redis: a stream beside the store's keys, on the
-    store's client (a store handed to ``build`` without one: memory). Otherwise a memory
-    inbox: nothing survives the process anyway. Never SQLite beside Redis: replicas may
-    share a data dir, and each would take the others' messages for a past run's.
-    """
-    kind = settings.confirmation.store
-    if kind == "sqlite":
-        from gateway.sqlite_inbox import SqliteInbox
-
-        return await SqliteInbox.open(settings.data_dir / "inbox.db", owner=owner)
-    client = getattr(store, "client", None)
-    if kind == "redis" and client is not None:
-        from gateway.redis_inbox import RedisInbox
-
-        return await RedisInbox.open(
-            client,
-            prefix=settings.confirmation.redis_prefix,
-            owner=owner,
-            claim_idle_seconds=settings.confirmation.lease_seconds,
-        )
-    return MemoryInbox(owner=owner)
-
-
-async def open_conversations(settings: Settings, store: ConfirmationStore) -> ConversationStore:
-    """The model's conversations, beside the confirmations: a table in the SQLite file, keys
-    under the Redis prefix on the store's client; in memory with a memory store (tests
-    hand ``build`` one)."""
-    bounds = {
-        "max_messages": settings.llm.max_history_messages,
-        "max_sessions": settings.llm.max_sessions,
-    }
-    kind = settings.confirmation.store
-    if kind == "sqlite" and not isinstance(store, MemoryConfirmationStore):
-        from gateway.storage.sqlite_conversations import SqliteConversationStore
-
-        return await SqliteConversationStore.open(settings.data_dir / "confirmations.db", **bounds)
-    client = getattr(store, "client", None)
-    if kind == "redis" and client is not None:
-        from gateway.storage.redis_conversations import RedisConversationStore
-
-        return RedisConversationStore(client, prefix=settings.confirmation.redis_prefix, **bounds)
-    return MemoryConversationStore(**bounds)
 
 
 def build_agent(

@@ -196,7 +196,7 @@ async def _store_problems(settings: Settings) -> list[str]:
     """Open and close the confirmation store when it is a server (Redis): is it there?"""
     if settings.confirmation.store != "redis":
         return []
-    from gateway.app import open_store
+    from gateway.storage.backends import open_store
 
     try:
         store = await open_store(settings)

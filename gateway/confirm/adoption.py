@@ -33,7 +33,7 @@ from gateway.confirm.store import may_claim
 from gateway.runtime import BackgroundTasks
 
 if TYPE_CHECKING:
-    from gateway.confirm.service import ConfirmationService
+    from gateway.confirm.lifecycle import Lifecycle
 
 log = structlog.get_logger(__name__)
 
@@ -50,7 +50,7 @@ PAGE = 500
 class Adoption:
     """Takes over the records of dead processes; goes on with approved calls left unclaimed."""
 
-    def __init__(self, service: ConfirmationService, *, tasks: BackgroundTasks) -> None:
+    def __init__(self, service: Lifecycle, *, tasks: BackgroundTasks) -> None:
         self._service = service
         self._tasks = tasks  # the service's: runs of adopted calls, drained at shutdown
         # Pending calls adopted here whose prompt is not shown again yet.

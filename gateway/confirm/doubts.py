@@ -40,7 +40,7 @@ from gateway.confirm.store import (
 from gateway.runtime import BackgroundTasks
 
 if TYPE_CHECKING:
-    from gateway.confirm.service import ConfirmationService
+    from gateway.confirm.lifecycle import Lifecycle
 
 log = structlog.get_logger(__name__)
 
@@ -60,7 +60,7 @@ class Doubts:
 
     def __init__(
         self,
-        service: ConfirmationService,
+        service: Lifecycle,
         *,
         settled: Callable[[Confirmation], None],
         announce: Callable[[Confirmation], Awaitable[None]],

@@ -41,7 +41,7 @@ from gateway.confirm.model import (
 )
 
 if TYPE_CHECKING:
-    from config.settings import Settings
+    pass
 
 log = structlog.get_logger(__name__)
 
@@ -273,31 +273,3 @@ class GrantBook:
 
     async def events(self, grant_id: str) -> list[GrantEvent]:
         return await self.store.events(grant_id)
-
-
-async def open_grant_store(settings: Settings, confirmations: object) -> GrantStore:
-    """Grants live beside the confirmations: the same SQLite file, the same Redis.
-
-    In memory when the confirmations are (tests hand ``build`` a memory store).
-    """
-    from gateway.confirm.memory_store import MemoryConfirmationStore
-
-    kind = settings.confirmation.store
-    if isinstance(confirmations, MemoryConfirmationStore):
-        return MemoryGrantStore()
-    if kind == "sqlite":
-        from gateway.confirm.sqlite_grants import SqliteGrantStore
-
-        return await SqliteGrantStore.open(settings.data_dir / "confirmations.db")
-    if kind == "redis":
-        from gateway.confirm.redis_grants import RedisGrantStore
-        from gateway.confirm.redis_store import RedisConfirmationStore
-
-        c = settings.confirmation
-        if isinstance(confirmations, RedisConfirmationStore):
-            # The confirmations' client: one bounded pool per replica. A client of its own
-            # had redis-py's pool, past redis_max_connections: at 500 concurrent chats it
-            # raised MaxConnectionsError and no grant was read (issue 13).
-            return RedisGrantStore(confirmations.client, prefix=c.redis_prefix)
-        return await RedisGrantStore.from_url(c.redis_url, prefix=c.redis_prefix)
-    return MemoryGrantStore()

@@ -24,7 +24,7 @@ from gateway.confirm.replies import ParsedReply, ReplyIntent
 from gateway.confirm.store import StoreUnavailableError
 
 if TYPE_CHECKING:
-    from gateway.confirm.service import ConfirmationService
+    from gateway.confirm.lifecycle import Lifecycle
 
 # Longer texts after every confirmation ended are conversation, not a late decision.
 _LATE_REPLY_MAX = 64
@@ -33,7 +33,7 @@ _LATE_REPLY_MAX = 64
 class ReplyIntercept:
     """Reads messages for the confirmation service; counts unclear replies per confirmation."""
 
-    def __init__(self, service: ConfirmationService) -> None:
+    def __init__(self, service: Lifecycle) -> None:
         self._service = service
         self._unclear: dict[str, int] = {}
 

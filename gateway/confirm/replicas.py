@@ -35,7 +35,7 @@ from gateway.confirm.store import FeedEntry, StoreUnavailableError
 from gateway.runtime import BackgroundTasks
 
 if TYPE_CHECKING:
-    from gateway.confirm.service import ConfirmationService
+    from gateway.confirm.lifecycle import Lifecycle
 
 log = structlog.get_logger(__name__)
 
@@ -46,7 +46,7 @@ _FOLLOWER_STOP_SECONDS = 2.0
 class Replicas:
     """Heartbeats, adoption of dead processes' records, the follower of the lifecycle feed."""
 
-    def __init__(self, service: ConfirmationService, *, tasks: BackgroundTasks) -> None:
+    def __init__(self, service: Lifecycle, *, tasks: BackgroundTasks) -> None:
         self._service = service
         self.adoption = Adoption(service, tasks=tasks)
         self._loops = BackgroundTasks("replicas")  # heartbeat, scan, follower

@@ -26,7 +26,7 @@ from aiohttp import web
 from cachetools import TTLCache
 
 if TYPE_CHECKING:
-    from config.settings import Settings
+    pass
 
 log = structlog.get_logger(__name__)
 
@@ -160,17 +160,3 @@ class LoginLimiter:
                 attempts=self.attempts,
                 retry_after=self.retry_after(client),
             )
-
-
-def open_session_store(settings: Settings, confirmations: object) -> SessionStore:
-    """Sessions beside the confirmations when those are shared (Redis), else in memory."""
-    limit = settings.admin.max_sessions
-    if settings.confirmation.store == "redis":
-        from gateway.confirm.redis_store import RedisConfirmationStore
-
-        if isinstance(confirmations, RedisConfirmationStore):
-            from gateway.http.redis_sessions import RedisSessionStore
-
-            prefix = settings.confirmation.redis_prefix
-            return RedisSessionStore(confirmations.client, prefix=prefix, limit=limit)
-    return MemorySessionStore(limit=limit)
