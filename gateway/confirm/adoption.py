@@ -97,15 +97,15 @@ class Adoption:
             page, cursor = await store.page(status=Status.PENDING, limit=PAGE, cursor=cursor)
             # Read after the page: a replica that asked for one of these beat before it did.
             known = {i.id for i in await store.list_instances()} if startup else ()
-            orphans = [
+            left = [
                 c
                 for c in page
                 if c.owner != self.me
                 and (c.owner in dead or (startup and c.owner not in known))
                 and c.id not in self._service.deadlines
             ]
-            if orphans:
-                await self.adopt(orphans)
+            if left:
+                await self.adopt(left)
             if cursor is None:
                 return
 

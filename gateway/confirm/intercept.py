@@ -62,16 +62,16 @@ class ReplyIntercept:
                 await self._reply_to(msg, texts.WEBCHAT_UNVERIFIED_DECISION)
                 return True
             return False  # ordinary chat: to the agent, never feedback that rejects a call
-        takers = [c for c in pending if self._may_take_part(c, msg.sender_id)]
+        decidable = [c for c in pending if self._may_decide_on(c, msg.sender_id)]
         if parsed.intent in (ReplyIntent.CONFIRM, ReplyIntent.CANCEL):
-            await self._on_decision_reply(msg, parsed, pending, takers)
+            await self._on_decision_reply(msg, parsed, pending, decidable)
             return True
         if parsed.intent is ReplyIntent.UNCLEAR:
-            await self._on_unclear(msg, parsed, pending, takers)
+            await self._on_unclear(msg, parsed, pending, decidable)
             return True
-        return await self._on_other_message(msg, takers)
+        return await self._on_other_message(msg, decidable)
 
-    def _may_take_part(self, c: Confirmation, sender: str) -> bool:
+    def _may_decide_on(self, c: Confirmation, sender: str) -> bool:
         approvers = self._service.settings.approvers
         return sender == c.requester or sender in c.approvers or sender in approvers
 
@@ -117,11 +117,11 @@ class ReplyIntercept:
             not msg.is_group
             and c.channel == msg.channel
             and c.session_key != msg.session_key
-            and self._may_take_part(c, msg.sender_id)
+            and self._may_decide_on(c, msg.sender_id)
         )
 
     def _target(
-        self, parsed: ParsedReply, pending: list[Confirmation], takers: list[Confirmation]
+        self, parsed: ParsedReply, pending: list[Confirmation], decidable: list[Confirmation]
     ) -> Confirmation | str:
         """The one confirmation a reply is about, or the sentence to answer instead."""
         if parsed.confirmation_id:
@@ -129,20 +129,20 @@ class ReplyIntercept:
                 if c.id == parsed.confirmation_id:
                     return c
             return texts.unknown_id(parsed.confirmation_id)
-        if not takers:
+        if not decidable:
             return texts.ONLY_APPROVERS
-        if len(takers) > 1:
-            return texts.which_one(takers)
-        return takers[0]
+        if len(decidable) > 1:
+            return texts.which_one(decidable)
+        return decidable[0]
 
     async def _on_decision_reply(
         self,
         msg: InboundMessage,
         parsed: ParsedReply,
         pending: list[Confirmation],
-        takers: list[Confirmation],
+        decidable: list[Confirmation],
     ) -> None:
-        target = self._target(parsed, pending, takers)
+        target = self._target(parsed, pending, decidable)
         if isinstance(target, str):
             if parsed.confirmation_id:
                 # An id that is not pending here: maybe decided already, or asked in another
@@ -173,7 +173,7 @@ class ReplyIntercept:
                 grant=grant,
             ),
             record=target,
-            trail=(read,),
+            before=(read,),
         )
         if result.outcome is not DecideOutcome.DECIDED:
             # A decision is announced by the update message; anything else is told here.
@@ -202,13 +202,13 @@ class ReplyIntercept:
         msg: InboundMessage,
         parsed: ParsedReply,
         pending: list[Confirmation],
-        takers: list[Confirmation],
+        decidable: list[Confirmation],
     ) -> None:
-        target = self._target(parsed, pending, takers)
+        target = self._target(parsed, pending, decidable)
         if isinstance(target, str):
             await self._reply_to(msg, target)
             return
-        if not self._may_take_part(target, msg.sender_id):
+        if not self._may_decide_on(target, msg.sender_id):
             await self._audit_read(target, msg, parsed, "not_allowed")
             await self._reply_to(msg, texts.ONLY_APPROVERS)
             return
@@ -230,17 +230,17 @@ class ReplyIntercept:
             return
         await self._reply_to(msg, texts.unclear(target, left))
 
-    async def _on_other_message(self, msg: InboundMessage, takers: list[Confirmation]) -> bool:
+    async def _on_other_message(self, msg: InboundMessage, decidable: list[Confirmation]) -> bool:
         """A message that is no reply at all, from someone who may decide: the configured policy."""
-        if not takers:
+        if not decidable:
             # Other members' chat is not a decision: it goes to the agent as usual.
             return False
         policy = self._service.settings.on_other_message
         if policy == "keep_pending":
-            await self._reply_to(msg, texts.still_pending(takers[0]))
+            await self._reply_to(msg, texts.still_pending(decidable[0]))
             return False
         consumed = True
-        for c in takers:
+        for c in decidable:
             if policy == "cancel":
                 await self._service.cancel(
                     c.id, by=msg.sender_id, via="text", reason=texts.SUPERSEDED_REASON

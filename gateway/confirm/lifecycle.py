@@ -52,7 +52,7 @@ class Lifecycle(Protocol):
         a: Answer,
         *,
         record: Confirmation | None = None,
-        trail: Sequence[AuditEvent] = (),
+        before: Sequence[AuditEvent] = (),
     ) -> DecideResult: ...
 
     async def expire(self, confirmation_id: str, *, reason: str = ...) -> Confirmation | None: ...

@@ -30,7 +30,6 @@ from config.settings import ConfirmationSettings
 from gateway import texts
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage
 from gateway.confirm.deadlines import Deadlines
-from gateway.confirm.doubts import Doubts
 from gateway.confirm.events import ConfirmationEvent as ConfirmationEvent
 from gateway.confirm.events import Listener as Listener
 from gateway.confirm.events import Listeners
@@ -61,6 +60,7 @@ from gateway.confirm.store import (
     PendingLimits,
     create_with_free_id,
 )
+from gateway.confirm.unsure import UnsureCreates
 from gateway.runtime import BackgroundTasks
 
 log = structlog.get_logger(__name__)
@@ -122,7 +122,7 @@ class ConfirmationService:
         self._replies = ReplyIntercept(self)
         self._replicas = Replicas(self, tasks=self._tasks)
         # Refused requests whose record may be stored all the same (a stalled store).
-        self.doubts = Doubts(
+        self.unsure = UnsureCreates(
             self,
             settled=self.go_on,
             announce=lambda final: self._listeners.emit("resolved", final),
@@ -141,7 +141,7 @@ class ConfirmationService:
     def on_settled(self, handler: Settled) -> None:
         """Who goes on from an ended record (claim → run → record → continue the turn):
         called, without awaiting, for every record this process ended, and for approved
-        calls adoption or doubts.py found unclaimed."""
+        calls adoption or unsure.py found unclaimed."""
         self._settled = handler
 
     def go_on(self, final: Confirmation) -> None:
@@ -184,22 +184,22 @@ class ConfirmationService:
         a: Answer,
         *,
         record: Confirmation | None = None,
-        trail: Sequence[AuditEvent] = (),
+        before: Sequence[AuditEvent] = (),
     ) -> DecideResult:
         """The one entrance for a person's decision, from every channel, card and API.
 
         Judges who may decide (``via="admin"``: the token vouches for an operator, and
         four-eyes still holds on the person named), settles it by the store's
         compare-and-set, and gives the grant an approval asked for. ``record``: the record
-        just read (the reply intercept has it); ``trail``: audit lines that led here (the
+        just read (the reply intercept has it); ``before``: audit events that led here (the
         reply read), written with the decision, or on their own when it decides nothing.
         """
         cid = canonical_id(a.confirmation_id)
         current = record if record is not None else await self.store.get(cid)
         if current is None:
-            await self.audit.add_all(trail)
+            await self.audit.add_all(before)
             return DecideResult(DecideOutcome.NOT_FOUND, None, texts.unknown_id(cid))
-        result = await self._decide(current, a, trail)
+        result = await self._decide(current, a, before)
         if (
             a.grant is not None
             and result.outcome is DecideOutcome.DECIDED
@@ -219,18 +219,18 @@ class ConfirmationService:
         return result
 
     async def _decide(
-        self, current: Confirmation, a: Answer, trail: Sequence[AuditEvent]
+        self, current: Confirmation, a: Answer, before: Sequence[AuditEvent]
     ) -> DecideResult:
         if current.status.is_terminal:
-            await self.audit.add_all(trail)
+            await self.audit.add_all(before)
             return DecideResult(
                 DecideOutcome.ALREADY_DECIDED, current, texts.already_decided(current)
             )
-        if current.id in self.doubts:
-            # Its request was refused to its turn (doubts.py): nobody here approves it;
+        if current.id in self.unsure:
+            # Its request was refused to its turn (unsure.py): nobody here approves it;
             # settling it first cancels it, or finds what another replica decided.
-            settled = await self.doubts.settle(current.id)
-            await self.audit.add_all(trail)
+            settled = await self.unsure.settle(current.id)
+            await self.audit.add_all(before)
             assert settled is not None
             return DecideResult(
                 DecideOutcome.ALREADY_DECIDED, settled, texts.already_decided(settled)
@@ -249,7 +249,7 @@ class ConfirmationService:
                 actor=a.actor,
                 via=a.via,
             )
-            await self.audit.add_all(trail)
+            await self.audit.add_all(before)
             return DecideResult(DecideOutcome.FORBIDDEN, current, why)
         final, said = await self._finish(
             current.id,
@@ -259,7 +259,7 @@ class ConfirmationService:
             reason=a.reason,
             feedback=a.feedback,
             edit=a.edit,
-            trail=trail,
+            before=before,
         )
         assert final is not None
         if said is not None:
@@ -331,7 +331,7 @@ class ConfirmationService:
                 self.audit.event(cid, "requested", actor=requester, at=now, tool=tool_call.name),
             ),
             limits=self._pending_limits,
-            on_error=self.doubts.create_failed,
+            on_error=self.unsure.create_failed,
         )
         self.deadlines.arm(conf.id, conf.expires_at)
         log.info(
@@ -392,7 +392,7 @@ class ConfirmationService:
         """End a pending confirmation without a decision (shutdown, superseded, an error).
         ``tell_chat=False``: no update to the chat (it was never shown a prompt);
         ``turn_went_on``: its turn was told the request failed and went on, so nothing goes
-        on from this end (doubts.py)."""
+        on from this end (unsure.py)."""
         final, _ = await self._finish(
             confirmation_id,
             Status.CANCELLED,
@@ -414,14 +414,14 @@ class ConfirmationService:
         reason: str | None,
         feedback: bool = False,
         edit: CallEdit | None = None,
-        trail: Sequence[AuditEvent] = (),
+        before: Sequence[AuditEvent] = (),
         tell_chat: bool = True,
         go_on: bool = True,
     ) -> tuple[Confirmation | None, str | None]:
         """End a pending confirmation: the record as it now is, and what its chat was told
         (None when this call changed nothing)."""
         now = self.clock()
-        lines = self.audit.decision_events(
+        events = self.audit.decision_events(
             confirmation_id, status, by=by, via=via, at=now, edit=edit
         )
         final, changed = await self.store.finish(
@@ -433,10 +433,10 @@ class ConfirmationService:
             now=now,
             feedback=feedback,
             edit=edit,
-            events=(*trail, *lines),
+            events=(*before, *events),
         )
         if final is None or not changed:
-            await self.audit.add_all(trail)
+            await self.audit.add_all(before)
             if final is not None and final.status.is_terminal:
                 # Another path (or another replica sharing the store) finished it first,
                 # and goes on with it: here its deadline and its adoption end.
@@ -549,7 +549,7 @@ class ConfirmationService:
     async def close(self) -> None:
         """Last step of a stop: what still runs here is interrupted (chats told), the
         heartbeat stops and the instance leaves the store."""
-        await self.doubts.stop()  # the ids still in doubt are logged and left
+        await self.unsure.stop()  # the ids still in doubt are logged and left
         await self._tasks.drain()
         await self._replicas.close()
 

@@ -402,7 +402,7 @@ async def create_with_free_id(
 ) -> Confirmation:
     """Store ``conf`` with ``events``, drawing another id while its id is taken; the record
     as stored. ``on_error`` hears of a create that raised anything else, with the record
-    and events it sent (it may have been stored all the same: gateway/confirm/doubts.py)."""
+    and events it sent (it may have been stored all the same: gateway/confirm/unsure.py)."""
     length = len(conf.id)
     for attempt in range(30):
         if attempt:

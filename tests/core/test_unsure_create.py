@@ -3,7 +3,7 @@
 The create's script may still run when Redis resumes (a server busy with a slow command
 runs what waited in its socket buffers), or not (Redis 7 drops the postponed command of a
 client that ``CLIENT PAUSE`` held and that hung up meanwhile). Either way the id ends as a
-``cancelled`` record once Redis answers again (gateway/confirm/doubts.py).
+``cancelled`` record once Redis answers again (gateway/confirm/unsure.py).
 
 Each test has a ``redis-server`` of its own (tests/services.py ``private_redis``): a busy
 script and ``CLIENT PAUSE`` hold up every client of a server.
@@ -55,7 +55,7 @@ async def harness(private_redis_url: str) -> AsyncIterator[Harness]:
     await store.create(make("WARM"))
     h = Harness(store=store)
     yield h
-    await h.service.doubts.stop()
+    await h.service.unsure.stop()
     await store.close()
 
 
@@ -106,7 +106,7 @@ async def test_a_create_that_ran_after_the_stall_ends_cancelled_and_undecidable(
                 await _until_stalled(private_redis_url)
                 with pytest.raises(StoreUnavailableError):  # the turn is refused: not run
                     await _request(h)
-                (cid,) = h.service.doubts.ids
+                (cid,) = h.service.unsure.ids
                 assert await busy == 1
                 async with asyncio.timeout(20):
                     # The script that waited in the stall wrote a pending record...
@@ -126,9 +126,9 @@ async def test_a_create_that_ran_after_the_stall_ends_cancelled_and_undecidable(
     assert (final.reason, final.decided_via) == (texts.UNSURE_CREATE_REASON, "system")
     trail = [(e.kind, e.detail.get("status")) for e in await h.store.events(cid)]
     assert trail == [("requested", None), ("decided", "cancelled")]
-    settled = [e for e in logs if e["event"] == "confirm.doubt_settled"]
+    settled = [e for e in logs if e["event"] == "confirm.unsure_settled"]
     assert [(e["confirmation_id"], e["was_stored"]) for e in settled] == [(cid, True)]
-    assert h.service.doubts.ids == ()
+    assert h.service.unsure.ids == ()
     # The chat was told only that the call did not run (by the runner): no prompt, no update.
     assert h.drain() == []
 
@@ -142,14 +142,14 @@ async def test_a_create_redis_never_ran_is_stored_cancelled_and_a_late_one_is_re
         await private_redis_admin.execute_command("CLIENT", "PAUSE", STALL_MS, "ALL")
         with pytest.raises(StoreUnavailableError):
             await _request(h)
-        (cid,) = h.service.doubts.ids
+        (cid,) = h.service.unsure.ids
         async with asyncio.timeout(20):
             final = await resolved.get()
     assert final.id == cid and final.status is Status.CANCELLED
     stored = await h.store.get(cid)
     assert stored is not None and stored.status is Status.CANCELLED
     assert stored.reason == texts.UNSURE_CREATE_REASON
-    settled = [e for e in logs if e["event"] == "confirm.doubt_settled"]
+    settled = [e for e in logs if e["event"] == "confirm.unsure_settled"]
     assert [(e["confirmation_id"], e["was_stored"]) for e in settled] == [(cid, False)]
     trail = [(e.kind, e.detail.get("status")) for e in await h.store.events(cid)]
     assert trail == [("requested", None), ("decided", "cancelled")]
@@ -169,9 +169,9 @@ async def test_stop_names_the_ids_left_in_doubt(
         await private_redis_admin.execute_command("CLIENT", "PAUSE", STALL_MS, "ALL")
         with pytest.raises(StoreUnavailableError):
             await _request(h)
-        (cid,) = h.service.doubts.ids
-        await h.service.doubts.stop()
-    left = [e for e in logs if e["event"] == "confirm.doubts_left"]
+        (cid,) = h.service.unsure.ids
+        await h.service.unsure.stop()
+    left = [e for e in logs if e["event"] == "confirm.unsure_left"]
     assert [e["ids"] for e in left] == [[cid]]
 
 
@@ -198,11 +198,11 @@ async def test_an_approval_that_won_elsewhere_runs_once_here(
             now=record.created_at,
         )
         assert changed
-        h.service.doubts.create_failed(record, (), StoreUnavailableError("Redis: timeout"))
+        h.service.unsure.create_failed(record, (), StoreUnavailableError("Redis: timeout"))
         async with asyncio.timeout(20):
             approved = await ran.get()
     finally:
         await other.close()
     assert (approved.id, approved.status, approved.decided_by) == ("RACE", Status.APPROVED, "bob")
-    assert h.service.doubts.ids == ()
+    assert h.service.unsure.ids == ()
     assert ran.empty()

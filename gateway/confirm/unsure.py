@@ -18,7 +18,7 @@ gateway/runtime.py, as soon as the store answers:
   writes nothing.
 
 Until then no decision taken in this process approves it: ``decide`` settles it first.
-On stop the ids still in doubt are logged and left.
+On stop the ids still in held are logged and left.
 """
 
 from __future__ import annotations
@@ -50,12 +50,12 @@ _UNSURE = (StoreUnavailableError, TimeoutError, asyncio.CancelledError)
 
 
 @dataclass(frozen=True, slots=True)
-class _Doubt:
+class _Unsure:
     record: Confirmation  # as the failed create sent it
     events: tuple[AuditEvent, ...]
 
 
-class Doubts:
+class UnsureCreates:
     """Ids of refused requests that may be stored, until each is settled as cancelled."""
 
     def __init__(
@@ -68,8 +68,8 @@ class Doubts:
         self._service = service
         self._settled = settled  # the service's go_on
         self._announce = announce  # listeners' "resolved"
-        self._held: dict[str, _Doubt] = {}
-        self._tasks = BackgroundTasks("confirm-doubts")
+        self._held: dict[str, _Unsure] = {}
+        self._tasks = BackgroundTasks("confirm-unsure")
         self._stopped = False
 
     def __contains__(self, confirmation_id: object) -> bool:
@@ -87,21 +87,21 @@ class Doubts:
             return
         log.warning("confirm.create_unsure", confirmation_id=record.id, error=type(exc).__name__)
         if self._stopped:
-            log.warning("confirm.doubts_left", ids=[record.id])
+            log.warning("confirm.unsure_left", ids=[record.id])
             return
-        self._held[record.id] = _Doubt(record, tuple(events))
-        self._tasks.spawn(self._settle_when_up(record.id), name=f"doubt-{record.id}")
+        self._held[record.id] = _Unsure(record, tuple(events))
+        self._tasks.spawn(self._settle_when_up(record.id), name=f"unsure-{record.id}")
 
     async def _settle_when_up(self, confirmation_id: str) -> None:
         await once_store_answers(lambda: self.settle(confirmation_id))
 
     async def settle(self, confirmation_id: str) -> Confirmation | None:
-        """End ``confirmation_id`` as cancelled if it is still in doubt; the record as it now
-        is (None: not in doubt and not stored). Raises StoreUnavailableError while the store
+        """End ``confirmation_id`` as cancelled if it is still unsure; the record as it now
+        is (None: not unsure and not stored). Raises StoreUnavailableError while the store
         does not answer."""
         service = self._service
-        doubt = self._held.get(confirmation_id)
-        if doubt is None:
+        held = self._held.get(confirmation_id)
+        if held is None:
             return await service.store.get(confirmation_id)
         reason = texts.UNSURE_CREATE_REASON
         stored = True
@@ -112,13 +112,13 @@ class Doubts:
             )
             if final is not None:
                 break
-            final = await self._store_cancelled(doubt, reason)
+            final = await self._store_cancelled(held, reason)
             if final is not None:
                 stored = False
                 break
         self._held.pop(confirmation_id, None)
         log.info(
-            "confirm.doubt_settled",
+            "confirm.unsure_settled",
             confirmation_id=confirmation_id,
             status=final.status.value,
             was_stored=stored,
@@ -127,27 +127,27 @@ class Doubts:
             self._settled(final)  # approved elsewhere before the cancel: it runs once
         return final
 
-    async def _store_cancelled(self, doubt: _Doubt, reason: str) -> Confirmation | None:
+    async def _store_cancelled(self, held: _Unsure, reason: str) -> Confirmation | None:
         """Store the record as cancelled in the place of a create that never landed; None
         when the create landed meanwhile."""
         service = self._service
         now = service.clock()
-        final = doubt.record.finished(
+        final = held.record.finished(
             Status.CANCELLED, by=None, at=now, via="system", reason=reason
         ).skipped(now)
-        lines = service.audit.decision_events(
+        events = service.audit.decision_events(
             final.id, Status.CANCELLED, by=None, via="system", at=now, edit=None
         )
         try:
-            await service.store.create(final, events=(*doubt.events, *lines))
+            await service.store.create(final, events=(*held.events, *events))
         except ConfirmationExistsError:
             return None
         await self._announce(final)
         return final
 
     async def stop(self) -> None:
-        """Give up: name the ids still in doubt in one line, end their settling."""
+        """Give up: name the ids still in held in one line, end their settling."""
         self._stopped = True
         if self._held:
-            log.warning("confirm.doubts_left", ids=list(self.ids))
+            log.warning("confirm.unsure_left", ids=list(self.ids))
         await self._tasks.cancel()
