@@ -18,7 +18,7 @@ gateway/runtime.py, as soon as the store answers:
   writes nothing.
 
 Until then no decision taken in this process approves it: ``decide`` settles it first.
-On stop the ids still in held are logged and left.
+On stop the ids still unsure are logged and left.
 """
 
 from __future__ import annotations
@@ -146,7 +146,7 @@ class UnsureCreates:
         return final
 
     async def stop(self) -> None:
-        """Give up: name the ids still in held in one line, end their settling."""
+        """Give up: name the ids still unsure in one line, end their settling."""
         self._stopped = True
         if self._held:
             log.warning("confirm.unsure_left", ids=list(self.ids))
