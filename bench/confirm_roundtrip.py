@@ -44,11 +44,11 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout: make `gateway`
 from config.keywords import KeywordStore  # noqa: E402
 from config.settings import ConfirmationSettings  # noqa: E402
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage  # noqa: E402
-from gateway.confirm.memory_store import MemoryConfirmationStore  # noqa: E402
 from gateway.confirm.model import Confirmation, Risk, Status, ToolCall  # noqa: E402
 from gateway.confirm.service import ConfirmationService  # noqa: E402
-from gateway.confirm.sqlite_store import SqliteConfirmationStore  # noqa: E402
-from gateway.confirm.store import ConfirmationStore  # noqa: E402
+from gateway.storage.confirmations import ConfirmationStore  # noqa: E402
+from gateway.storage.memory.confirmations import MemoryConfirmationStore  # noqa: E402
+from gateway.storage.sqlite.confirmations import SqliteConfirmationStore  # noqa: E402
 
 KEYWORDS_FILE = ROOT / "config" / "keywords.toml"
 # Long enough that nothing expires during a run; the timer is still armed per request.
@@ -359,7 +359,9 @@ def _area(frames: list[tuple[str, int]], baseline_lines: range) -> str:
             # Not logging's own state (the total is the same with logging off): blocks
             # first allocated inside a log call and reused for something that stays.
             return "other: blocks first allocated during a log call"
-        if name.endswith(("/gateway/confirm/store.py", "/gateway/confirm/memory_store.py")):
+        if name.endswith(
+            ("/gateway/storage/confirmations.py", "/gateway/storage/memory/confirmations.py")
+        ):
             return "service: store entries"
         if "/gateway/" in name:
             if "/asyncio/" in top:

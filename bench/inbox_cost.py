@@ -12,7 +12,7 @@ machine is shared: other clients' work lands in that column too.
 - ``sqlite none`` / ``redis none``: the gateway on that confirmation store with
   ``bus.inbox = None`` (the bus before issue 12 item 7).
 - ``sqlite inbox``: ``inbox.db`` in the data dir (WAL, synchronous=NORMAL).
-- ``redis inbox``: the stream of gateway/redis_inbox.py (put: one script, SET NX + XADD +
+- ``redis inbox``: the stream of gateway/storage/redis/inbox.py (put: one script, SET NX + XADD +
   XREADGROUP; taken: one script, XACK + XDEL + PEXPIREAT), under a prefix of its own.
 
 Both inboxes put before the 202 and mark taken before the answer is said. Rounds
@@ -51,7 +51,7 @@ from redis.asyncio import Redis  # noqa: E402
 from config.settings import DEFAULT_KEYWORDS_FILE, load_settings  # noqa: E402
 from gateway.app import build  # noqa: E402
 from gateway.bus import InboundMessage  # noqa: E402
-from gateway.redis_inbox import RedisInbox  # noqa: E402
+from gateway.storage.redis.inbox import RedisInbox  # noqa: E402
 
 Round = tuple[float, float, float | None]  # CPU s, wall s, Redis server CPU s
 

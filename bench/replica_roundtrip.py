@@ -39,8 +39,8 @@ from config.keywords import load_keywords  # noqa: E402
 from config.settings import DEFAULT_KEYWORDS_FILE, ConfirmationSettings  # noqa: E402
 from gateway.bus import MessageBus, OutboundKind  # noqa: E402
 from gateway.confirm.model import Answer, Confirmation, Decision, ToolCall  # noqa: E402
-from gateway.confirm.redis_store import RedisConfirmationStore  # noqa: E402
 from gateway.confirm.service import ConfirmationEvent, ConfirmationService  # noqa: E402
+from gateway.storage.redis.confirmations import RedisConfirmationStore  # noqa: E402
 
 COMMANDS: Counter[str] = Counter()
 

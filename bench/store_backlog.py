@@ -38,7 +38,7 @@ if str(ROOT) not in sys.path:  # run as a script from a checkout: make `gateway`
 import structlog  # noqa: E402
 
 from gateway.confirm.model import Confirmation, ExecState, Status, ToolCall  # noqa: E402
-from gateway.confirm.sqlite_store import SqliteConfirmationStore  # noqa: E402
+from gateway.storage.sqlite.confirmations import SqliteConfirmationStore  # noqa: E402
 
 T0 = 1_763_000_000.0
 STEPS_DECISION = ("create", "list_pending", "finish")

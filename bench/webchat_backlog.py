@@ -44,8 +44,8 @@ from config.settings import DEFAULT_KEYWORDS_FILE, Settings  # noqa: E402
 from gateway import texts  # noqa: E402
 from gateway.app import Gateway, build  # noqa: E402
 from gateway.confirm.model import Confirmation, Instance, Status, ToolCall  # noqa: E402
-from gateway.confirm.sqlite_store import SqliteConfirmationStore  # noqa: E402
 from gateway.logs import configure_logging  # noqa: E402
+from gateway.storage.sqlite.confirmations import SqliteConfirmationStore  # noqa: E402
 
 STATEMENT = "DELETE FROM orders WHERE id = 999999"  # held for a decision, deletes nothing
 DONE = f"DELETE: {texts.rows(0)}"  # in the result line the tool posts

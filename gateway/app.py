@@ -41,7 +41,6 @@ from gateway.confirm.grants import GrantBook
 from gateway.confirm.ledger import new_instance
 from gateway.confirm.retention import Retention
 from gateway.confirm.service import ConfirmationService
-from gateway.confirm.store import ConfirmationStore
 from gateway.data_lock import DataDirLock
 from gateway.http.admin import AdminApi
 from gateway.http.grants_api import GrantsApi
@@ -49,7 +48,6 @@ from gateway.http.instances import InstancesApi
 from gateway.http.page import AdminPage
 from gateway.http.server import HttpServer, admin_token_problem
 from gateway.http.sessions import AdminSessions, LoginLimiter
-from gateway.inbox import Inbox
 from gateway.metrics import Metrics
 from gateway.stop_budget import OUTBOUND_DRAIN_SECONDS, TURN_STOP_SECONDS
 from gateway.storage.backends import (
@@ -59,7 +57,9 @@ from gateway.storage.backends import (
     open_session_store,
     open_store,
 )
+from gateway.storage.confirmations import ConfirmationStore
 from gateway.storage.conversations import ConversationStore
+from gateway.storage.inbox import Inbox
 from gateway.tools.base import PluginError, ToolRegistry
 from gateway.tools.edits import CallEditor
 from gateway.tools.executor import Executor

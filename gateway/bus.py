@@ -9,13 +9,13 @@ from collections.abc import Awaitable, Callable, Collection
 
 import structlog
 
-from gateway.inbox import KEEP_TAKEN_SECONDS, Inbox
 from gateway.messages import InboundMessage as InboundMessage
 from gateway.messages import OutboundKind as OutboundKind
 from gateway.messages import OutboundMessage as OutboundMessage
 from gateway.messages import PublishResult as PublishResult
 from gateway.messages import SenderIdentity as SenderIdentity
 from gateway.runtime import BackgroundTasks, KeyedSerial
+from gateway.storage.inbox import KEEP_TAKEN_SECONDS, Inbox
 
 log = structlog.get_logger(__name__)
 

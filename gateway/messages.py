@@ -2,7 +2,7 @@
 
 Plain values, importing nothing of the gateway but the confirmation record's type: the bus
 (gateway/bus.py, which re-exports them), the inbox that stores inbound messages
-(gateway/inbox.py) and every channel use them.
+(gateway/storage/inbox.py) and every channel use them.
 """
 
 from __future__ import annotations

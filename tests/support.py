@@ -15,7 +15,7 @@ from gateway.app import Gateway
 from gateway.bus import InboundMessage, OutboundKind, OutboundMessage
 from gateway.confirm.model import Confirmation, Status
 from gateway.confirm.service import ConfirmationService
-from gateway.inbox import MemoryInbox
+from gateway.storage.inbox import MemoryInbox
 
 
 class RecordingChannel(Channel):

@@ -20,9 +20,9 @@ from channels.webchat.rooms import Room, Socket
 from gateway import texts
 from gateway.bus import SenderIdentity
 from gateway.confirm.model import Answer, Decision, GrantAsk
-from gateway.confirm.store import StoreUnavailableError
 from gateway.http.identity import client_address
 from gateway.http.jsonapi import ApiError, JsonInputError, parse_json
+from gateway.storage.confirmations import StoreUnavailableError
 
 if TYPE_CHECKING:
     from channels.webchat.channel import WebChatChannel

@@ -29,8 +29,8 @@ import structlog
 from gateway import texts
 from gateway.bus import OutboundKind, OutboundMessage
 from gateway.confirm.model import AuditEvent, Confirmation, ExecState, Status
-from gateway.confirm.store import may_claim
 from gateway.runtime import BackgroundTasks
+from gateway.storage.confirmations import may_claim
 
 if TYPE_CHECKING:
     from gateway.confirm.lifecycle import Lifecycle

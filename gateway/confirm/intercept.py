@@ -21,7 +21,7 @@ from gateway.confirm.model import (
     GrantAsk,
 )
 from gateway.confirm.replies import ParsedReply, ReplyIntent
-from gateway.confirm.store import StoreUnavailableError
+from gateway.storage.confirmations import StoreUnavailableError
 
 if TYPE_CHECKING:
     from gateway.confirm.lifecycle import Lifecycle

@@ -19,7 +19,7 @@ import structlog
 from gateway.confirm.model import AuditEvent, CallEdit, Instance, Status
 
 if TYPE_CHECKING:
-    from gateway.confirm.store import ConfirmationStore
+    from gateway.storage.confirmations import ConfirmationStore
 
 log = structlog.get_logger(__name__)
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
         Instance,
     )
     from gateway.confirm.replies import ReplyParser
-    from gateway.confirm.store import ConfirmationStore, FeedKind
+    from gateway.storage.confirmations import ConfirmationStore, FeedKind
 
 
 class Lifecycle(Protocol):

@@ -31,8 +31,8 @@ from gateway import texts
 from gateway.confirm.adoption import Adoption
 from gateway.confirm.adoption import Settled as Settled
 from gateway.confirm.model import Confirmation, Status
-from gateway.confirm.store import FeedEntry, StoreUnavailableError
 from gateway.runtime import BackgroundTasks
+from gateway.storage.confirmations import FeedEntry, StoreUnavailableError
 
 if TYPE_CHECKING:
     from gateway.confirm.lifecycle import Lifecycle

@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable
 
 import structlog
 
-from gateway.confirm.store import ConfirmationStore
 from gateway.runtime import BackgroundTasks
+from gateway.storage.confirmations import ConfirmationStore
 
 log = structlog.get_logger(__name__)
 

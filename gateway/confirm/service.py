@@ -33,7 +33,7 @@ from gateway.confirm.deadlines import Deadlines
 from gateway.confirm.events import ConfirmationEvent as ConfirmationEvent
 from gateway.confirm.events import Listener as Listener
 from gateway.confirm.events import Listeners
-from gateway.confirm.grants import GrantBook, MemoryGrantStore, grant_sentence
+from gateway.confirm.grants import GrantBook, grant_sentence
 from gateway.confirm.ids import canonical_id, new_confirmation_id
 from gateway.confirm.intercept import ReplyIntercept
 from gateway.confirm.ledger import AuditLog, new_instance
@@ -53,15 +53,16 @@ from gateway.confirm.model import DecideOutcome as DecideOutcome
 from gateway.confirm.model import DecideResult as DecideResult
 from gateway.confirm.replicas import Replicas, Settled
 from gateway.confirm.replies import ReplyParser
-from gateway.confirm.store import (
+from gateway.confirm.unsure import UnsureCreates
+from gateway.runtime import BackgroundTasks
+from gateway.storage.confirmations import (
     Confirmations,
     ConfirmationStore,
     FeedKind,
     PendingLimits,
     create_with_free_id,
 )
-from gateway.confirm.unsure import UnsureCreates
-from gateway.runtime import BackgroundTasks
+from gateway.storage.grants import MemoryGrantStore
 
 log = structlog.get_logger(__name__)
 

@@ -32,12 +32,12 @@ import structlog
 
 from gateway import texts
 from gateway.confirm.model import AuditEvent, Confirmation, ExecState, Status
-from gateway.confirm.store import (
+from gateway.runtime import BackgroundTasks
+from gateway.storage.confirmations import (
     ConfirmationExistsError,
     StoreUnavailableError,
     once_store_answers,
 )
-from gateway.runtime import BackgroundTasks
 
 if TYPE_CHECKING:
     from gateway.confirm.lifecycle import Lifecycle

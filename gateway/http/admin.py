@@ -25,7 +25,6 @@ from gateway.confirm.service import (
     DecideOutcome,
     DecideResult,
 )
-from gateway.confirm.store import ConfirmationStore
 from gateway.http.jsonapi import (
     ApiError,
     ConfirmationQuery,
@@ -49,6 +48,7 @@ from gateway.http.openapi_models import (
 )
 from gateway.http.server import person_behind
 from gateway.metrics import Metrics
+from gateway.storage.confirmations import ConfirmationStore
 from gateway.tools.edits import CallEditor, EditRefusedError
 
 log = structlog.get_logger(__name__)

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import ErrorDetails
 
 from gateway.confirm.model import Status
-from gateway.confirm.store import StoreUnavailableError
+from gateway.storage.confirmations import StoreUnavailableError
 
 log = structlog.get_logger(__name__)
 

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from config.checks import masked_url
 from config.settings import ConfigError, Settings
-from gateway.confirm.grants import GrantStore, MemoryGrantStore
-from gateway.confirm.memory_store import MemoryConfirmationStore
-from gateway.confirm.store import ConfirmationStore
 from gateway.http.jsonapi import one_line
 from gateway.http.sessions import MemorySessionStore, SessionStore
-from gateway.inbox import Inbox, MemoryInbox
+from gateway.storage.confirmations import ConfirmationStore
 from gateway.storage.conversations import ConversationStore, MemoryConversationStore
+from gateway.storage.grants import GrantStore, MemoryGrantStore
+from gateway.storage.inbox import Inbox, MemoryInbox
+from gateway.storage.memory.confirmations import MemoryConfirmationStore
 
 
 async def open_store(settings: Settings) -> ConfirmationStore:
@@ -32,13 +32,13 @@ async def open_store(settings: Settings) -> ConfirmationStore:
     if kind == "memory":
         return MemoryConfirmationStore()
     if kind == "sqlite":
-        from gateway.confirm.sqlite_store import SqliteConfirmationStore
+        from gateway.storage.sqlite.confirmations import SqliteConfirmationStore
 
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         return await SqliteConfirmationStore.open(settings.data_dir / "confirmations.db")
     from redis.exceptions import RedisError
 
-    from gateway.confirm.redis_store import RedisConfirmationStore
+    from gateway.storage.redis.confirmations import RedisConfirmationStore
 
     url = settings.confirmation.redis_url
     try:
@@ -67,12 +67,12 @@ async def open_inbox(settings: Settings, store: ConfirmationStore, owner: str) -
     """
     kind = settings.confirmation.store
     if kind == "sqlite":
-        from gateway.sqlite_inbox import SqliteInbox
+        from gateway.storage.sqlite.inbox import SqliteInbox
 
         return await SqliteInbox.open(settings.data_dir / "inbox.db", owner=owner)
     client = getattr(store, "client", None)
     if kind == "redis" and client is not None:
-        from gateway.redis_inbox import RedisInbox
+        from gateway.storage.redis.inbox import RedisInbox
 
         return await RedisInbox.open(
             client,
@@ -93,12 +93,12 @@ async def open_conversations(settings: Settings, store: ConfirmationStore) -> Co
     }
     kind = settings.confirmation.store
     if kind == "sqlite" and not isinstance(store, MemoryConfirmationStore):
-        from gateway.storage.sqlite_conversations import SqliteConversationStore
+        from gateway.storage.sqlite.conversations import SqliteConversationStore
 
         return await SqliteConversationStore.open(settings.data_dir / "confirmations.db", **bounds)
     client = getattr(store, "client", None)
     if kind == "redis" and client is not None:
-        from gateway.storage.redis_conversations import RedisConversationStore
+        from gateway.storage.redis.conversations import RedisConversationStore
 
         return RedisConversationStore(client, prefix=settings.confirmation.redis_prefix, **bounds)
     return MemoryConversationStore(**bounds)
@@ -113,12 +113,12 @@ async def open_grant_store(settings: Settings, confirmations: ConfirmationStore)
     if isinstance(confirmations, MemoryConfirmationStore):
         return MemoryGrantStore()
     if kind == "sqlite":
-        from gateway.confirm.sqlite_grants import SqliteGrantStore
+        from gateway.storage.sqlite.grants import SqliteGrantStore
 
         return await SqliteGrantStore.open(settings.data_dir / "confirmations.db")
     if kind == "redis":
-        from gateway.confirm.redis_grants import RedisGrantStore
-        from gateway.confirm.redis_store import RedisConfirmationStore
+        from gateway.storage.redis.confirmations import RedisConfirmationStore
+        from gateway.storage.redis.grants import RedisGrantStore
 
         c = settings.confirmation
         if isinstance(confirmations, RedisConfirmationStore):
@@ -134,10 +134,10 @@ def open_session_store(settings: Settings, confirmations: ConfirmationStore) -> 
     """Sessions beside the confirmations when those are shared (Redis), else in memory."""
     limit = settings.admin.max_sessions
     if settings.confirmation.store == "redis":
-        from gateway.confirm.redis_store import RedisConfirmationStore
+        from gateway.storage.redis.confirmations import RedisConfirmationStore
 
         if isinstance(confirmations, RedisConfirmationStore):
-            from gateway.http.redis_sessions import RedisSessionStore
+            from gateway.storage.redis.sessions import RedisSessionStore
 
             prefix = settings.confirmation.redis_prefix
             return RedisSessionStore(confirmations.client, prefix=prefix, limit=limit)

@@ -21,9 +21,9 @@ from gateway import texts
 from gateway.confirm.ledger import summarize
 from gateway.confirm.model import Confirmation, ExecState
 from gateway.confirm.service import ConfirmationService
-from gateway.confirm.store import StoreUnavailableError, once_store_answers
 from gateway.runtime import BackgroundTasks
 from gateway.stop_budget import INTERRUPT_RECORD_SECONDS
+from gateway.storage.confirmations import StoreUnavailableError, once_store_answers
 from gateway.tools.base import ToolArgumentsError, ToolRegistry, failure
 
 log = structlog.get_logger(__name__)

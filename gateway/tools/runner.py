@@ -19,11 +19,12 @@ from typing import Any, Literal
 import structlog
 
 from gateway import texts
-from gateway.confirm.grants import GrantBook, MemoryGrantStore, covered_call
+from gateway.confirm.grants import GrantBook, covered_call
 from gateway.confirm.model import Confirmation, ExecState, Status, ToolCall
 from gateway.confirm.service import ConfirmationService
-from gateway.confirm.store import PendingLimitReached, StoreUnavailableError
 from gateway.logs import RateLimitedLine
+from gateway.storage.confirmations import PendingLimitReached, StoreUnavailableError
+from gateway.storage.grants import MemoryGrantStore
 from gateway.tools.base import ToolArgumentsError, ToolRegistry, failure
 from gateway.tools.executor import Executor, Ran
 from gateway.tools.policy import Policy, PolicyDecision
@@ -68,7 +69,7 @@ class TurnContext:
     continuation: Mapping[str, Any] | None = None
     # Awaited before each tool call (and, from the agent loop, each line said): the first
     # one marks the turn's message taken, so a crash from then on does not process it
-    # again, while one during the model's first answer does (gateway/inbox.py).
+    # again, while one during the model's first answer does (gateway/storage/inbox.py).
     before_effect: Callable[[], Awaitable[None]] = _nothing
 
 

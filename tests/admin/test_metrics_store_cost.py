@@ -13,8 +13,8 @@ from typing import Any
 import aiohttp
 
 from gateway.app import build
-from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.model import Confirmation, Status, ToolCall
+from gateway.storage.memory.confirmations import MemoryConfirmationStore
 from tests.admin.conftest import TOKEN
 from tests.webchat.support import base_url, make_settings
 

@@ -205,7 +205,7 @@ async def session_store(request: pytest.FixtureRequest) -> AsyncIterator[Session
         return
     from redis.asyncio import Redis
 
-    from gateway.http.redis_sessions import RedisSessionStore
+    from gateway.storage.redis.sessions import RedisSessionStore
 
     async with redis_prefix() as prefix:
         client = Redis.from_url(REDIS_URL)

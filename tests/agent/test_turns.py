@@ -10,8 +10,8 @@ from pathlib import Path
 
 from gateway.app import build
 from gateway.bus import PublishResult
-from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.model import ExecState, Instance, Status
+from gateway.storage.memory.confirmations import MemoryConfirmationStore
 from tests.agent.conftest import (
     GatewayFactory,
     RecordingChannel,

@@ -18,10 +18,10 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from gateway.confirm.memory_store import MemoryConfirmationStore
-from gateway.confirm.redis_store import RedisConfirmationStore
-from gateway.confirm.sqlite_store import SqliteConfirmationStore
-from gateway.confirm.store import ConfirmationStore
+from gateway.storage.confirmations import ConfirmationStore
+from gateway.storage.memory.confirmations import MemoryConfirmationStore
+from gateway.storage.redis.confirmations import RedisConfirmationStore
+from gateway.storage.sqlite.confirmations import SqliteConfirmationStore
 from tests.services import mask_url, require_service
 
 REDIS_URL = os.environ.get("GATEWAY_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")

@@ -12,7 +12,7 @@ import asyncio
 import pytest
 
 from gateway.confirm.model import CallEdit, Confirmation, ExecState, Risk, Status, ToolCall
-from gateway.confirm.store import ConfirmationStore
+from gateway.storage.confirmations import ConfirmationStore
 from tests.confirm.conftest import LEDGER_BACKENDS, Backend
 from tests.confirm.records import T0, make
 

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from gateway import texts
-from gateway.confirm.grants import GrantBook, MemoryGrantStore, grant_sentence
+from gateway.confirm.grants import GrantBook, grant_sentence
+from gateway.storage.grants import MemoryGrantStore
 from tests.confirm.test_grants_contract import ask, confirmation
 
 SHANGHAI_0136 = 1_795_714_560.0  # 2026-11-27 01:36 in Asia/Shanghai (17:36 UTC the day before)

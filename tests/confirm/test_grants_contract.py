@@ -13,16 +13,11 @@ from typing import Any
 
 import pytest
 
-from gateway.confirm.grants import (
-    Grant,
-    GrantBook,
-    GrantRefusedError,
-    GrantStore,
-    MemoryGrantStore,
-)
-from gateway.confirm.model import Confirmation, Risk, ToolCall
-from gateway.confirm.redis_grants import RedisGrantStore
-from gateway.confirm.sqlite_grants import SqliteGrantStore
+from gateway.confirm.grants import GrantBook, GrantRefusedError
+from gateway.confirm.model import Confirmation, Grant, Risk, ToolCall
+from gateway.storage.grants import GrantStore, MemoryGrantStore
+from gateway.storage.redis.grants import RedisGrantStore
+from gateway.storage.sqlite.grants import SqliteGrantStore
 from tests.confirm.conftest import REDIS_URL, redis_client
 
 Opener = Callable[[], Awaitable[GrantStore]]

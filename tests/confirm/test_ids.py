@@ -6,14 +6,14 @@ import asyncio
 from collections.abc import Sequence
 
 from gateway.confirm.ids import ID_ALPHABET, canonical_id, new_confirmation_id
-from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.model import (
     AuditEvent,
     Confirmation,
     Status,
     ToolCall,
 )
-from gateway.confirm.store import ConfirmationExistsError, PendingLimits
+from gateway.storage.confirmations import ConfirmationExistsError, PendingLimits
+from gateway.storage.memory.confirmations import MemoryConfirmationStore
 from tests.core.harness import Harness
 
 

@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from gateway.confirm.model import AuditEvent, ExecState, Instance, Status
-from gateway.confirm.store import ConfirmationExistsError, ConfirmationStore
+from gateway.storage.confirmations import ConfirmationExistsError, ConfirmationStore
 from tests.confirm.conftest import LEDGER_BACKENDS, Backend
 from tests.confirm.records import T0, make
 

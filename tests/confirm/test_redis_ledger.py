@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.confirm.model import AuditEvent, ExecState, Instance, Status
-from gateway.confirm.redis_store import RedisConfirmationStore
+from gateway.storage.redis.confirmations import RedisConfirmationStore
 from tests.confirm.conftest import Backend, redis_client
 from tests.confirm.records import T0, make
 

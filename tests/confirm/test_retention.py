@@ -11,9 +11,9 @@ import contextlib
 
 import pytest
 
-from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.model import AuditEvent, Confirmation, Status, ToolCall
 from gateway.confirm.retention import DAY, PURGE_EVERY_SECONDS, Retention
+from gateway.storage.memory.confirmations import MemoryConfirmationStore
 from tests.confirm.conftest import LEDGER_BACKENDS, Backend
 
 T0 = 1_800_000_000.0

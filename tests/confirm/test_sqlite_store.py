@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from gateway.confirm.model import AuditEvent, ExecState, Instance, Status
-from gateway.confirm.sqlite_schema import SCHEMA_VERSION
-from gateway.confirm.sqlite_store import SqliteConfirmationStore
+from gateway.storage.sqlite.confirmations import SqliteConfirmationStore
+from gateway.storage.sqlite.schema import SCHEMA_VERSION
 from tests.confirm.records import T0, full_record, make
 from tests.support import count_hops
 
@@ -293,7 +293,7 @@ async def test_a_record_created_while_its_session_is_read_is_not_forgotten(
 _CLAIMER = """
 import asyncio, sys
 from pathlib import Path
-from gateway.confirm.sqlite_store import SqliteConfirmationStore
+from gateway.storage.sqlite.confirmations import SqliteConfirmationStore
 
 async def main(path, go, me):
     store = await SqliteConfirmationStore.open(path)

@@ -15,14 +15,14 @@ from dataclasses import replace
 import pytest
 
 from gateway.confirm.model import ExecState, Status
-from gateway.confirm.redis_store import RedisConfirmationStore
-from gateway.confirm.store import (
+from gateway.storage.confirmations import (
     ConfirmationExistsError,
     ConfirmationStore,
     FeedEntry,
     PendingLimitReached,
     PendingLimits,
 )
+from gateway.storage.redis.confirmations import RedisConfirmationStore
 from tests.confirm.conftest import BACKENDS, DURABLE_BACKENDS, Backend, redis_client
 from tests.confirm.records import T0, TIMEOUT, full_record, make
 

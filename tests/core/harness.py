@@ -11,10 +11,10 @@ from config.keywords import load_keywords
 from config.settings import DEFAULT_KEYWORDS_FILE, ConfirmationSettings
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage, PublishResult
 from gateway.confirm.events import ConfirmationEvent, EventKind
-from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.model import Answer, Confirmation, DecideResult, Decision, ToolCall
 from gateway.confirm.service import ConfirmationService
-from gateway.confirm.store import ConfirmationStore
+from gateway.storage.confirmations import ConfirmationStore
+from gateway.storage.memory.confirmations import MemoryConfirmationStore
 
 CHANNEL = "test"
 

@@ -15,10 +15,10 @@ import pytest
 
 from gateway import texts
 from gateway.bus import OutboundKind
-from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.model import Confirmation, ExecState, Instance, Status
-from gateway.confirm.sqlite_store import SqliteConfirmationStore
-from gateway.confirm.store import ConfirmationStore
+from gateway.storage.confirmations import ConfirmationStore
+from gateway.storage.memory.confirmations import MemoryConfirmationStore
+from gateway.storage.sqlite.confirmations import SqliteConfirmationStore
 from gateway.tools.base import ToolRegistry
 from gateway.tools.executor import Executor
 from tests.confirm.records import make

@@ -22,8 +22,8 @@ import aiohttp
 from gateway.app import build
 from gateway.bus import OUTBOUND_ROOM
 from gateway.confirm.model import Confirmation, ExecState, Instance, Status, ToolCall
-from gateway.confirm.sqlite_store import SqliteConfirmationStore
-from gateway.confirm.sqlite_thread import SqliteThread
+from gateway.storage.sqlite.confirmations import SqliteConfirmationStore
+from gateway.storage.sqlite.thread import SqliteThread
 from tests.confirm.records import make
 from tests.webchat.support import make_settings, order_exists
 

@@ -14,9 +14,9 @@ import pytest
 
 from gateway.bus import OutboundKind
 from gateway.confirm.deadlines import Deadlines
-from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.model import Confirmation, Status, ToolCall
 from gateway.runtime import BackgroundTasks
+from gateway.storage.memory.confirmations import MemoryConfirmationStore
 from tests.core.harness import Harness
 from tests.support import ShiftedClock, pass_deadline, pass_time
 

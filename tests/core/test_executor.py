@@ -16,11 +16,11 @@ from pydantic import BaseModel
 
 from gateway import texts
 from gateway.bus import OutboundKind
-from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.model import Confirmation, ExecState, Status
 from gateway.confirm.service import ConfirmationEvent
-from gateway.confirm.sqlite_store import SqliteConfirmationStore
-from gateway.confirm.store import ConfirmationStore
+from gateway.storage.confirmations import ConfirmationStore
+from gateway.storage.memory.confirmations import MemoryConfirmationStore
+from gateway.storage.sqlite.confirmations import SqliteConfirmationStore
 from gateway.tools.base import Tool, ToolRegistry
 from gateway.tools.executor import Executor
 from tests.core.harness import Harness

@@ -18,8 +18,8 @@ from redis.asyncio import Redis
 from gateway import texts
 from gateway.bus import OutboundKind
 from gateway.confirm.model import Confirmation, ExecState, Status
-from gateway.confirm.redis_store import RedisConfirmationStore
-from gateway.confirm.store import StoreUnavailableError
+from gateway.storage.confirmations import StoreUnavailableError
+from gateway.storage.redis.confirmations import RedisConfirmationStore
 from gateway.tools.base import ToolRegistry
 from gateway.tools.executor import Executor
 from tests.core.harness import Harness

@@ -259,7 +259,7 @@ async def test_pending_confirmation_survives_a_crash(
     make_settings: Callable[..., Settings],
 ) -> None:
     """A pending row left by a crashed process is still decidable after restart, and runs."""
-    from gateway.confirm.sqlite_store import SqliteConfirmationStore
+    from gateway.storage.sqlite.confirmations import SqliteConfirmationStore
 
     settings = make_settings(confirmation={"store": "sqlite", "timeout_seconds": 30})
     settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -305,7 +305,7 @@ async def test_a_failed_build_closes_what_it_opened(
     make_settings: Callable[..., Settings], tmp_path: Path
 ) -> None:
     from config.settings import ConfigError
-    from gateway.confirm.sqlite_store import SqliteConfirmationStore
+    from gateway.storage.sqlite.confirmations import SqliteConfirmationStore
 
     store = await SqliteConfirmationStore.open(tmp_path / "given.db")
     settings = make_settings(tools={"plugins": ["tests.plugins.not_there"]})
@@ -320,7 +320,7 @@ async def test_a_failed_start_stops_what_it_started(
     make_settings: Callable[..., Settings],
 ) -> None:
     from config.settings import ConfigError
-    from gateway.confirm.sqlite_store import SqliteConfirmationStore
+    from gateway.storage.sqlite.confirmations import SqliteConfirmationStore
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

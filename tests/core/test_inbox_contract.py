@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from gateway.bus import InboundMessage
-from gateway.inbox import Inbox, MemoryInbox
-from gateway.sqlite_inbox import SqliteInbox
+from gateway.storage.inbox import Inbox, MemoryInbox
+from gateway.storage.sqlite.inbox import SqliteInbox
 from tests.services import REDIS_URL, redis_prefix
 
 BACKENDS = ["memory", "sqlite", pytest.param("redis", marks=pytest.mark.services)]
@@ -60,7 +60,7 @@ async def backend(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         elif name == "redis":
             from redis.asyncio import Redis
 
-            from gateway.redis_inbox import RedisInbox
+            from gateway.storage.redis.inbox import RedisInbox
 
             prefix = await stack.enter_async_context(redis_prefix())
             client = Redis.from_url(REDIS_URL)

@@ -16,10 +16,10 @@ from config.settings import DEFAULT_KEYWORDS_FILE, ConfirmationSettings, Setting
 from gateway.agent.loop import AgentLoop
 from gateway.app import build
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, PublishResult
-from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.service import ConfirmationService
-from gateway.inbox import MemoryInbox, dump_message
-from gateway.sqlite_inbox import SqliteInbox
+from gateway.storage.inbox import MemoryInbox, dump_message
+from gateway.storage.memory.confirmations import MemoryConfirmationStore
+from gateway.storage.sqlite.inbox import SqliteInbox
 from gateway.tools.runner import TurnContext
 from tests.support import FailingInbox, RecordingChannel
 

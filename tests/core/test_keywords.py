@@ -13,9 +13,9 @@ import pytest
 from config.keywords import KeywordsError, KeywordSet, KeywordStore, load_keywords
 from config.settings import ConfirmationSettings
 from gateway.bus import MessageBus
-from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.replies import ReplyIntent, ReplyParser
 from gateway.confirm.service import ConfirmationService
+from gateway.storage.memory.confirmations import MemoryConfirmationStore
 
 ROOT = Path(__file__).resolve().parents[2]
 

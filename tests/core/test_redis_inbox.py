@@ -20,10 +20,10 @@ from config.settings import Settings
 from gateway.app import build
 from gateway.bus import InboundMessage, PublishResult
 from gateway.confirm.model import Instance
-from gateway.confirm.redis_store import RedisConfirmationStore
-from gateway.confirm.store import StoreUnavailableError
-from gateway.inbox import KEEP_TAKEN_SECONDS
-from gateway.redis_inbox import GROUP, RedisInbox
+from gateway.storage.confirmations import StoreUnavailableError
+from gateway.storage.inbox import KEEP_TAKEN_SECONDS
+from gateway.storage.redis.confirmations import RedisConfirmationStore
+from gateway.storage.redis.inbox import GROUP, RedisInbox
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.services import REDIS_URL
 from tests.support import RecordingChannel

@@ -14,9 +14,9 @@ from collections.abc import AsyncIterator
 import pytest
 
 from gateway.confirm.model import ExecState, Status
-from gateway.confirm.redis_store import RedisConfirmationStore
 from gateway.confirm.service import ConfirmationEvent, ConfirmationService
 from gateway.metrics import Metrics
+from gateway.storage.redis.confirmations import RedisConfirmationStore
 from gateway.tools.base import ToolRegistry
 from gateway.tools.executor import Executor, Say
 from tests.core.harness import Harness

@@ -15,7 +15,7 @@ import pytest
 from redis.asyncio import Redis
 
 from gateway.confirm.model import Status
-from gateway.confirm.redis_store import RedisConfirmationStore
+from gateway.storage.redis.confirmations import RedisConfirmationStore
 from tests.confirm.records import T0, make
 from tests.core.harness import Harness
 from tests.fakes.tcp_proxy import TcpProxy

@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from gateway.bus import OutboundKind
-from gateway.confirm.memory_store import MemoryConfirmationStore
 from gateway.confirm.model import Confirmation, ExecState, Instance, Status, ToolCall
-from gateway.confirm.redis_store import RedisConfirmationStore
-from gateway.confirm.store import StoreUnavailableError
+from gateway.storage.confirmations import StoreUnavailableError
+from gateway.storage.memory.confirmations import MemoryConfirmationStore
+from gateway.storage.redis.confirmations import RedisConfirmationStore
 from tests.confirm.records import make
 from tests.core.harness import Harness
 from tests.services import mask_url, require_service

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gateway import sqlite_inbox
 from gateway.bus import InboundMessage
-from gateway.sqlite_inbox import SqliteInbox
+from gateway.storage.sqlite import inbox as sqlite_inbox
+from gateway.storage.sqlite.inbox import SqliteInbox
 from tests.support import count_hops
 
 

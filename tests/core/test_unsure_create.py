@@ -22,8 +22,8 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gateway import texts
 from gateway.confirm.model import Confirmation, DecideOutcome, Decision, Status, ToolCall
-from gateway.confirm.redis_store import RedisConfirmationStore
-from gateway.confirm.store import ConfirmationExistsError, FeedEntry, StoreUnavailableError
+from gateway.storage.confirmations import ConfirmationExistsError, FeedEntry, StoreUnavailableError
+from gateway.storage.redis.confirmations import RedisConfirmationStore
 from tests.confirm.records import make
 from tests.core.harness import CHANNEL, Harness
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from redis.asyncio import Redis
 
-from gateway.redis_inbox import GROUP
+from gateway.storage.redis.inbox import GROUP
 from tests.fakes.feishu import FakeFeishu, RecordedRequest
 from tests.fakes.feishu.events import message_event
 from tests.fakes.openai_server import FakeOpenAI, hold, text

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from gateway.confirm.model import Confirmation, ExecState, Instance, Status, ToolCall
-from gateway.confirm.sqlite_store import SqliteConfirmationStore
+from gateway.storage.sqlite.confirmations import SqliteConfirmationStore
 from tests.fakes.openai_server import FakeOpenAI, text, tool_calls
 from tests.webchat.support import ServeProcess, wait_until
 

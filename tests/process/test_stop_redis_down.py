@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from gateway.confirm.model import ExecState, Status
-from gateway.confirm.redis_store import RedisConfirmationStore
+from gateway.storage.redis.confirmations import RedisConfirmationStore
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.process.replica_support import pending_id
 from tests.services import REDIS_URL

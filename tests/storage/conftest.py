@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from gateway.storage.conversations import ConversationStore, MemoryConversationStore
-from gateway.storage.redis_conversations import RedisConversationStore
-from gateway.storage.sqlite_conversations import SqliteConversationStore
+from gateway.storage.redis.conversations import RedisConversationStore
+from gateway.storage.sqlite.conversations import SqliteConversationStore
 from tests.confirm.conftest import redis_client
 
 BACKENDS = ["memory", "sqlite", pytest.param("redis", marks=pytest.mark.services)]

@@ -204,8 +204,7 @@ class ServeProcess:
 
 
 def store_for_subprocess() -> str:
-    # The SQLite store is another engineer's work in progress: use it once it exists.
-    return "sqlite" if (REPO / "gateway" / "confirm" / "sqlite_store.py").exists() else "memory"
+    return "sqlite"
 
 
 @contextmanager

@@ -21,10 +21,10 @@ from config.settings import Settings
 from gateway import texts
 from gateway.app import build
 from gateway.confirm.model import ExecState, Status
-from gateway.confirm.redis_store import RedisConfirmationStore
-from gateway.confirm.store import StoreUnavailableError
-from gateway.inbox import MemoryInbox
 from gateway.storage.backends import open_grant_store
+from gateway.storage.confirmations import StoreUnavailableError
+from gateway.storage.inbox import MemoryInbox
+from gateway.storage.redis.confirmations import RedisConfirmationStore
 from tests.confirm.records import make
 from tests.fakes.tcp_proxy import TcpProxy
 from tests.services import REDIS_URL

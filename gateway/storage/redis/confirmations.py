@@ -2,7 +2,7 @@
 
 Each confirmation is a hash (``{prefix}:c:{id}``) with sorted-set indexes beside it; every
 change is a Lua script, so each is atomic on the server whichever replica calls it: a
-claim is a single compare-and-set (the layout is described in redis_scripts.py).
+claim is a single compare-and-set (the layout is described in scripts.py).
 Finished records get an explicit TTL (30 days by default), their audit trail with them.
 
 For Redis Cluster, put the prefix in braces (``{gateway}``) so every key of the store
@@ -25,7 +25,6 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 
-from gateway.confirm import redis_scripts as lua
 from gateway.confirm.model import (
     AuditEvent,
     CallEdit,
@@ -34,7 +33,16 @@ from gateway.confirm.model import (
     Instance,
     Status,
 )
-from gateway.confirm.redis_codec import (
+from gateway.storage.confirmations import (
+    ConfirmationExistsError,
+    ConfirmationStore,
+    FeedEntry,
+    PendingLimitReached,
+    PendingLimits,
+    check_edit,
+)
+from gateway.storage.redis import scripts as lua
+from gateway.storage.redis.codec import (
     RedisKeys,
     decode,
     dumps,
@@ -45,15 +53,7 @@ from gateway.confirm.redis_codec import (
     pairs,
     text,
 )
-from gateway.confirm.redis_feed import STREAM_MAXLEN, FinishedStream, fail_closed
-from gateway.confirm.store import (
-    ConfirmationExistsError,
-    ConfirmationStore,
-    FeedEntry,
-    PendingLimitReached,
-    PendingLimits,
-    check_edit,
-)
+from gateway.storage.redis.feed import STREAM_MAXLEN, FinishedStream, fail_closed
 
 DEFAULT_PREFIX = "gateway:confirm"
 DEFAULT_FINISHED_TTL_SECONDS = 30 * 24 * 3600.0
@@ -509,7 +509,7 @@ class RedisConfirmationStore(ConfirmationStore):
         A turn waits on a future in the process that asked; the decision may land on
         another replica (the reply reached that one). This feed lets the asking replica
         wake its turn, and every replica show the others' changes in its live views
-        (redis_feed.py: a stream read on from the last id after a reconnect).
+        (feed.py: a stream read on from the last id after a reconnect).
         """
         return FinishedStream(self._redis, self._keys.finished_stream, self._writer).feed()
 

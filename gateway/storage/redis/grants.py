@@ -14,8 +14,8 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from gateway.confirm.grants import GrantStore
 from gateway.confirm.model import Grant, GrantEvent
+from gateway.storage.grants import GrantStore
 
 # The longest grant (30 days) and a week after it.
 EVENTS_KEPT_SECONDS = 37 * 24 * 3600

@@ -14,8 +14,8 @@ import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
 
-from gateway.confirm.sqlite_thread import SqliteThread, transaction
 from gateway.storage.conversations import ConversationStore, Message, trim_history
+from gateway.storage.sqlite.thread import SqliteThread, transaction
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS conversations (

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.confirm.model import AuditEvent, Confirmation, Instance, Status
-from gateway.confirm.sqlite_thread import transaction
+from gateway.storage.sqlite.thread import transaction
 
 COLUMNS = (
     "id",

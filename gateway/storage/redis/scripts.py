@@ -15,7 +15,7 @@ Layout (``P`` = the store's prefix; see ``RedisKeys``):
   flight). ``settled`` is scored by ``decided_at``; its members are ``id|status|session``
   so ``purge`` can clean the indexes of records whose TTL already ran out.
 - ``P:instances`` hash (id -> JSON) and ``P:alive:{id}`` (a key with TTL = the lease).
-- ``P:finished`` stream, the lifecycle feed (redis_feed.py reads it): one entry
+- ``P:finished`` stream, the lifecycle feed (feed.py reads it): one entry
   ``id, kind, from`` per pending record created (``requested``), successful ``finish``
   (``resolved``) and ``finish_execution`` (``executed``); ``from`` names the store handle
   (the process) that wrote it. The name predates ``requested`` and ``executed``; it stays

@@ -11,8 +11,8 @@ import math
 
 from redis.asyncio import Redis
 
-from gateway.confirm.redis_feed import fail_closed
 from gateway.http.sessions import AdminSession, SessionStore
+from gateway.storage.redis.feed import fail_closed
 
 # Add one session: forget the index entries of expired ones, then end the sessions that
 # expire first while over the limit. One script: replicas adding at once stay bounded.

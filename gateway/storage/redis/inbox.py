@@ -31,9 +31,9 @@ from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from gateway.bus import InboundMessage
-from gateway.confirm.redis_codec import text
-from gateway.confirm.redis_feed import fail_closed
-from gateway.inbox import KEEP_TAKEN_SECONDS, Inbox, dump_message, load_message, message_key
+from gateway.storage.inbox import KEEP_TAKEN_SECONDS, Inbox, dump_message, load_message, message_key
+from gateway.storage.redis.codec import text
+from gateway.storage.redis.feed import fail_closed
 
 GROUP = "gateway"
 # Entries read or claimed per round trip.

@@ -18,7 +18,7 @@ from gateway.confirm.model import (
     Instance,
     Status,
 )
-from gateway.confirm.store import (
+from gateway.storage.confirmations import (
     ConfirmationExistsError,
     Confirmations,
     ConfirmationStore,

@@ -4,8 +4,8 @@ Durable (WAL, fsync on commit). Several handles (or processes) may share one fil
 compare-and-set — a decision, a claim, a start, an end, an adoption — is a single
 ``UPDATE ... WHERE <rule> RETURNING``, which SQLite serialises with its write lock, so of
 any number of racers exactly one sees its row come back. Tables, indexes and the
-migration from schema 1 are in ``sqlite_schema``; each operation runs whole on the
-connection's thread (``sqlite_thread``).
+migration from schema 1 are in ``schema.py``; each operation runs whole on the
+connection's thread (``thread.py``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from typing import Any
 
 import structlog
 
-from gateway.confirm import sqlite_rows as rows
 from gateway.confirm.model import (
     AuditEvent,
     CallEdit,
@@ -29,9 +28,7 @@ from gateway.confirm.model import (
     Instance,
     Status,
 )
-from gateway.confirm.sqlite_schema import IN_FLIGHT, OPEN, migrate
-from gateway.confirm.sqlite_thread import SqliteThread, transaction
-from gateway.confirm.store import (
+from gateway.storage.confirmations import (
     ConfirmationExistsError,
     ConfirmationStore,
     FeedEntry,
@@ -40,6 +37,9 @@ from gateway.confirm.store import (
     check_edit,
     pending_limit,
 )
+from gateway.storage.sqlite import rows
+from gateway.storage.sqlite.schema import IN_FLIGHT, OPEN, migrate
+from gateway.storage.sqlite.thread import SqliteThread, transaction
 
 log = structlog.get_logger(__name__)
 

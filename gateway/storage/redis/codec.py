@@ -1,4 +1,4 @@
-"""Key names and the hash <-> record mapping of the Redis store (layout: redis_scripts.py)."""
+"""Key names and the hash <-> record mapping of the Redis store (layout: scripts.py)."""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import aiosqlite
 
-from gateway.confirm.grants import GrantStore
 from gateway.confirm.model import Grant, GrantEvent
+from gateway.storage.grants import GrantStore
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS grants (

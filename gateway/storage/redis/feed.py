@@ -30,9 +30,9 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from gateway.confirm.redis_codec import text
-from gateway.confirm.store import FeedEntry, FeedKind, StoreUnavailableError
 from gateway.runtime import after_failure_retrying
+from gateway.storage.confirmations import FeedEntry, FeedKind, StoreUnavailableError
+from gateway.storage.redis.codec import text
 
 C = TypeVar("C", bound=type)
 

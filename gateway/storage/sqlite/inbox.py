@@ -32,9 +32,9 @@ from pathlib import Path
 import structlog
 
 from gateway.bus import InboundMessage
-from gateway.confirm.sqlite_thread import SqliteThread
-from gateway.inbox import Inbox, dump_message, load_message, message_key
 from gateway.runtime import BackgroundTasks
+from gateway.storage.inbox import Inbox, dump_message, load_message, message_key
+from gateway.storage.sqlite.thread import SqliteThread
 
 log = structlog.get_logger(__name__)
 

@@ -1,0 +1,1 @@
+"""The memory backend of every storage port."""

@@ -1,0 +1,1 @@
+"""The redis backend of every storage port."""

@@ -1,0 +1,1 @@
+"""The sqlite backend of every storage port."""
