@@ -61,6 +61,7 @@ from gateway.storage.confirmations import (
     FeedKind,
     PendingLimits,
     create_with_free_id,
+    once_store_answers,
 )
 from gateway.storage.grants import MemoryGrantStore
 
@@ -119,7 +120,12 @@ class ConfirmationService:
         self._pending_limits = PendingLimits(
             per_session=settings.max_pending_per_session, total=settings.max_pending
         )
-        self.deadlines = Deadlines(on_deadline=self.expire, clock=clock, tasks=self._tasks)
+        # Expiries on their own tasks: a deadline that meets a store outage is retried
+        # until the store answers (not lost), and a stop cancels what still retries.
+        self._expiring = BackgroundTasks("confirm-deadlines")
+        self.deadlines = Deadlines(
+            on_deadline=self._expire_on_time, clock=clock, tasks=self._expiring
+        )
         self._replies = ReplyIntercept(self)
         self._replicas = Replicas(self, tasks=self._tasks)
         # Refused requests whose record may be stored all the same (a stalled store).
@@ -371,6 +377,9 @@ class ConfirmationService:
             )
             return final or conf
 
+    async def _expire_on_time(self, confirmation_id: str) -> None:
+        await once_store_answers(lambda: self.expire(confirmation_id))
+
     async def expire(
         self, confirmation_id: str, *, reason: str = texts.TIMEOUT_REASON
     ) -> Confirmation | None:
@@ -546,6 +555,7 @@ class ConfirmationService:
         self._closing = True
         await self._replicas.stop_asking()
         self.deadlines.clear()
+        await self._expiring.cancel()
 
     async def close(self) -> None:
         """Last step of a stop: what still runs here is interrupted (chats told), the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,8 +16,11 @@ from gateway.confirm import service as service_module
 from gateway.confirm.model import Decision, Status
 from gateway.confirm.replies import ParsedReply, ReplyParser
 from gateway.confirm.service import DecideOutcome
+from gateway.storage.confirmations import StoreUnavailableError
+from gateway.storage.memory.confirmations import MemoryConfirmationStore
 from tests.core.harness import Harness
 from tests.fuzzing import examples
+from tests.support import ShiftedClock, pass_deadline
 
 
 async def test_reply_confirm_approves_and_is_not_queued() -> None:
@@ -373,3 +377,31 @@ async def test_parser_runs_only_when_something_is_pending_or_an_id_is_named(
     assert await h.reply("确认") is PublishResult.INTERCEPTED
     assert calls[-1] == "确认"
     assert (await task).status is Status.APPROVED
+
+
+class _FinishFailsOnce(MemoryConfirmationStore):
+    """The real memory store, whose next ``finish`` fails once when armed (an outage)."""
+
+    armed = False
+
+    async def finish(self, *args: Any, **kwargs: Any) -> Any:
+        if self.armed:
+            self.armed = False
+            raise StoreUnavailableError("the store does not answer (test)")
+        return await super().finish(*args, **kwargs)
+
+
+async def test_a_deadline_that_meets_a_store_outage_still_expires_the_call() -> None:
+    """Found by the chaos run: the expiry failed once and was never tried again, so the
+    call stayed pending (and approvable) past its deadline until the process stopped."""
+    store, clock = _FinishFailsOnce(), ShiftedClock()
+    h = Harness(store=store, clock=clock)
+    task, conf = await h.ask()
+    store.armed = True
+    await pass_deadline(h.service, clock, conf.id)
+    async with asyncio.timeout(10):
+        final = await task
+    assert final.status is Status.EXPIRED and not store.armed
+    result = await h.decide(conf.id, Decision.APPROVE, actor="alice", via="card")
+    assert result.outcome is not DecideOutcome.DECIDED
+    await h.service.shutdown()
