@@ -119,8 +119,9 @@ class ReplicaSet:
         self.replicas: list[Replica] = []
 
     def start(self, name: str) -> Replica:
+        """Start replica ``name``; a name started again (a restart) reuses its home."""
         home = self.root / name
-        home.mkdir()
+        home.mkdir(exist_ok=True)
         replica = Replica(name, ServeProcess(tmp_path=home, env=self.env))
         self.replicas.append(replica)
         replica.process.start(timeout=60)
