@@ -67,6 +67,15 @@ PROPERTIES = (
     ASKED_ONCE,
 )
 
+# Properties that a product bug breaks today, with the bug: the test marks them xfail, the
+# bench reports them as KNOWN. Remove the entry with the fix.
+KNOWN_BUGS = {
+    REFUSAL_WENT_ON: "issue 23, item 1: when the replica whose model turn asked for a call "
+    "dies, a rejection or a timeout of that call, decided on another replica before or "
+    "after adoption, never reaches the turn: the model is not sent the outcome and the "
+    "conversation stops (an approved call adopted the same way does go on)",
+}
+
 # How a call is decided, and how often (weights): approvals lead, so that calls run.
 DECISIONS: tuple[tuple[str, int], ...] = (
     ("reply approve", 3),
@@ -151,7 +160,8 @@ class ChaosResult:
 
     @property
     def passed(self) -> bool:
-        return not any(self.violations.values())
+        """No property is violated but those of a known product bug."""
+        return not any(ids for p, ids in self.violations.items() if p not in KNOWN_BUGS)
 
     def violated(self, prop: str) -> str | None:
         """A failure message naming the seed and the ids, or None when ``prop`` held."""
@@ -181,9 +191,18 @@ class ChaosResult:
             )
         for prop in PROPERTIES:
             ids = self.violations.get(prop) or []
-            lines.append(f"  {'FAIL' if ids else 'ok  '} {prop}" + (": " if ids else ""))
-            lines += [f"         {i}" for i in ids[:20]]
-        lines.append(f"{'PASS' if self.passed else 'FAIL'} (seed {c.seed}, logs in {self.logs})")
+            mark = ("KNOWN" if prop in KNOWN_BUGS else "FAIL") if ids else "ok   "
+            lines.append(
+                f"  {mark} {prop}"
+                + (f" ({KNOWN_BUGS[prop]})" if ids and prop in KNOWN_BUGS else "")
+            )
+            lines += [f"          {i}" for i in ids[:20]]
+        known = sum(bool(self.violations.get(p)) for p in KNOWN_BUGS)
+        lines.append(
+            f"{'PASS' if self.passed else 'FAIL'}"
+            + (f" but for {known} known product bug(s)" if known else "")
+            + f" (seed {c.seed}, logs in {self.logs})"
+        )
         return "\n".join(lines)
 
 
@@ -636,7 +655,9 @@ class ChaosRun:
         return {
             "calls": calls,
             "executions": executions,
-            "decided by": Counter(a.decision for a in self.asks if a.cid),
+            "decided by": Counter(
+                {d: sum(a.decision == d for a in self.asks if a.cid) for d, _ in DECISIONS}
+            ),
             "faults": self.faults,
             "health": health,
         }
