@@ -19,6 +19,9 @@ restart) and the database. tests/process/test_chaos.py runs a short form, bench/
 the long one. The seed fixes every random choice (what is asked, how it is decided, which
 fault comes next, whom it hits); on a shared machine the timing still varies, so a seed
 replays the same plan, not the same interleaving.
+
+One module past 600 lines on purpose: both forms share it, and it is one run (the chats,
+the pages, the nemesis) with the judgement of what that run left (``judge``).
 """
 
 from __future__ import annotations
@@ -41,8 +44,9 @@ from redis.asyncio import Redis
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from tests.fakes.openai_server import Answer, FakeOpenAI, text, tool_calls
-from tests.process.replica_support import Replica, ReplicaSet
+from tests.process.replica_support import ReplicaSet
 from tests.services import private_redis
+from tests.webchat.support import eventually
 
 NO_CALL_RAN_TWICE = "no call ran twice"
 NO_EFFECT_WITHOUT_RECORD = "no effect without a record"
@@ -50,10 +54,8 @@ EVERY_RECORD_ENDED = "every record reached an end"
 EXECUTION_AGREES = "the execution state agrees with the database"
 APPROVED_200_RAN = "every approval answered 200 ran or was reported"
 INTERRUPTED_TOLD = "every interrupted call's chat was told"
-CONVERSATION_WENT_ON = (
-    "the conversation went on after a call ran, also where it was resumed elsewhere"
-)
-REFUSAL_WENT_ON = "the conversation went on after a refusal or a timeout, also where its asker died"
+CONVERSATION_WENT_ON = "the conversation went on where its turn's replica lived"
+RESUMED_WENT_ON = "the conversation went on where a turn was resumed elsewhere"
 ASKED_ONCE = "every message made at most one call"
 PROPERTIES = (
     NO_CALL_RAN_TWICE,
@@ -63,17 +65,17 @@ PROPERTIES = (
     APPROVED_200_RAN,
     INTERRUPTED_TOLD,
     CONVERSATION_WENT_ON,
-    REFUSAL_WENT_ON,
+    RESUMED_WENT_ON,
     ASKED_ONCE,
 )
 
 # Properties that a product bug breaks today, with the bug: the test marks them xfail, the
 # bench reports them as KNOWN. Remove the entry with the fix.
 KNOWN_BUGS = {
-    REFUSAL_WENT_ON: "issue 23, item 1: when the replica whose model turn asked for a call "
-    "dies, a rejection or a timeout of that call, decided on another replica before or "
-    "after adoption, never reaches the turn: the model is not sent the outcome and the "
-    "conversation stops (an approved call adopted the same way does go on)",
+    RESUMED_WENT_ON: "issue 23, item 1: when the replica whose model turn asked for a call "
+    "dies, a rejection or a timeout of that call (decided on another replica, before or "
+    "after adoption) never reaches the turn: the model is not sent the outcome and the "
+    "conversation stops there. An approved call adopted the same way does go on",
 }
 
 # How a call is decided, and how often (weights): approvals lead, so that calls run.
@@ -98,7 +100,7 @@ Record = dict[str, Any]  # a confirmation as GET /api/confirmations/{id} shows i
 
 @dataclass(frozen=True, kw_only=True)
 class ChaosConfig:
-    """One run: its seed, how long calls are asked and faults made, and the cluster."""
+    """One run: its seed, how long calls are asked and faults made, and the replicas."""
 
     seed: int
     duration: float
@@ -144,7 +146,9 @@ class Seen:
         return "adopted" in self.trails.get(c["id"], {})
 
     def elsewhere(self, c: Record) -> bool:
-        """Adopted by another replica, or its asking replica died (before or after the end)."""
+        """Whether the call's turn had to go on elsewhere: it was adopted by another
+        replica, or the replica holding it was killed or stopped (that it died before the
+        turn went on is for the failure to show)."""
         return self.adopted(c) or c["owner"] in self.gone
 
 
@@ -272,60 +276,25 @@ class MarkerTable:
         await self.engine.dispose()
 
 
-class Cluster:
-    """Replica slots r0..rN-1 of one ReplicaSet: each slot's process of the moment."""
-
-    def __init__(self, group: ReplicaSet, size: int, http: aiohttp.ClientSession) -> None:
-        self.group = group
-        self.http = http
-        self.names = [f"r{n}" for n in range(size)]
-        self.up: dict[str, Replica] = {}
-        self.instance: dict[str, str] = {}  # slot -> the instance id of its process
-        self.gone: set[str] = set()  # instance ids of the processes killed or stopped
-        self.unclean_stops = 0
-
-    async def start(self, name: str) -> None:
-        replica = await asyncio.to_thread(self.group.start, name)
-        async with self.http.get(f"{replica.url}/api/instances") as resp:
-            self.instance[name] = (await resp.json())["instance"]
-        self.up[name] = replica
-
-    def slot_of(self, instance: str | None) -> str | None:
-        """The slot whose live process is ``instance``."""
-        return next((n for n in self.up if self.instance[n] == instance), None)
-
-    async def kill_9(self, name: str) -> None:
-        self.gone.add(self.instance[name])
-        await asyncio.to_thread(self.up.pop(name).kill_9)
-
-    async def sigterm(self, name: str) -> None:
-        self.gone.add(self.instance[name])
-        if await asyncio.to_thread(self.up.pop(name).stop) != 0:
-            self.unclean_stops += 1
-
-    def stop(self, logs: Path) -> None:
-        self.up.clear()
-        self.group.stop()
-        for n, replica in enumerate(self.group.replicas):
-            path = logs / f"{replica.name}-{n}.log"
-            path.write_text("".join(replica.process.lines), encoding="utf-8")
-
-
 class ChaosRun:
-    """Chats, open pages and the nemesis over one cluster, then what is left to see."""
+    """Chats, open pages and the nemesis over replicas r0..rN-1, then what is left to see."""
 
     def __init__(
         self,
         config: ChaosConfig,
         *,
-        cluster: Cluster,
+        group: ReplicaSet,
         http: aiohttp.ClientSession,
         redis: Redis,
         table: MarkerTable,
         fake: FakeOpenAI,
     ) -> None:
         self.config = config
-        self.cluster = cluster
+        self.group = group
+        self.names = [f"r{n}" for n in range(config.replicas)]
+        self.instance: dict[str, str] = {}  # replica name -> the instance id of its process
+        self.gone: set[str] = set()  # instance ids of the processes killed or stopped
+        self.unclean_stops = 0
         self.http = http
         self.redis = redis
         self.table = table
@@ -340,12 +309,12 @@ class ChaosRun:
         self.route = random.Random(f"{config.seed}-route")
 
     async def run(self) -> ChaosResult:
-        for name in self.cluster.names:
-            await self.cluster.start(name)
+        for name in self.names:
+            await self._start(name)
         pages = [
             asyncio.create_task(self._page(room, name))
             for room in self.rooms
-            for name in self.cluster.names
+            for name in self.names
         ]
         end = asyncio.get_running_loop().time() + self.config.duration
         nemesis = asyncio.create_task(self._nemesis(end))
@@ -366,15 +335,21 @@ class ChaosRun:
                 if "decided" in t and "started" in t
             ],
             violations=judge(self.asks, seen),
-            logs=self.cluster.group.root,
+            logs=self.group.root,
         )
+
+    async def _start(self, name: str) -> None:
+        """Start replica ``name`` (again), and learn the instance id it works as."""
+        replica = await asyncio.to_thread(self.group.start, name)
+        async with self.http.get(f"{replica.url}/api/instances") as resp:
+            self.instance[name] = (await resp.json())["instance"]
 
     # -------------------------------------------------------------- HTTP to any replica
 
     async def _any_url(self) -> str:
-        while not self.cluster.up:
+        while not self.group.up:
             await asyncio.sleep(0.1)
-        return self.route.choice(sorted(self.cluster.up.items()))[1].url
+        return self.route.choice(sorted(self.group.up.items()))[1].url
 
     async def _call(
         self,
@@ -434,13 +409,8 @@ class ChaosRun:
 
     async def _until(self, probe: Callable[[], Awaitable[Any]], seconds: float) -> Any:
         """``probe``'s first truthy answer within ``seconds``, else None."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        while loop.time() < deadline:
-            value = await probe()
-            if value:
-                return value
-            await asyncio.sleep(0.4)
+        with contextlib.suppress(AssertionError):  # eventually's "not met in time"
+            return await eventually(probe, timeout=seconds, every=0.4)
         return None
 
     # -------------------------------------------------------------- chats
@@ -536,7 +506,7 @@ class ChaosRun:
         """A page open on ``room`` at replica ``name``, keeping every line it is shown; after a
         restart it loads the room's history from that replica again."""
         while True:
-            replica = self.cluster.up.get(name)
+            replica = self.group.up.get(name)
             if replica is not None:
                 params = {"session": room, "user": f"page-{name}"}
                 with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
@@ -568,24 +538,28 @@ class ChaosRun:
             )
             for c in listed[1]["confirmations"] if listed and listed[0] == 200 else []:
                 ex = c["execution"]
-                slot = self.cluster.slot_of(ex["claimed_by"] or c["owner"])
-                if ex["state"] == state and slot is not None:
-                    return slot
-        return rng.choice(sorted(self.cluster.up))
+                holder = ex["claimed_by"] or c["owner"]
+                name = next((n for n in self.group.up if self.instance.get(n) == holder), None)
+                if ex["state"] == state and name is not None:
+                    return name
+        return rng.choice(sorted(self.group.up))
 
     async def _kill_9(self, rng: random.Random) -> None:
         name = await self._victim(rng)
-        await self.cluster.kill_9(name)
+        self.gone.add(self.instance[name])
+        await asyncio.to_thread(self.group.kill_9, name)
         self.faults["kill -9"] += 1
         await asyncio.sleep(rng.uniform(0.5, 3.0))
-        await self.cluster.start(name)
+        await self._start(name)
 
     async def _sigterm(self, rng: random.Random) -> None:
         name = await self._victim(rng)
-        await self.cluster.sigterm(name)
+        self.gone.add(self.instance[name])
+        if await asyncio.to_thread(self.group.sigterm, name) != 0:
+            self.unclean_stops += 1
         self.faults["SIGTERM"] += 1
         await asyncio.sleep(rng.uniform(0.5, 3.0))
-        await self.cluster.start(name)
+        await self._start(name)
 
     async def _pause(self, rng: random.Random) -> None:
         # Up to a little past redis-py's 5 s socket timeout: some commands wait, some fail.
@@ -610,7 +584,7 @@ class ChaosRun:
 
         records = await self._until(settled, self.config.settle_seconds) or await self._list()
         trails = {c["id"]: await self._trail(c["id"]) for c in records}
-        seen = Seen(records, trails, await self.table.rows(), self.lines, set(), self.cluster.gone)
+        seen = Seen(records, trails, await self.table.rows(), self.lines, set(), self.gone)
 
         # A notice another replica posted reaches the open pages through the live feed.
         async def told() -> bool:
@@ -647,9 +621,9 @@ class ChaosRun:
         )
         health = Counter(
             {
-                "unclean stops": self.cluster.unclean_stops,
+                "unclean stops": self.unclean_stops,
                 "HTTP 5xx other than 503": len(self.server_errors),
-                "error log lines": sum(len(r.errors()) for r in self.cluster.group.replicas),
+                "error log lines": sum(len(r.errors()) for r in self.group.replicas),
             }
         )
         return {
@@ -724,14 +698,13 @@ def judge(asks: list[Ask], seen: Seen) -> dict[str, list[str]]:
             v[APPROVED_200_RAN].append(f"{ask.cid} {asked and asked['execution']['state']}")
         if not (asked and ask.by_model and goes_on(asked)):
             continue
-        c = asked
         shown = any(s.startswith(went_on(ask.marker)) for s in seen.lines[ask.room])
-        if c["tool_call"]["call_id"] in seen.sent and shown:
+        if asked["tool_call"]["call_id"] in seen.sent and shown:
             continue
-        where = "adopted or its asker died" if seen.elsewhere(c) else "its asker lived"
-        state = f"{c['id']} {c['status']}/{c['execution']['state']}, {where}"
-        refused = c["status"] in ("rejected", "expired")
-        v[REFUSAL_WENT_ON if refused else CONVERSATION_WENT_ON].append(state)
+        elsewhere = seen.elsewhere(asked)
+        why = ("adopted" if seen.adopted(asked) else "its replica died") if elsewhere else ""
+        state = f"{asked['id']} {asked['status']}/{asked['execution']['state']} {why}"
+        v[RESUMED_WENT_ON if elsewhere else CONVERSATION_WENT_ON].append(state.strip())
     return v
 
 
@@ -757,14 +730,12 @@ async def _drive(
     redis = Redis.from_url(redis_url)
     try:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
-            cluster = Cluster(group, config.replicas, http)
             try:
-                run = ChaosRun(
-                    config, cluster=cluster, http=http, redis=redis, table=table, fake=fake
-                )
+                run = ChaosRun(config, group=group, http=http, redis=redis, table=table, fake=fake)
                 return await run.run()
             finally:
-                await asyncio.to_thread(cluster.stop, root)
+                await asyncio.to_thread(group.stop)
+                group.save_logs(root)
     finally:
         await redis.aclose()
         await table.drop()
