@@ -31,6 +31,7 @@ import contextlib
 import random
 import re
 import statistics
+import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -51,6 +52,7 @@ from tests.webchat.support import eventually
 NO_CALL_RAN_TWICE = "no call ran twice"
 NO_EFFECT_WITHOUT_RECORD = "no effect without a record"
 EVERY_RECORD_ENDED = "every record reached an end"
+DEADLINE_KEPT = "no call stayed pending past its deadline"
 EXECUTION_AGREES = "the execution state agrees with the database"
 APPROVED_200_RAN = "every approval answered 200 ran or was reported"
 INTERRUPTED_TOLD = "every interrupted call's chat was told"
@@ -61,6 +63,7 @@ PROPERTIES = (
     NO_CALL_RAN_TWICE,
     NO_EFFECT_WITHOUT_RECORD,
     EVERY_RECORD_ENDED,
+    DEADLINE_KEPT,
     EXECUTION_AGREES,
     APPROVED_200_RAN,
     INTERRUPTED_TOLD,
@@ -75,7 +78,13 @@ KNOWN_BUGS = {
     RESUMED_WENT_ON: "issue 23, item 1: when the replica whose model turn asked for a call "
     "dies, a rejection or a timeout of that call (decided on another replica, before or "
     "after adoption) never reaches the turn: the model is not sent the outcome and the "
-    "conversation stops there. An approved call adopted the same way does go on",
+    "conversation stops there. An approved call adopted the same way does go on (seeds 3-7 "
+    "and 23 on 19054f2; the rewrite on main no longer shows it)",
+    DEADLINE_KEPT: "a deadline that comes while Redis does not answer (paused past redis-py's "
+    "5 s socket timeout) is dropped: the expiry task fails (task.failed expire-<id>) and "
+    "nothing arms it again, so the call stays pending past its deadline until its replica "
+    "stops or dies (seed 23 on main a9f852d; by hand on 19054f2: timeout 4 s, CLIENT PAUSE "
+    "7 s across the deadline, still pending 10 s after the pause)",
 }
 
 # How a call is decided, and how often (weights): approvals lead, so that calls run.
@@ -141,6 +150,7 @@ class Seen:
     lines: dict[str, set[str]]  # room -> every line an open page showed
     sent: set[str]  # tool_call_ids whose outcome the model was sent
     gone: set[str]  # instances killed or stopped
+    read_at: float  # when the records were read (the wall clock, as expires_at)
 
     def adopted(self, c: Record) -> bool:
         return "adopted" in self.trails.get(c["id"], {})
@@ -457,7 +467,13 @@ class ChaosRun:
     async def _ended(self, ask: Ask) -> bool:
         assert ask.cid is not None
         c = await self._record(ask.cid)
-        return c is not None and ended(c)
+        return c is not None and self._over(c)
+
+    def _over(self, c: Record) -> bool:
+        """Ended, or pending so long past its deadline that no fault explains it (the
+        longest Redis pause, then adoption): nothing will end it; the checks say so."""
+        late = c["status"] == "pending" and c["expires_at"] + 2 * self.config.lease + 12
+        return ended(c) or bool(late and late < time.time())
 
     async def _decide(self, ask: Ask, word: str) -> None:
         entrance, _, decision = ask.decision.partition(" ")
@@ -580,11 +596,13 @@ class ChaosRun:
 
         async def settled() -> list[Record] | None:
             records = await self._list()
-            return records if all(ended(c) for c in records) else None
+            return records if all(self._over(c) for c in records) else None
 
         records = await self._until(settled, self.config.settle_seconds) or await self._list()
         trails = {c["id"]: await self._trail(c["id"]) for c in records}
-        seen = Seen(records, trails, await self.table.rows(), self.lines, set(), self.gone)
+        seen = Seen(
+            records, trails, await self.table.rows(), self.lines, set(), self.gone, time.time()
+        )
 
         # A notice another replica posted reaches the open pages through the live feed.
         async def told() -> bool:
@@ -681,7 +699,9 @@ def judge(asks: list[Ask], seen: Seen) -> dict[str, list[str]]:
     for c in seen.records:
         state = f"{c['id']} {c['status']}/{c['execution']['state']}"
         present = seen.rows[marker_of(c)] > 0
-        if not ended(c):
+        if c["status"] == "pending" and c["expires_at"] < seen.read_at:
+            v[DEADLINE_KEPT].append(f"{state}, {seen.read_at - c['expires_at']:.0f} s past")
+        elif not ended(c):
             v[EVERY_RECORD_ENDED].append(state)
         ran = c["execution"]["state"] in ("succeeded", "interrupted")
         if (c["execution"]["state"] == "succeeded" and not present) or (present and not ran):

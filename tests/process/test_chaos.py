@@ -49,9 +49,7 @@ def chaos(tmp_path_factory: pytest.TempPathFactory) -> ChaosResult:
     [
         pytest.param(
             p,
-            marks=pytest.mark.xfail(
-                strict=False, reason=f"product bug, seen with seeds 3-7 and 23: {KNOWN_BUGS[p]}"
-            ),
+            marks=pytest.mark.xfail(strict=False, reason=f"product bug: {KNOWN_BUGS[p]}"),
         )
         if p in KNOWN_BUGS
         else p
