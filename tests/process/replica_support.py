@@ -87,7 +87,10 @@ class Replica:
 
 
 class ReplicaSet:
-    """Replicas of one bot sharing ``redis_url`` under ``prefix``; runs counted in ``runs``."""
+    """Replicas of one bot sharing ``redis_url`` under ``prefix``; runs counted in ``runs``.
+
+    ``up`` holds each name's running process; ``replicas`` every process ever started.
+    """
 
     def __init__(
         self,
@@ -117,18 +120,35 @@ class ReplicaSet:
             **settings,
         }
         self.replicas: list[Replica] = []
+        self.up: dict[str, Replica] = {}
 
     def start(self, name: str) -> Replica:
+        """Start replica ``name``; a name started again (a restart) reuses its home."""
         home = self.root / name
-        home.mkdir()
+        home.mkdir(exist_ok=True)
         replica = Replica(name, ServeProcess(tmp_path=home, env=self.env))
         self.replicas.append(replica)
         replica.process.start(timeout=60)
+        self.up[name] = replica
         return replica
 
+    def kill_9(self, name: str) -> None:
+        self.up.pop(name).kill_9()
+
+    def sigterm(self, name: str) -> int | None:
+        """Stop replica ``name`` as a supervisor does; its exit status."""
+        return self.up.pop(name).stop()
+
     def stop(self) -> None:
+        self.up.clear()
         for replica in self.replicas:
             replica.stop()
+
+    def save_logs(self, into: Path) -> None:
+        """Each process's log as ``<name>-<n>.log`` (n: the order they were started in)."""
+        for n, replica in enumerate(self.replicas):
+            text_ = "".join(replica.process.lines)
+            (into / f"{replica.name}-{n}.log").write_text(text_, encoding="utf-8")
 
     def open_gate(self, name: str) -> None:
         (self.runs / f"gate-{name}").touch()
