@@ -20,7 +20,8 @@ from urllib.parse import unquote, urlparse
 
 from config.settings import ConfigError, Settings
 
-DISTRIBUTION = "chat-gateway"
+# The distribution: a name nobody else publishes under (the project is on no index).
+DISTRIBUTION = "held-call-gateway"
 
 
 def install_command(extra: str) -> str:

@@ -24,6 +24,7 @@ from prometheus_client.gc_collector import GCCollector
 
 from gateway.bus import InboundMessage, OutboundMessage, PublishResult
 from gateway.confirm.service import ConfirmationEvent
+from gateway.extras import DISTRIBUTION
 
 # Seconds: a SQL statement or a plugin call; a platform send (with retries); a model step.
 TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -33,7 +34,7 @@ MODEL_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120)
 
 def _version() -> str:
     try:
-        return version("chat-gateway")
+        return version(DISTRIBUTION)
     except PackageNotFoundError:  # a source tree that was never installed
         return "unknown"
 

@@ -29,8 +29,10 @@ class _VersionAction(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
         from importlib.metadata import PackageNotFoundError, version
 
+        from gateway.extras import DISTRIBUTION
+
         try:
-            found = version("chat-gateway")
+            found = version(DISTRIBUTION)
         except PackageNotFoundError:  # run from a source tree that was never installed
             found = "unknown (not installed)"
         print(f"gateway {found}")  # on stdout, like argparse's own version action

@@ -61,8 +61,8 @@ def test_a_module_that_fails_for_another_reason_keeps_its_error(
 def test_extras_are_declared_and_all_and_dev_pull_them_in() -> None:
     extras = PYPROJECT["optional-dependencies"]
     assert set(EXTRA_MODULES) <= set(extras)
-    assert extras["all"] == [f"chat-gateway[{','.join(EXTRA_MODULES)}]"]
-    assert "chat-gateway[all]" in extras["dev"]
+    assert extras["all"] == [f"held-call-gateway[{','.join(EXTRA_MODULES)}]"]
+    assert "held-call-gateway[all]" in extras["dev"]
     defaults = " ".join(PYPROJECT["dependencies"])
     for sdk in ("lark-oapi", "dingtalk-stream", "asyncpg", "aiomysql", "redis", "openai"):
         assert not re.search(rf"(^|\s|\"){sdk}\b", defaults), f"{sdk} is a default dependency"

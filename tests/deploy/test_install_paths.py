@@ -1,7 +1,7 @@
 """Install paths that work as written: every documented pip command installs the project
 from the checkout or from a wheel built from it, never by name from a package index.
 
-The project is on no index; a doc line installing ``chat-gateway`` by name would install
+The project is on no index; a doc line installing ``held-call-gateway`` by name would install
 whatever someone registered under it. The install runs need PyPI for the dependencies
 (about 30 s each): they skip unless GATEWAY_TEST_REQUIRE_SERVICES=1 (CI).
 """
@@ -63,10 +63,10 @@ def by_name(args: str) -> list[str]:
 
 
 def test_by_name_tells_an_index_install_from_a_path() -> None:
-    assert by_name(" 'chat-gateway[feishu,llm]'") == ["chat-gateway[feishu,llm]"]
-    assert by_name(" --upgrade chat_gateway==0.2") == ["chat_gateway==0.2"]
+    assert by_name(" 'held-call-gateway[feishu,llm]'") == ["held-call-gateway[feishu,llm]"]
+    assert by_name(" --upgrade held_call_gateway==0.2") == ["held_call_gateway==0.2"]
     assert by_name(" -e '.[feishu]' && gateway serve") == []
-    assert by_name(' "$(ls dist/chat_gateway-*.whl)[feishu,llm]"') == []
+    assert by_name(' "$(ls dist/held_call_gateway-*.whl)[feishu,llm]"') == []
     assert by_name(" '/srv/chat-gateway[llm]'") == []
     assert by_name(" nanobot-ai==0.3.5 lark-oapi==1.7.5") == []
 
@@ -159,7 +159,7 @@ def test_the_documented_wheel_install_works_and_its_hint_names_the_wheel(
     commands = deploy_block("pip wheel --no-deps -w dist .")
     run_documented(commands, cwd=src, venv=venv)
     assert installed_version(venv).startswith("gateway ")
-    (wheel,) = (src / "dist").glob("chat_gateway-*.whl")
+    (wheel,) = (src / "dist").glob("held_call_gateway-*.whl")
     # A missing extra is told as the command that adds it from the same wheel.
     env = clean_env(
         GATEWAY_DATA_DIR=str(tmp_path / "data"),
