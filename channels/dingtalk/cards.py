@@ -19,9 +19,9 @@ from typing import Any
 from channels.dingtalk.events import CardCallbackShape, CardContent, CardParams
 from channels.payloads import MalformedEvent, read
 from gateway import texts
-from gateway.confirm.grants import grant_offered
 from gateway.confirm.ids import canonical_id
 from gateway.confirm.model import Confirmation, Decision, Status
+from gateway.confirm.views import grant_offered
 from gateway.http.jsonapi import DEFAULT_MAX_JSON_DEPTH, JsonInputError, parse_json
 from gateway.texts import approvers as approver_texts
 

@@ -23,8 +23,7 @@ from channels.platform import DeadLetters
 from channels.receive import ReceiveRules, Verdict
 from gateway import texts
 from gateway.bus import InboundMessage, OutboundMessage, PublishResult
-from gateway.confirm.model import Answer, GrantAsk
-from gateway.confirm.service import DecideOutcome
+from gateway.confirm.model import Answer, DecideOutcome, GrantAsk
 from gateway.http.jsonapi import JsonInputError, parse_json
 from gateway.runtime import BackgroundTasks, ServiceUnavailable
 

@@ -30,9 +30,9 @@ from channels.platform import DeadLetters
 from config.channel_settings import DingTalkSettings
 from gateway import texts
 from gateway.bus import OutboundKind, OutboundMessage
-from gateway.confirm.direct import TEXT_COPY, direct_copies, direct_recipients, dm_ref
 from gateway.confirm.model import Confirmation, Status
 from gateway.confirm.service import ConfirmationService
+from gateway.confirm.views import TEXT_COPY, direct_copies, direct_recipients, dm_ref
 from gateway.texts import approvers as approver_texts
 
 log = structlog.get_logger(__name__)

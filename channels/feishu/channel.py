@@ -30,8 +30,7 @@ from config.checks import FEISHU_WEBHOOK_NEEDS_ENCRYPT_KEY
 from config.settings import ConfigError
 from gateway import texts
 from gateway.bus import OutboundMessage
-from gateway.confirm.model import Answer, Decision, GrantAsk
-from gateway.confirm.service import DecideOutcome
+from gateway.confirm.model import Answer, DecideOutcome, Decision, GrantAsk
 from gateway.runtime import BackgroundTasks
 
 log = structlog.get_logger(__name__)

@@ -12,8 +12,8 @@ import time
 from typing import Any
 
 from gateway import texts
-from gateway.confirm.grants import grant_offered
 from gateway.confirm.model import Confirmation, Decision, Risk, Status
+from gateway.confirm.views import grant_offered
 from gateway.texts import approvers as approver_texts
 
 # Card header colours (Feishu template names) for the risk of a pending confirmation.
@@ -120,7 +120,7 @@ def confirmation_card(
 ) -> dict[str, Any]:
     """The card for a confirmation in its current state; buttons only while pending.
 
-    ``direct``: the copy in an approver's direct chat (gateway/confirm/direct.py), which
+    ``direct``: the copy in an approver's direct chat (gateway/confirm/views.py), which
     says who asks and where, and asks for the id in a typed reply. Once settled, every
     copy shows the same outcome.
     """

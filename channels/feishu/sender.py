@@ -5,7 +5,7 @@ card for everyone in the chat. When a card cannot be sent, the text prompt (whic
 the id and the reply words) goes instead, so a typed reply always works.
 
 A four-eyes or critical call also goes to each of the channel's approvers in their direct
-chat (by open_id, gateway/confirm/direct.py); every copy's message id is kept on the
+chat (by open_id, gateway/confirm/views.py); every copy's message id is kept on the
 record, and when the call ends every copy is patched to its final state.
 """
 
@@ -22,9 +22,9 @@ from channels.feishu.inbound import CHANNEL
 from channels.feishu.outbound import Outbox
 from gateway import texts
 from gateway.bus import OutboundKind, OutboundMessage
-from gateway.confirm.direct import TEXT_COPY, direct_copies, direct_recipients, dm_ref
 from gateway.confirm.model import Confirmation
 from gateway.confirm.service import ConfirmationService
+from gateway.confirm.views import TEXT_COPY, direct_copies, direct_recipients, dm_ref
 from gateway.texts import approvers as approver_texts
 
 log = structlog.get_logger(__name__)

@@ -40,8 +40,6 @@ from gateway.bus import (
     SenderIdentity,
 )
 from gateway.confirm.events import ConfirmationEvent
-from gateway.confirm.grants import grant_offered
-from gateway.confirm.model import Decision
 from gateway.http.identity import identity_of
 from gateway.http.jsonapi import DEFAULT_MAX_JSON_DEPTH, ApiError, check_name
 from gateway.http.openapi import chat_routes, serve
@@ -241,20 +239,11 @@ class WebChatChannel(Channel):
         if c is not None:
             frame["card"] = texts.web_card(c)
         if c is not None and user is not None:
-            can: dict[str, dict[str, Any]] = {}
-            for d in Decision:
-                allowed, why = self.confirmations.may_decide(c, user, d)
-                if identity is SenderIdentity.SELF_DECLARED:
-                    allowed, why = False, texts.WEBCHAT_UNVERIFIED_DECISION
-                can[d.value] = {"allowed": allowed, "why": why}
-            # The grant button: for whoever may approve, where a grant can apply at all
-            # (never critical or four-eyes calls), as on the Feishu and DingTalk cards.
-            can["grant"] = {
-                "allowed": can[Decision.APPROVE.value]["allowed"] and grant_offered(c),
-                "scope": "session",
-                "minutes": texts.GRANT_MINUTES_BUTTON,
-            }
-            frame["can_decide"] = can
+            # What this person may press: the core's judgement, rendered here.
+            verified = identity is not SenderIdentity.SELF_DECLARED
+            frame["can_decide"] = self.confirmations.card_view(
+                c, user, verified=verified
+            ).can_decide()
         return frame
 
     # ------------------------------------------------------------------ inbound

@@ -16,7 +16,7 @@ from gateway.http.jsonapi import ApiError, json_response, read_json_object, requ
 from gateway.logs import RateLimitedLine
 
 if TYPE_CHECKING:
-    from channels.webchat.channel import WebChatChannel
+    from channels.webchat.host import ChatHost
 
 log = structlog.get_logger(__name__)
 
@@ -24,7 +24,7 @@ log = structlog.get_logger(__name__)
 class ChatRest:
     """``POST`` / ``GET /api/chat/{session}/messages``."""
 
-    def __init__(self, channel: WebChatChannel) -> None:
+    def __init__(self, channel: ChatHost) -> None:
         self.channel = channel
 
     async def post_message(self, request: web.Request) -> web.Response:

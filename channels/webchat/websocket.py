@@ -25,7 +25,7 @@ from gateway.http.jsonapi import ApiError, JsonInputError, parse_json
 from gateway.storage.confirmations import StoreUnavailableError
 
 if TYPE_CHECKING:
-    from channels.webchat.channel import WebChatChannel
+    from channels.webchat.host import ChatHost
 
 log = structlog.get_logger(__name__)
 
@@ -41,7 +41,7 @@ class FrameError(Exception):
 class ChatSockets:
     """``GET /ws?session=ROOM&user=NAME[&after=SEQ]``."""
 
-    def __init__(self, channel: WebChatChannel) -> None:
+    def __init__(self, channel: ChatHost) -> None:
         self.channel = channel
 
     async def websocket(self, request: web.Request) -> web.StreamResponse:

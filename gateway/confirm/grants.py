@@ -59,12 +59,6 @@ def _same_scope(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> boo
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
-def grant_offered(c: Confirmation) -> bool:
-    """Whether a card or the admin page offers "approve and stop asking" for ``c``: never
-    where a grant could not apply (``GrantBook.give`` refuses those anyway)."""
-    return c.risk is not Risk.CRITICAL and not c.four_eyes
-
-
 def covered_call(
     call: ToolCall,
     session_key: str,

@@ -111,7 +111,7 @@ class ReplyIntercept:
 
     def _from_direct_chat(self, c: Confirmation, msg: InboundMessage) -> bool:
         """An approver answering by id from their one-to-one chat, where a copy of the
-        prompt went (gateway/confirm/direct.py): the platform vouches for who they are.
+        prompt went (gateway/confirm/views.py): the platform vouches for who they are.
         (A call already settled gets the usual "already approved by ..." answer.)"""
         return (
             not msg.is_group

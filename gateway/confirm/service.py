@@ -54,6 +54,7 @@ from gateway.confirm.model import DecideResult as DecideResult
 from gateway.confirm.replicas import Replicas, Settled
 from gateway.confirm.replies import ReplyParser
 from gateway.confirm.unsure import UnsureCreates
+from gateway.confirm.views import CardView, card_view
 from gateway.runtime import BackgroundTasks
 from gateway.storage.confirmations import (
     Confirmations,
@@ -185,6 +186,17 @@ class ConfirmationService:
         if actor in c.approvers or actor in self.settings.approvers:
             return True, ""
         return False, texts.ONLY_APPROVERS
+
+    def card_view(
+        self, c: Confirmation, viewer: str | None = None, *, verified: bool = True
+    ) -> CardView:
+        """What a card of ``c`` offers ``viewer`` (None: a card everyone sees alike).
+        ``verified=False``: a name anyone could have typed, which decides nothing."""
+        if viewer is None:
+            return card_view(c)
+        if not verified:
+            return card_view(c, lambda _: (False, texts.WEBCHAT_UNVERIFIED_DECISION))
+        return card_view(c, lambda d: self.may_decide(c, viewer, d))
 
     async def answer(
         self,

@@ -28,11 +28,10 @@ from pydantic import TypeAdapter
 
 from config.keywords import KeywordStore
 from gateway import texts
-from gateway.confirm.direct import asks_approvers_directly, direct_recipients_told
-from gateway.confirm.grants import grant_offered
 from gateway.confirm.model import Status
 from gateway.confirm.replies import ParsedReply
 from gateway.confirm.service import ConfirmationService
+from gateway.confirm.views import asks_approvers_directly, direct_recipients_told, grant_offered
 from gateway.http.admin import MAX_ID_LENGTH, search
 from gateway.http.identity import came_over_tls, client_address, identity_of
 from gateway.http.instances import instances_report

@@ -1,7 +1,7 @@
 """What an approver reads in a direct chat: the copy of a prompt that waits for them.
 
 Four-eyes and critical calls are also sent to each approver's one-to-one chat with the bot
-(gateway/confirm/direct.py). There a bare 确认 could be about anything the approver was
+(gateway/confirm/views.py). There a bare 确认 could be about anything the approver was
 sent, so the copy asks for the id.
 """
 

@@ -395,7 +395,7 @@ async def test_records_survive_close_and_reopen(backend: Backend) -> None:
     await first.create(c)
     await first.create(make("PEND", created_at=T0 + 1))
     await first.set_prompt_ref("PEND", "console", "7")
-    # One ref per copy of the prompt (gateway/confirm/direct.py): after a restart every
+    # One ref per copy of the prompt (gateway/confirm/views.py): after a restart every
     # copy can still be brought to the final state.
     await first.set_prompt_ref("PEND", "feishu_dm:ou_bob", "om_9")
     done, _ = await first.finish(

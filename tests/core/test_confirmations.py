@@ -13,9 +13,8 @@ from hypothesis import strategies as st
 from gateway import texts
 from gateway.bus import OutboundKind, PublishResult
 from gateway.confirm import service as service_module
-from gateway.confirm.model import Decision, Status
+from gateway.confirm.model import DecideOutcome, Decision, Status
 from gateway.confirm.replies import ParsedReply, ReplyParser
-from gateway.confirm.service import DecideOutcome
 from gateway.storage.confirmations import StoreUnavailableError
 from gateway.storage.memory.confirmations import MemoryConfirmationStore
 from tests.core.harness import Harness

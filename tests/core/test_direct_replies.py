@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from gateway.bus import OutboundKind, PublishResult
-from gateway.confirm.direct import (
+from gateway.confirm.model import Risk, Status
+from gateway.confirm.views import (
     asks_approvers_directly,
     direct_copies,
     direct_recipients,
     direct_recipients_told,
     dm_ref,
 )
-from gateway.confirm.model import Risk, Status
 from tests.core.harness import Harness
 
 

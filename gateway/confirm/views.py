@@ -1,0 +1,118 @@
+"""What channels show of a confirmation: its card's offers, and its copies in direct chats.
+
+The core judges; a channel renders what it is handed. ``card_view`` says which buttons a
+card offers its viewer (approve, reject, "approve and stop asking for N minutes") and, when
+one is refused, why — worked out by the one rule of ``ConfirmationService.may_decide`` (or,
+for a card that everyone sees alike, by what the call allows at all). Channels import this
+module and the records (``model.py``), never what decides (tests/core/test_imports.py).
+
+Approvers' direct chats: which calls are asked there too, and how each copy is kept.
+
+When the requester may not decide alone — a four-eyes call, or a ``critical`` one — the
+prompt also goes to each approver's one-to-one chat with the bot (issue 15, item 4), so
+it does not sit unseen in a busy group. Every copy of a prompt has its platform reference
+on the record, one ``prompt_refs`` entry per chat, so whichever process settles the call
+(a reply, a click, the admin API, the timeout, another replica, after a restart) can bring
+every copy to its final state.
+
+The channel owns the ids: a Feishu copy goes to an open_id, a DingTalk copy to a staff id,
+taken from that channel's ``approvers`` setting (``[confirmation] approvers`` may name
+people of any platform, so it decides but is not written to).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gateway.confirm.model import Confirmation, Decision, Risk
+from gateway.texts.grants import GRANT_MINUTES_BUTTON
+
+
+@dataclass(frozen=True, slots=True)
+class Offer:
+    """One button of a card: whether the viewer may press it, and why not."""
+
+    allowed: bool
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CardView:
+    """What a card of ``confirmation`` offers its viewer."""
+
+    confirmation: Confirmation
+    approve: Offer
+    reject: Offer
+    grant: Offer  # "approve and stop asking" beside approve: never where a grant cannot apply
+    grant_minutes: int = GRANT_MINUTES_BUTTON  # the button's length, on every channel
+
+    def can_decide(self) -> dict[str, dict[str, Any]]:
+        """The offers as the web chat's frames carry them (``can_decide``)."""
+        return {
+            Decision.APPROVE.value: {"allowed": self.approve.allowed, "why": self.approve.why},
+            Decision.REJECT.value: {"allowed": self.reject.allowed, "why": self.reject.why},
+            "grant": {
+                "allowed": self.grant.allowed,
+                "scope": "session",
+                "minutes": self.grant_minutes,
+            },
+        }
+
+
+def grant_offered(c: Confirmation) -> bool:
+    """Whether a card or the admin page offers "approve and stop asking" for ``c``: never
+    where a grant could not apply (``GrantBook.give`` refuses those anyway)."""
+    return c.risk is not Risk.CRITICAL and not c.four_eyes
+
+
+def card_view(
+    c: Confirmation, may: Callable[[Decision], tuple[bool, str]] | None = None
+) -> CardView:
+    """The card of ``c`` for a viewer whom ``may`` judges (None: a card everyone sees
+    alike, whose clicks are judged when they come)."""
+    approve, reject = (
+        (Offer(True), Offer(True))
+        if may is None
+        else (
+            Offer(*may(Decision.APPROVE)),
+            Offer(*may(Decision.REJECT)),
+        )
+    )
+    grant = Offer(approve.allowed and grant_offered(c))
+    return CardView(confirmation=c, approve=approve, reject=reject, grant=grant)
+
+
+# prompt_refs key of an approver's copy: "<channel>_dm:<user id>".
+_DM_MARK = "_dm:"
+# A ref value for a copy sent as text (nothing to patch; an update is a new message).
+TEXT_COPY = "text"
+
+
+def asks_approvers_directly(c: Confirmation) -> bool:
+    """True when the requester may not settle the call alone: four-eyes, or critical."""
+    return c.four_eyes or c.risk is Risk.CRITICAL
+
+
+def direct_recipients(c: Confirmation, approvers: Iterable[str]) -> list[str]:
+    """Whose direct chat gets a copy of ``c``: the channel's approvers but the requester."""
+    if not asks_approvers_directly(c):
+        return []
+    return [a for a in dict.fromkeys(approvers) if a and a != c.requester]
+
+
+def dm_ref(channel: str, user_id: str) -> str:
+    """The ``prompt_refs`` key of the copy in ``user_id``'s direct chat on ``channel``."""
+    return f"{channel}{_DM_MARK}{user_id}"
+
+
+def direct_copies(refs: Mapping[str, str], channel: str) -> dict[str, str]:
+    """User id -> ref value of every direct-chat copy on ``channel``."""
+    prefix = channel + _DM_MARK
+    return {k[len(prefix) :]: v for k, v in refs.items() if k.startswith(prefix)}
+
+
+def direct_recipients_told(c: Confirmation) -> list[str]:
+    """Everyone (any channel) whose direct chat holds a copy of ``c``, for the admin page."""
+    return [k.split(_DM_MARK, 1)[1] for k in c.prompt_refs if _DM_MARK in k]
