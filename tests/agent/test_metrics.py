@@ -10,6 +10,7 @@ from importlib.metadata import version
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.bus import PublishResult
+from gateway.extras import DISTRIBUTION
 from tests.agent.conftest import GatewayFactory, say
 from tests.fakes.openai_server import FakeOpenAI, text, tool_calls
 
@@ -40,7 +41,7 @@ async def test_metrics_cover_process_build_tools_channels_and_the_model(
     assert got["process_cpu_seconds_total"] > 0
     assert got["process_resident_memory_bytes"] > 0
     assert any(name.startswith("python_info{") for name in got)
-    python, gateway = platform.python_version(), version("chat-gateway")
+    python, gateway = platform.python_version(), version(DISTRIBUTION)
     build = f'gateway_build_info{{python="{python}",version="{gateway}"}}'
     assert got[build] == 1.0
     assert "_created" not in exposition

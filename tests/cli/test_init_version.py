@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 from config.settings import load_settings
+from gateway.extras import DISTRIBUTION
 from tests.cli.support import gateway
 
 
 def test_version_prints_the_installed_version(tmp_path: Path) -> None:
     out = gateway("--version", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == f"gateway {version('chat-gateway')}"
+    assert out.stdout.strip() == f"gateway {version(DISTRIBUTION)}"
 
 
 @pytest.mark.parametrize("where", ["before", "after"])
