@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from enum import StrEnum
 from typing import Any
 
 from gateway.confirm.model import Confirmation, ExecState, Risk, Status
@@ -15,13 +16,65 @@ RISK_LABELS = {
     Risk.CRITICAL: "严重 critical",
 }
 
-STATUS_LABELS = {
-    Status.PENDING: "待确认 pending",
-    Status.APPROVED: "已批准 approved",
+
+class Stage(StrEnum):
+    """Where a call is in its life, as every copy of its card shows it: its status, and
+    once approved, how its run ended."""
+
+    PENDING = "pending"
+    APPROVED = "approved"  # the call waits to run, or runs
+    DONE = "done"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+_RUN_ENDS = {
+    ExecState.SUCCEEDED: Stage.DONE,
+    ExecState.FAILED: Stage.FAILED,
+    ExecState.INTERRUPTED: Stage.INTERRUPTED,
+}
+
+
+def stage(c: Confirmation) -> Stage:
+    """The stage ``c`` is at: what its cards, its chat and the admin page say of it."""
+    if c.status is Status.APPROVED:
+        return _RUN_ENDS.get(c.execution.state, Stage.APPROVED)
+    return Stage(c.status.value)
+
+
+# Each stage's word, (Chinese, English): one word per outcome on every surface.
+STAGE_WORDS: dict[Stage, tuple[str, str]] = {
+    Stage.PENDING: ("待确认", "pending"),
+    Stage.APPROVED: ("已批准", "approved"),
+    Stage.DONE: ("已执行", "done"),
+    Stage.FAILED: ("执行失败", "failed"),
+    Stage.INTERRUPTED: ("已中断", "interrupted"),
     # A person's 取消 is a rejection in the record; in chat it reads like the button said.
-    Status.REJECTED: "已取消 cancelled",
-    Status.EXPIRED: "已超时 expired",
-    Status.CANCELLED: "已取消 cancelled",
+    Stage.REJECTED: ("已取消", "cancelled"),
+    Stage.EXPIRED: ("已超时", "expired"),
+    Stage.CANCELLED: ("已取消", "cancelled"),
+}
+
+
+def stage_label(at: Stage) -> str:
+    """A stage's word as one string, Chinese first."""
+    zh, en = STAGE_WORDS[at]
+    return f"{zh} {en}"
+
+
+STATUS_LABELS = {s: stage_label(Stage(s.value)) for s in Status}
+STAGE_ICONS = {
+    Stage.PENDING: "⚠️",
+    Stage.APPROVED: "✅",
+    Stage.DONE: "✔️",
+    Stage.FAILED: "❌",
+    Stage.INTERRUPTED: "⚠️",
+    Stage.REJECTED: "🚫",
+    Stage.EXPIRED: "⌛",
+    Stage.CANCELLED: "🚫",
 }
 
 ONLY_APPROVERS = "仅发起人或审批人可操作 / only the requester or an approver can decide"
@@ -182,11 +235,11 @@ def prompt(c: Confirmation, now: float) -> str:
 
 
 def status_line(c: Confirmation) -> str:
-    """One line: what became of a confirmation."""
-    label = STATUS_LABELS[c.status]
+    """One line: what became of a confirmation (a settled card's title)."""
+    at = stage(c)
     who = f" · {c.decided_by}" if c.decided_by else ""
     why = f" · {c.reason}" if c.reason else ""
-    return f"[{c.id}] {label}{who}{why}"
+    return f"{STAGE_ICONS[at]} [{c.id}] {stage_label(at)}{who}{why}"
 
 
 def superseded(c: Confirmation) -> bool:
@@ -195,9 +248,14 @@ def superseded(c: Confirmation) -> bool:
 
 
 def outcome(c: Confirmation) -> str:
-    """Posted to the chat when a confirmation ends; an approval says the call now runs."""
+    """What became of a confirmation, in a sentence: posted to the chat when it is decided
+    (an approval says the call now runs), and shown on every copy of its card, where once
+    the run ends it says who approved and how the run ended, with the short result."""
     tool = c.tool_call.name
     by = c.decided_by or "-"
+    at = stage(c)
+    if at in _RUN_ENDS.values():
+        return run_ended(c, at)
     if c.status is Status.APPROVED and c.edit_note is not None:
         return edited_outcome(c)
     if c.status is Status.APPROVED:
@@ -216,6 +274,25 @@ def outcome(c: Confirmation) -> str:
     return (
         f"🚫 [{c.id}] {who}已取消{reason}，{tool} 未执行 / "
         f"cancelled{who_en}{en}; {tool} did not run"
+    )
+
+
+def run_ended(c: Confirmation, at: Stage) -> str:
+    """An approved call's end on its card: who approved it, and how the run ended (the
+    result, the failure, or that it may or may not have taken effect)."""
+    tool, by = c.tool_call.name, c.decided_by or "-"
+    approved, approved_en = f"{by} 已批准", f"approved by {by}"
+    if c.edit_note is not None:
+        approved, approved_en = f"{by} 修改参数后批准", f"{approved_en} with edited arguments"
+    zh, en = STAGE_WORDS[at]
+    if at is Stage.INTERRUPTED:
+        return (
+            f"{STAGE_ICONS[at]} [{c.id}] {approved}，{tool} {zh}：{_INTERRUPTED_ZH} / "
+            f"{approved_en}; {tool} {en}: {_INTERRUPTED_EN}"
+        )
+    result = c.execution.result or ""
+    return (
+        f"{STAGE_ICONS[at]} [{c.id}] {approved}，{tool} {zh} / {approved_en}; {tool} {en}: {result}"
     )
 
 
@@ -264,11 +341,16 @@ INTERRUPTED_RESULT = "interrupted: the process running it stopped before it repo
 NOT_RUN_STORE_RESULT = "not run: the confirmation store could not be reached to start it"
 
 
+_INTERRUPTED_ZH = "可能已生效也可能未生效，如需重试请重新发起"
+_INTERRUPTED_EN = "it may or may not have taken effect; ask again to re-run"
+
+
 def interrupted(c: Confirmation) -> str:
     """The call's runner died or was stopped mid-run: never retried by itself."""
+    zh, en = STAGE_WORDS[Stage.INTERRUPTED]
     return (
-        f"⚠️ [{c.id}] {c.tool_call.name} 中断：可能已执行也可能未执行，如需重试请重新发起 / "
-        "interrupted: it may or may not have taken effect; ask again to re-run"
+        f"{STAGE_ICONS[Stage.INTERRUPTED]} [{c.id}] {c.tool_call.name} {zh}：{_INTERRUPTED_ZH} / "
+        f"{en}: {_INTERRUPTED_EN}"
     )
 
 
@@ -278,20 +360,6 @@ def ran_elsewhere(c: Confirmation) -> str:
         f"ℹ️ [{c.id}] {c.tool_call.name} 由另一个网关进程执行，结果会在此发布 / "
         "run by another gateway process; its result is posted here"
     )
-
-
-def execution_line(c: Confirmation) -> str | None:
-    """The result line of an ended call, from its execution ledger (the replica that ran it
-    posted it from the tool's whole output; another replica shows the kept part)."""
-    ex = c.execution
-    name = c.tool_call.name
-    if ex.state is ExecState.SUCCEEDED:
-        return tool_result(name, ex.result or "", c.id)
-    if ex.state is ExecState.FAILED:
-        return tool_failed(name, ex.result or "")
-    if ex.state is ExecState.INTERRUPTED:
-        return interrupted(c)
-    return None
 
 
 def prompt_reposted(c: Confirmation, now: float) -> str:
@@ -306,7 +374,8 @@ def tool_result(name: str, result: Any, confirmation_id: str | None = None) -> s
     """A tool's result; after a confirmation, the line names its id and says it is done."""
     if confirmation_id is None:
         return f"{name}: {result}"
-    return f"✔️ [{confirmation_id}] {name} 已完成 / done: {result}"
+    zh, en = STAGE_WORDS[Stage.DONE]
+    return f"{STAGE_ICONS[Stage.DONE]} [{confirmation_id}] {name} {zh} / {en}: {result}"
 
 
 def rows(n: int) -> str:
@@ -318,8 +387,11 @@ def tool_denied(name: str, reason: str) -> str:
     return f"⛔ {name} 被策略拒绝 / refused by policy: {reason}"
 
 
-def tool_failed(name: str, error: str) -> str:
-    return f"⚠️ {name} 执行失败 / failed: {error}"
+def tool_failed(name: str, error: str, confirmation_id: str | None = None) -> str:
+    """A tool's failure; after a confirmation, the line names its id."""
+    which = "" if confirmation_id is None else f"[{confirmation_id}] "
+    zh, en = STAGE_WORDS[Stage.FAILED]
+    return f"{STAGE_ICONS[Stage.FAILED]} {which}{name} {zh} / {en}: {error}"
 
 
 def manual_only(name: str, what: str) -> str:

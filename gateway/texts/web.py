@@ -27,6 +27,7 @@ from gateway.texts.confirm import (
     RISK_LABELS,
     TIME_LEFT,
     outcome,
+    stage,
 )
 from gateway.texts.grants import GRANT_BUTTON
 
@@ -77,7 +78,7 @@ WEBCHAT_SCRIPT: dict[str, str] = {
 
 
 def web_card(c: Confirmation) -> dict[str, Any]:
-    """A card's words for the web chat page: risk, fields, hint and outcome."""
+    """A card's words for the web chat page: risk, fields, hint, its stage and outcome."""
     d = c.details
     # (key, label, value, shown as code): "field-<key>" is its class on the page.
     fields: list[tuple[str, str, Any, bool]] = [("tool", FIELD_TOOL, c.tool_call.name, False)]
@@ -106,5 +107,6 @@ def web_card(c: Confirmation) -> dict[str, Any]:
             for key, label, value, mono in fields
         ],
         "hint": f"也可回复 确认 {c.id} / 取消 {c.id} (or reply confirm / cancel {c.id})",
+        "stage": stage(c).value,
         "outcome": None if c.status is Status.PENDING else outcome(c),
     }

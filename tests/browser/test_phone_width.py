@@ -93,10 +93,12 @@ async def test_card_is_readable_at_phone_width(
 
     await card.locator(".approve").click()
     await expect(card).to_have_attribute("data-status", "approved")
-    await expect(card.locator(".outcome")).to_contain_text("running")
+    # Approved, it runs; the card then says how the run ended, with the result.
+    await expect(card).to_have_attribute("data-stage", "done")
+    await expect(card.locator(".outcome")).to_contain_text("done: UPDATE: 1 行 / 1 row")
     await expect(alice.locator(".msg.bot .bubble").last).to_contain_text("1 行 / 1 row")
     await check_fits(alice, card)
-    await shoot(card, "webchat-card-approved.png")
+    await shoot(card, "webchat-card-done.png")
 
     await alice.locator("#text").fill("/sql DELETE FROM orders WHERE id = 4")
     await alice.locator("#text").press("Enter")

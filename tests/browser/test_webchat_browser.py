@@ -124,7 +124,11 @@ async def test_two_people_one_card_approved_in_the_browser(
         for page in (alice, bob):
             done = page.locator(f'.card[data-id="{cid}"]')
             await expect(done).to_have_attribute("data-status", "approved")
-            await expect(done.locator(".outcome")).to_contain_text("approved by alice")
+            # The card itself goes on to how the run ended (issue 26), with its result.
+            await expect(done).to_have_attribute("data-stage", "done")
+            await expect(done.locator(".outcome")).to_contain_text(
+                "alice 已批准，sql_modify 已执行"
+            )
             await expect(done.locator(".approve")).to_be_hidden()
         await expect(alice.locator(".msg.bot .bubble").last).to_contain_text("1 行 / 1 row")
         await card.screenshot(path=str(ARTIFACTS / "webchat-card-approved.png"))

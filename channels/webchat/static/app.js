@@ -100,6 +100,7 @@
     const w = entry.words;
     const node = entry.el;
     node.dataset.status = c.status;
+    node.dataset.stage = w.stage;
     node.querySelector(".card-id").textContent = c.id;
     const risk = node.querySelector(".risk");
     risk.textContent = w.risk;
@@ -138,7 +139,8 @@
       countdown.hidden = true;
       outcome.hidden = false;
       outcome.textContent = entry.words.outcome || "";
-      outcome.className = "outcome outcome-" + c.status;
+      // Its stage (gateway/texts): approved while it runs, then done, failed or interrupted.
+      outcome.className = "outcome outcome-" + entry.words.stage;
       actions.hidden = true;
       why.hidden = true;
       return;
