@@ -7,7 +7,7 @@ from gateway/texts/labels.py; ``{name}`` fields are filled there.
 
 from __future__ import annotations
 
-from gateway.texts.confirm import STAGE_WORDS
+from gateway.texts.confirm import RISK_WORDS, STAGE_WORDS
 
 ADMIN_LABELS: dict[str, tuple[str, str]] = {
     # the bar and the login
@@ -108,8 +108,9 @@ ADMIN_LABELS: dict[str, tuple[str, str]] = {
     "started": ("启动于", "started"),
     "last_seen": ("上次心跳 {ago} 秒前", "last seen {ago} s ago"),
     "outcome": ("结果", "outcome"),
-    # a record's stage, as its cards say it: "stage.done" and so on
+    # a record's stage and risk, in the words of its cards: "stage.done", "risk.high"
     **{f"stage.{stage.value}": words for stage, words in STAGE_WORDS.items()},
+    **{f"risk.{risk.value}": words for risk, words in RISK_WORDS.items()},
 }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.confirm.model import Confirmation, Status
+from gateway.confirm.model import Confirmation
 from gateway.texts.channels import APPROVE_BUTTON, REJECT_BUTTON
 from gateway.texts.confirm import (
     FIELD_ARGS,
@@ -25,9 +25,12 @@ from gateway.texts.confirm import (
     FOUR_EYES,
     MESSAGE_TOO_LONG,
     RISK_LABELS,
+    STAGE_ICONS,
     TIME_LEFT,
+    Stage,
     outcome,
     stage,
+    stage_label,
 )
 from gateway.texts.grants import GRANT_BUTTON
 
@@ -73,13 +76,12 @@ WEBCHAT_SCRIPT: dict[str, str] = {
     ),
     "share_link": "分享此链接 / share this link: {link}",
     "time_left": TIME_LEFT,
-    "decided_title": "确认请求 Confirmation",
 }
 
 
 def web_card(c: Confirmation) -> dict[str, Any]:
     """A card's words for the web chat page: risk, fields, hint, its stage and outcome."""
-    d = c.details
+    d, at = c.details, stage(c)
     # (key, label, value, shown as code): "field-<key>" is its class on the page.
     fields: list[tuple[str, str, Any, bool]] = [("tool", FIELD_TOOL, c.tool_call.name, False)]
     if d.get("statement"):
@@ -107,6 +109,8 @@ def web_card(c: Confirmation) -> dict[str, Any]:
             for key, label, value, mono in fields
         ],
         "hint": f"也可回复 确认 {c.id} / 取消 {c.id} (or reply confirm / cancel {c.id})",
-        "stage": stage(c).value,
-        "outcome": None if c.status is Status.PENDING else outcome(c),
+        "stage": at.value,
+        # Settled, the header says the stage in its word; the outcome line how it got there.
+        "title": None if at is Stage.PENDING else f"{STAGE_ICONS[at]} {stage_label(at)}",
+        "outcome": None if at is Stage.PENDING else outcome(c),
     }

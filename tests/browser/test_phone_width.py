@@ -107,7 +107,9 @@ async def test_card_is_readable_at_phone_width(
     await second.locator(".reason").fill("wrong order")
     await second.locator(".reject").click()
     await expect(second).to_have_attribute("data-status", "rejected")
-    await expect(second.locator(".outcome")).to_contain_text("cancelled by alice (wrong order)")
+    await expect(second.locator(".outcome")).to_contain_text(
+        "rejected by alice; sql_modify did not run · 原因 Reason: wrong order"
+    )
     await check_fits(alice, second)
     await shoot(second, "webchat-card-cancelled.png")
     await alice.context.close()

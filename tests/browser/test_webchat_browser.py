@@ -167,7 +167,7 @@ async def test_reject_with_a_reason_and_a_late_joiner_sees_the_outcome(
     carol = await open_room(browser, daemon.url, "ops2", "carol", page_errors)
     late = carol.locator(".card")
     await expect(late).to_have_attribute("data-status", "rejected")
-    await expect(late.locator(".outcome")).to_contain_text("cancelled by alice")
+    await expect(late.locator(".outcome")).to_contain_text("rejected by alice")
     await late.screenshot(path=str(ARTIFACTS / "webchat-card-rejected.png"))
     assert order_exists(daemon.data_dir, 4)
     await alice.context.close()

@@ -41,16 +41,16 @@ def decided(status: Status, *, by: str = "bob", reason: str | None = None, **kw:
     return texts.outcome(c)
 
 
-def test_a_cancel_reads_cancelled_like_its_button() -> None:
-    assert texts.REJECT_BUTTON.startswith("取消")
+def test_a_reject_reads_rejected_like_its_button() -> None:
+    assert texts.REJECT_BUTTON.startswith("拒绝")
     line = decided(Status.REJECTED, reason="太危险")
     assert line == (
-        "🚫 [K7Q2] bob 已取消：太危险，sql_modify 未执行 / "
-        "cancelled by bob (太危险); sql_modify did not run"
+        "🚫 [K7Q2] bob 已拒绝，sql_modify 未执行 / "
+        "rejected by bob; sql_modify did not run · 原因 Reason: 太危险"
     )
-    assert "拒绝" not in line
+    assert "取消" not in line and "cancelled" not in line
     c = confirmation().finished(Status.REJECTED, by="bob", at=NOW, via="card", reason=None)
-    assert texts.status_line(c) == "🚫 [K7Q2] 已取消 cancelled · bob"
+    assert texts.status_line(c) == "🚫 [K7Q2] 已拒绝 / rejected · bob"
 
 
 @pytest.mark.parametrize(
@@ -73,13 +73,16 @@ def test_an_approval_says_the_call_is_running() -> None:
 
 
 def test_a_superseded_call_says_superseded() -> None:
-    by_feedback = decided(Status.REJECTED, by="alice", reason="查一下别的", feedback=True)
-    by_cancel = decided(Status.CANCELLED, by="alice", reason=texts.SUPERSEDED_REASON)
-    for line in (by_feedback, by_cancel):
-        assert line == (
-            "↪️ [K7Q2] 已被 alice 的新消息取代，sql_modify 未执行 / "
-            "superseded by a new message from alice; sql_modify did not run"
-        )
+    # reject_with_feedback: the person's message is their no, with feedback for the model.
+    assert decided(Status.REJECTED, by="alice", reason="查一下别的", feedback=True) == (
+        "↪️ [K7Q2] 已拒绝：alice 发了新消息，sql_modify 未执行 / "
+        "rejected: superseded by a new message from alice; sql_modify did not run"
+    )
+    # on_other_message = "cancel": superseded, cancelled.
+    assert decided(Status.CANCELLED, by="alice", reason=texts.SUPERSEDED_REASON) == (
+        "↪️ [K7Q2] 已取消：alice 发了新消息，sql_modify 未执行 / "
+        "cancelled: superseded by a new message from alice; sql_modify did not run"
+    )
 
 
 def test_the_reply_hint_addresses_only_those_who_may_decide() -> None:

@@ -131,10 +131,10 @@
     hint.hidden = !pending || !((may.approve || {}).allowed || (may.reject || {}).allowed);
     hint.textContent = entry.words.hint;
     if (!pending) {
-      // The header no longer asks: it says what the card was about.
+      // The header no longer asks: it says the stage the call is at, in its word.
       const title = node.querySelector(".card-title");
       if (title) {
-        title.textContent = T.decided_title;
+        title.textContent = entry.words.title || "";
       }
       countdown.hidden = true;
       outcome.hidden = false;
