@@ -42,6 +42,8 @@ WEBCHAT_LABELS: dict[str, tuple[str, str]] = {
     "join": ("进入", "Join"),
     "offline": ("未连接", "offline"),
     "share": ("分享链接", "share link"),
+    "change": ("更换", "change"),
+    "change_title": ("更换名字或会话", "change name or room"),
     "share_title": ("把此链接发给同事", "send this link to a colleague"),
     "unverified": (
         "名字由使用者自己填写，未经验证。",

@@ -34,6 +34,21 @@
     log.scrollTop = log.scrollHeight;
   }
 
+  // A new card shows its top: what it asks, the risk, the rows. Taller than the log (a
+  // phone), scrolling to the bottom showed only its buttons; the person scrolls to those.
+  function showCard(row) {
+    if (row.offsetHeight <= log.clientHeight) {
+      scrollDown();
+      return;
+    }
+    const gap = parseFloat(getComputedStyle(log).paddingTop) || 0;
+    log.scrollTop += row.getBoundingClientRect().top - log.getBoundingClientRect().top - gap;
+  }
+
+  function fold(joined) {
+    $("bar").classList.toggle("joined", joined);
+  }
+
   function fmtTime(seconds) {
     const d = new Date(seconds * 1000);
     return d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
@@ -82,6 +97,7 @@
 
   function renderCard(c, can, words) {
     let entry = state.cards.get(c.id);
+    const arrived = !entry;
     if (!entry) {
       const node = $("card-template").content.firstElementChild.cloneNode(true);
       entry = { el: node, record: c, can: can || null, words: words };
@@ -113,7 +129,8 @@
       if (field(dl, f.label, value, f.mono)) dl.lastElementChild.classList.add("field-" + f.key);
     }
     updateCardState(entry);
-    scrollDown();
+    if (arrived) showCard(entry.el.parentElement);
+    else scrollDown();
   }
 
   function updateCardState(entry) {
@@ -275,6 +292,7 @@
           $("user").readOnly = true;
         }
         setConn(true, fmt(T.online, { session: frame.session, user: frame.user }));
+        fold(true);
         $("text").disabled = false;
         $("send").disabled = false;
       } else if (frame.type === "message") {
@@ -309,7 +327,10 @@
       return;
     }
     const changed = session !== state.session || user !== state.user;
-    if (!changed && state.ws && state.ws.readyState <= WebSocket.OPEN) return;
+    if (!changed && state.ws && state.ws.readyState <= WebSocket.OPEN) {
+      fold(state.ws.readyState === WebSocket.OPEN); // unfolded to change nothing
+      return;
+    }
     if (state.ws) {
       const old = state.ws;
       state.ws = null;
@@ -342,6 +363,10 @@
     $("composer").addEventListener("submit", send);
     $("text").addEventListener("keydown", (ev) => {
       if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) send(ev);
+    });
+    $("change").addEventListener("click", () => {
+      fold(false);
+      $("user").focus();
     });
     $("share").addEventListener("click", (ev) => {
       ev.preventDefault();
