@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from gateway.bus import MessageBus, OutboundMessage
+from gateway import texts
+from gateway.bus import MessageBus, OutboundKind, OutboundMessage
+from gateway.confirm.events import ConfirmationEvent
+from gateway.confirm.model import Confirmation
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -63,3 +67,40 @@ class Channel(ABC):
         """What ``/readyz`` shows for the channel: ``reason`` says why it is not ready."""
         ready = self.ready
         return {"name": self.name, "ready": ready, "reason": None if ready else "not started"}
+
+
+def run_ended(c: Confirmation) -> OutboundMessage:
+    """The update that brings every copy of ``c``'s prompt to how its run ended.
+
+    The same message a decision posts (a CONFIRMATION_UPDATE of the record), sent by the
+    channel's one update path; ``copies_only``, as the turn tells the chat the result.
+    """
+    return OutboundMessage(
+        channel=c.channel,
+        chat_id=c.chat_id,
+        session_key=c.session_key,
+        kind=OutboundKind.CONFIRMATION_UPDATE,
+        text=texts.outcome(c),
+        confirmation=c,
+        copies_only=True,
+    )
+
+
+def follow_run_ends(
+    channel: str, confirmations: ConfirmationService, bus: MessageBus
+) -> Callable[[], None]:
+    """While a channel with cards runs: each call asked on it that ends running here (done,
+    failed, interrupted: the service's ``executed`` event) updates its prompt's copies.
+
+    A decision's update is posted by the service itself; an execution's end is only told to
+    listeners, and reaches the cards here, through the outbound queue, so it keeps its place
+    after the decision's update in its chat. Local events only: another replica's end was
+    sent to the platform by that replica. Returns the unsubscribe.
+    """
+
+    async def on_event(event: ConfirmationEvent) -> None:
+        c = event.confirmation
+        if event.kind == "executed" and not event.remote and c.channel == channel:
+            await bus.publish_outbound(run_ended(c))
+
+    return confirmations.subscribe(on_event)

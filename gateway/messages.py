@@ -98,7 +98,12 @@ class OutboundKind(StrEnum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OutboundMessage:
-    """A message for a chat. ``text`` is always a full rendering, whatever the kind."""
+    """A message for a chat. ``text`` is always a full rendering, whatever the kind.
+
+    ``copies_only`` (a CONFIRMATION_UPDATE): bring every copy of the prompt to the record's
+    state, and post nothing new in the chat it was asked in, which hears it otherwise (an
+    ended call's result is said by its turn).
+    """
 
     channel: str
     chat_id: str
@@ -108,6 +113,7 @@ class OutboundMessage:
     session_key: str = ""
     reply_to: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
+    copies_only: bool = False
 
     def __post_init__(self) -> None:
         if not self.session_key:

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 from channels.base import Channel
 from config.settings import Settings
 from gateway.app import Gateway
 from gateway.bus import InboundMessage, OutboundKind, OutboundMessage
-from gateway.confirm.model import Confirmation, Status
+from gateway.confirm.model import Confirmation, ExecState, Status
 from gateway.confirm.service import ConfirmationService
 from gateway.storage.inbox import MemoryInbox
+from gateway.texts import Stage
 
 
 class RecordingChannel(Channel):
@@ -236,3 +238,50 @@ def count_hops(loop: asyncio.AbstractEventLoop) -> list[int]:
 
     loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
     return hops
+
+
+# How a record gets to each stage of its life (gateway/texts.stage): its status, then
+# (approved) how its run ended, and the ledger's result.
+_STAGE_PATHS: dict[Stage, tuple[Status, ExecState | None, str | None]] = {
+    Stage.APPROVED: (Status.APPROVED, None, None),
+    Stage.DONE: (Status.APPROVED, ExecState.SUCCEEDED, "DELETE: 1 行 / 1 row"),
+    Stage.FAILED: (Status.APPROVED, ExecState.FAILED, "no such table: orders"),
+    Stage.INTERRUPTED: (Status.APPROVED, ExecState.INTERRUPTED, None),
+    Stage.REJECTED: (Status.REJECTED, None, None),
+    Stage.EXPIRED: (Status.EXPIRED, None, None),
+    Stage.CANCELLED: (Status.CANCELLED, None, None),
+}
+
+
+def at_stage(c: Confirmation, stage: Stage, *, by: str = "bob") -> Confirmation:
+    """``c`` (pending) taken to ``stage``, as the store would have it."""
+    if stage is Stage.PENDING:
+        return c
+    status, state, result = _STAGE_PATHS[stage]
+    decider = None if status in (Status.EXPIRED, Status.CANCELLED) else by
+    via = "timeout" if status is Status.EXPIRED else "text" if decider else "system"
+    done = c.finished(status, by=decider, at=c.created_at + 5, via=via, reason=None)
+    if state is None:
+        return done
+    execution = dataclasses.replace(done.execution, state=state, result=result)
+    return dataclasses.replace(done, execution=execution)
+
+
+@contextlib.contextmanager
+def demo_db_locked(settings: Settings) -> Iterator[None]:
+    """Another writer holds the demo database: an approved change waits in ``running``
+    (SQLite's busy timeout) until this ends."""
+    conn = sqlite3.connect(settings.data_dir / "demo.db", isolation_level=None)
+    try:
+        conn.execute("BEGIN EXCLUSIVE")
+        yield
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()
+
+
+def drop_demo_orders(settings: Settings) -> None:
+    """The orders table goes away (behind the gateway's back): a change to it fails when
+    it runs, after it was asked and approved."""
+    with sqlite3.connect(settings.data_dir / "demo.db") as conn:
+        conn.execute("DROP TABLE orders")

@@ -44,13 +44,6 @@ _ACTIONS = {
 # Between the confirmation id and the approver's digest in a direct copy's outTrackId.
 _DIRECT_MARK = "_dm_"
 
-_STATUS_ICONS = {
-    Status.APPROVED: "✅",
-    Status.REJECTED: "❌",
-    Status.EXPIRED: "⌛",
-    Status.CANCELLED: "🚫",
-}
-
 
 def out_track_id(confirmation_id: str, *, direct_to: str | None = None) -> str:
     """The card's outTrackId; ``direct_to``: the copy in that staff id's direct chat (its
@@ -176,7 +169,8 @@ def prompt_markdown(c: Confirmation, *, direct: bool = False, as_text: bool = Fa
         elif c.is_group:
             blocks.append(escape_markdown(texts.ONLY_APPROVERS))
     else:
-        blocks.append("**" + escape_markdown(texts.status_line(c)) + "**")
+        # The title says the stage; the body how it came to it, with the run's result.
+        blocks.append("**" + escape_markdown(texts.outcome(c)) + "**")
     if as_text:
         blocks.insert(0, "**" + escape_markdown(texts.confirmation_title(c)) + "**")
         hint = approver_texts.direct_reply_hint(c) if direct else texts.reply_hint(c)
@@ -200,7 +194,7 @@ def card_params(
         tips = approver_texts.direct_reply_hint(c) if direct else texts.reply_hint(c)
         buttons = _buttons(c, direct=direct)
     else:
-        title = f"{_STATUS_ICONS[c.status]} {texts.status_line(c)}"
+        title = texts.status_line(c)
         tips = texts.outcome(c)
         buttons = []
     markdown = prompt_markdown(c, direct=direct)
@@ -213,7 +207,8 @@ def card_params(
         # Plain variables for a custom template (docs/dingtalk.md).
         "confirmation_id": c.id,
         "status": c.status.value,
-        "status_text": texts.STATUS_LABELS[c.status],
+        "stage": texts.stage(c).value,
+        "status_text": texts.stage_label(texts.stage(c)),
         "status_line": texts.status_line(c),
         "summary": c.summary,
         "details": "\n".join(texts.detail_lines(c)),

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import structlog
 from aiohttp import web
 
-from channels.base import Channel, ChannelContext
+from channels.base import Channel, ChannelContext, follow_run_ends
 from channels.dingtalk.api import DingTalkApi
 from channels.dingtalk.cards import CardClick, card_params
 from channels.dingtalk.inbound import (
@@ -81,6 +82,8 @@ class DingTalkChannel(Channel):
         self._tasks = BackgroundTasks(CHANNEL)
         self._runner: Any = None  # StreamRunner, imported only in stream mode
         self._started = False
+        # While started: calls that end running here update their cards (channels/base.py).
+        self._unfollow: Callable[[], None] = lambda: None
         if context.http is not None:
             self.dead_letters.register(context.http)
         if settings.mode == "http":
@@ -138,11 +141,13 @@ class DingTalkChannel(Channel):
         except BaseException:
             await self._api.close()
             raise
+        self._unfollow = follow_run_ends(CHANNEL, self._service, self._bus)
         self._started = True
         log.info("dingtalk.started", mode=self._settings.mode)
 
     async def stop(self) -> None:
         self._started = False
+        self._unfollow()
         timeout = self._settings.stop_timeout_seconds
         if self._runner is not None:
             clean = await self._runner.stop(timeout)

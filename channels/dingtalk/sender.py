@@ -336,6 +336,8 @@ class DingTalkSender:
         told = [staff_id for staff_id, ref in copies.items() if ref == TEXT_COPY]
         if told:
             await self._send_direct_text(told, msg.text)
+        if msg.copies_only:
+            return  # the chat hears it from the turn
         if card_updated and conf.decided_via == "card" and conf.status is not Status.PENDING:
             # The clicker's ack already showed the result on the card: no extra message.
             return

@@ -5,11 +5,12 @@ the IM API, confirmation prompts as interactive cards whose buttons decide.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import structlog
 
-from channels.base import Channel, ChannelContext
+from channels.base import Channel, ChannelContext, follow_run_ends
 from channels.feishu import render
 from channels.feishu.api import FeishuApi, TokenError
 from channels.feishu.inbound import (
@@ -104,6 +105,8 @@ class FeishuChannel(Channel):
         self._ws: LongConnection | None = None
         self._webhook: WebhookReceiver | None = None
         self._started = False
+        # While started: calls that end running here update their cards (channels/base.py).
+        self._unfollow: Callable[[], None] = lambda: None
         # Why the API cannot be used right now (no token, no answer); None when it can.
         self._api_problem: str | None = None
         if settings.mode == "webhook":
@@ -185,11 +188,13 @@ class FeishuChannel(Channel):
                 stop_timeout=self._settings.stop_timeout_seconds,
             )
             await self._ws.start()
+        self._unfollow = follow_run_ends(CHANNEL, self._service, self._bus)
         self._started = True
         log.info("feishu.started", mode=self._settings.mode, bot_open_id=self.bot_open_id)
 
     async def stop(self) -> None:
         self._started = False
+        self._unfollow()
         if self._ws is not None:
             await self._ws.stop()
             self._ws = None

@@ -12,8 +12,9 @@ import time
 from typing import Any
 
 from gateway import texts
-from gateway.confirm.model import Confirmation, Decision, Risk, Status
+from gateway.confirm.model import Confirmation, Decision, Risk
 from gateway.confirm.views import grant_offered
+from gateway.texts import Stage
 from gateway.texts import approvers as approver_texts
 
 # Card header colours (Feishu template names) for the risk of a pending confirmation.
@@ -23,11 +24,15 @@ RISK_TEMPLATES = {
     Risk.HIGH: "orange",
     Risk.CRITICAL: "red",
 }
-STATUS_TEMPLATES = {
-    Status.APPROVED: "green",
-    Status.REJECTED: "red",
-    Status.EXPIRED: "grey",
-    Status.CANCELLED: "grey",
+# ... and for each later stage of its life (gateway/texts: the stage and its words).
+STAGE_TEMPLATES = {
+    Stage.APPROVED: "wathet",  # approved, running
+    Stage.DONE: "green",
+    Stage.FAILED: "red",
+    Stage.INTERRUPTED: "orange",
+    Stage.REJECTED: "red",
+    Stage.EXPIRED: "grey",
+    Stage.CANCELLED: "grey",
 }
 
 # Lines that make a reply worth rendering as Markdown (a post with an md element).
@@ -118,14 +123,15 @@ def _row(buttons: list[dict[str, Any]]) -> dict[str, Any]:
 def confirmation_card(
     c: Confirmation, *, now: float | None = None, direct: bool = False
 ) -> dict[str, Any]:
-    """The card for a confirmation in its current state; buttons only while pending.
+    """The card for a confirmation at its stage; buttons only while pending.
 
     ``direct``: the copy in an approver's direct chat (gateway/confirm/views.py), which
     says who asks and where, and asks for the id in a typed reply. Once settled, every
-    copy shows the same outcome.
+    copy shows the same outcome: approved and running, then how the run ended.
     """
     now = time.time() if now is None else now
-    pending = c.status is Status.PENDING
+    stage = texts.stage(c)
+    pending = stage is Stage.PENDING
     # The statement gets an element of its own below.
     lines = texts.detail_lines(c, statement=False)
     elements: list[dict[str, Any]] = []
@@ -148,7 +154,7 @@ def confirmation_card(
         hint = approver_texts.direct_reply_hint(c) if direct else texts.reply_hint(c)
         elements.append(_text(hint))
     else:
-        template = STATUS_TEMPLATES.get(c.status, "grey")
+        template = STAGE_TEMPLATES[stage]
         title = texts.status_line(c)
         elements.append(_text(texts.outcome(c), text_size="heading"))
     return {

@@ -181,14 +181,14 @@ class FeishuSender:
         await self._service.set_prompt_ref(conf.id, key, TEXT_COPY)
 
     async def _update_cards(self, msg: OutboundMessage, conf: Confirmation) -> None:
-        """Bring every copy of the prompt to the record's state: the chat's card, the cards
+        """Bring every copy of the prompt to the record's stage: the chat's card, the cards
         in approvers' direct chats (text copies get the outcome as a new message)."""
         cards = {**self._cards.get(conf.id, {}), **conf.prompt_refs}
         failed = 0
         group = cards.get(PROMPT_REF)
         if group:
             failed += not await self._patch_card(msg.chat_id, group, conf)
-        if not group or conf.decided_via != "card":
+        if not msg.copies_only and (not group or conf.decided_via != "card"):
             # A typed reply, the admin API or the timeout decided: say so in the chat flow
             # too, not only in a card that may have scrolled out of sight.
             await self._send_text(msg)

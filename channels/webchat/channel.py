@@ -7,9 +7,9 @@ by the tab's user; the service checks that person may decide.
 
 Rooms live in this process. With several replicas (Redis store) a room may be open on
 more than one: what another replica does to a confirmation of the room — asks, decides,
-runs the call — reaches this one as a remote event, and is shown here too (the card, its
-final state, the result line). People's messages and the agent's other replies stay on
-the replica that handled them.
+runs the call — reaches this one as a remote event, and is shown here too (the card, at
+each stage up to how the call ended, with its result). People's messages and the agent's
+replies, the result line among them, stay on the replica that handled them.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import structlog
 from aiohttp import WSCloseCode, web
 
-from channels.base import Channel
+from channels.base import Channel, follow_run_ends, run_ended
 from channels.webchat.limits import OpenConnections, SenderRateLimit
 from channels.webchat.page import render_page
 from channels.webchat.rest import ChatRest
@@ -113,7 +113,7 @@ class WebChatChannel(Channel):
         self.refused_log = RateLimitedLine("webchat.over_limit", interval=60.0)
         self._started = False
         self._closing = False
-        self._unsubscribe: Callable[[], None] | None = None
+        self._unsubscribe: list[Callable[[], None]] = []
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -127,15 +127,18 @@ class WebChatChannel(Channel):
     async def start(self) -> None:
         self._started = True
         self._closing = False
-        if self._unsubscribe is None:
-            self._unsubscribe = self.confirmations.subscribe(self._on_remote)
+        if not self._unsubscribe:
+            self._unsubscribe = [
+                self.confirmations.subscribe(self._on_remote),
+                follow_run_ends(self.name, self.confirmations, self.bus),
+            ]
 
     async def stop(self) -> None:
         self._closing = True
         self._started = False
-        if self._unsubscribe is not None:
-            self._unsubscribe()
-            self._unsubscribe = None
+        for unsubscribe in self._unsubscribe:
+            unsubscribe()
+        self._unsubscribe = []
         closing = []
         for room in self.rooms:
             room.wake()
@@ -187,13 +190,14 @@ class WebChatChannel(Channel):
         c = event.confirmation
         if not event.remote or c.channel != self.name or c.chat_id not in self.rooms:
             return
-        kind, text = OutboundKind.TEXT, texts.execution_line(c)
-        if event.kind == "requested":
-            kind, text = OutboundKind.CONFIRMATION, texts.prompt(c, self.clock())
-        elif event.kind == "resolved":
-            kind, text = OutboundKind.CONFIRMATION_UPDATE, texts.outcome(c)
-        if text is None:
+        if event.kind == "executed":
+            # The card goes to how the run ended, with its result: the turn that said it
+            # ran on the other replica.
+            await self.bus.publish_outbound(run_ended(c))
             return
+        kind, text = OutboundKind.CONFIRMATION, texts.prompt(c, self.clock())
+        if event.kind == "resolved":
+            kind, text = OutboundKind.CONFIRMATION_UPDATE, texts.outcome(c)
         await self.bus.publish_outbound(
             OutboundMessage(
                 channel=self.name,
@@ -201,7 +205,7 @@ class WebChatChannel(Channel):
                 session_key=c.session_key,
                 kind=kind,
                 text=text,
-                confirmation=c if kind is not OutboundKind.TEXT else None,
+                confirmation=c,
             )
         )
 

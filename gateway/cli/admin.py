@@ -129,6 +129,7 @@ def _details(c: dict[str, Any]) -> str:
     lines = [
         f"id:          {c['id']}",
         f"status:      {c['status']}",
+        *_outcome(c),
         f"session:     {c['session_key']}",
         f"requester:   {c['requester']}",
         f"tool:        {c['tool_call']['name']}",
@@ -154,6 +155,19 @@ def _details(c: dict[str, Any]) -> str:
         lines.append(f"reason:      {c['reason']}")
     lines += _execution(c.get("execution") or {})
     return "\n".join(lines)
+
+
+def _outcome(c: dict[str, Any]) -> list[str]:
+    """What its cards and chat say of it, in the same words (gateway/texts): its stage, and
+    once settled the sentence."""
+    from gateway import texts
+    from gateway.confirm.model import Confirmation
+
+    record = Confirmation.from_dict(c)
+    lines = [f"stage:       {texts.stage_label(texts.stage(record))}"]
+    if record.status.is_terminal:
+        lines.append(f"outcome:     {texts.outcome(record)}")
+    return lines
 
 
 def _execution(ex: dict[str, Any]) -> list[str]:

@@ -1,4 +1,5 @@
-"""What the confirmation service tells its listeners (metrics, the admin feed, web chat).
+"""What the confirmation service tells its listeners (metrics, the admin feed, web chat,
+the channels' cards).
 
 Listeners hear of every change made in this process, and, with a shared store (Redis), of
 the changes made by the other replicas (``remote``), read from the lifecycle feed by

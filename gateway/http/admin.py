@@ -18,6 +18,7 @@ from aiohttp import web
 
 from config.keywords import KeywordsError, KeywordSet, KeywordStore, ListName, WordExists
 from config.settings import AdminSettings
+from gateway import texts
 from gateway.confirm.model import Answer, Confirmation, Decision, GrantAsk, Status
 from gateway.confirm.service import (
     ConfirmationEvent,
@@ -73,13 +74,16 @@ def event_payload(event: ConfirmationEvent) -> dict[str, Any]:
     """What an SSE subscriber gets: the headline fields, and the whole record.
 
     ``remote``: another replica made the change (with the Redis store every replica's
-    stream carries every replica's changes, each once).
+    stream carries every replica's changes, each once). ``stage`` and ``outcome``: what its
+    cards say of it now (gateway/texts), for a page that shows it in words.
     """
     c = event.confirmation
     return {
         "id": c.id,
         "remote": event.remote,
         "status": c.status.value,
+        "stage": texts.stage(c).value,
+        "outcome": None if c.status is Status.PENDING else texts.outcome(c),
         "actor": c.decided_by,
         "via": c.decided_via,
         "reason": c.reason,

@@ -101,6 +101,8 @@ def setup_templates(app: web.Application) -> jinja2.Environment:
         script_texts={key: texts.ADMIN_LABELS[key] for key in texts.ADMIN_SCRIPT_LABELS},
         clock=clock,
         statuses=[s.value for s in Status],
+        stage=texts.stage,
+        outcome=texts.outcome,
         asks_approvers_directly=asks_approvers_directly,
         direct_recipients_told=direct_recipients_told,
         grant_offered=grant_offered,

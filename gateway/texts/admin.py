@@ -7,6 +7,8 @@ from gateway/texts/labels.py; ``{name}`` fields are filled there.
 
 from __future__ import annotations
 
+from gateway.texts.confirm import RISK_WORDS, STAGE_WORDS
+
 ADMIN_LABELS: dict[str, tuple[str, str]] = {
     # the bar and the login
     "title": ("网关管理", "Gateway admin"),
@@ -105,6 +107,10 @@ ADMIN_LABELS: dict[str, tuple[str, str]] = {
     "this_one": ("本实例", "this one"),
     "started": ("启动于", "started"),
     "last_seen": ("上次心跳 {ago} 秒前", "last seen {ago} s ago"),
+    "outcome": ("结果", "outcome"),
+    # a record's stage and risk, in the words of its cards: "stage.done", "risk.high"
+    **{f"stage.{stage.value}": words for stage, words in STAGE_WORDS.items()},
+    **{f"risk.{risk.value}": words for risk, words in RISK_WORDS.items()},
 }
 
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 # ---- Platform channels (Feishu, DingTalk) and the terminal chat ----
 
 NOT_ALLOWED = "您没有使用此机器人的权限 / you are not allowed to use this bot"
-APPROVE_BUTTON = "确认 Approve"
-REJECT_BUTTON = "取消 Cancel"
+# The words of the outcomes they lead to (已批准 / approved, 已拒绝 / rejected), as on the
+# admin page; typed replies still use the keywords (确认 / 取消 by default).
+APPROVE_BUTTON = "批准 Approve"
+REJECT_BUTTON = "拒绝 Reject"
 CONSOLE_BANNER = "gateway chat — /help 帮助 · ↑ 历史 history · Ctrl-D 退出 exit"
 CONSOLE_THINKING = "思考中… / thinking…"
 CONSOLE_RUNNING = "执行中… / running…"

@@ -4,24 +4,79 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from enum import StrEnum
 from typing import Any
 
 from gateway.confirm.model import Confirmation, ExecState, Risk, Status
 
-RISK_LABELS = {
-    Risk.LOW: "低 low",
-    Risk.MEDIUM: "中 medium",
-    Risk.HIGH: "高 high",
-    Risk.CRITICAL: "严重 critical",
+# A risk's word, (Chinese, English), on the cards, in the chat and on the admin page.
+RISK_WORDS: dict[Risk, tuple[str, str]] = {
+    Risk.LOW: ("低", "low"),
+    Risk.MEDIUM: ("中", "medium"),
+    Risk.HIGH: ("高", "high"),
+    Risk.CRITICAL: ("严重", "critical"),
+}
+RISK_LABELS = {risk: f"{zh} {en}" for risk, (zh, en) in RISK_WORDS.items()}
+
+
+class Stage(StrEnum):
+    """Where a call is in its life, as every copy of its card shows it: its status, and
+    once approved, how its run ended."""
+
+    PENDING = "pending"
+    APPROVED = "approved"  # the call waits to run, or runs
+    DONE = "done"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+    CANCELLED = "cancelled"
+
+
+_RUN_ENDS = {
+    ExecState.SUCCEEDED: Stage.DONE,
+    ExecState.FAILED: Stage.FAILED,
+    ExecState.INTERRUPTED: Stage.INTERRUPTED,
 }
 
-STATUS_LABELS = {
-    Status.PENDING: "待确认 pending",
-    Status.APPROVED: "已批准 approved",
-    # A person's 取消 is a rejection in the record; in chat it reads like the button said.
-    Status.REJECTED: "已取消 cancelled",
-    Status.EXPIRED: "已超时 expired",
-    Status.CANCELLED: "已取消 cancelled",
+
+def stage(c: Confirmation) -> Stage:
+    """The stage ``c`` is at: what its cards, its chat and the admin page say of it."""
+    if c.status is Status.APPROVED:
+        return _RUN_ENDS.get(c.execution.state, Stage.APPROVED)
+    return Stage(c.status.value)
+
+
+# Each stage's word, (Chinese, English): one word per outcome on every surface — the chat,
+# every card, the admin page, the API's sentences and the CLI (issue 26). A person's no is
+# 拒绝 / rejected (the typed 取消 too); shutdown and supersession are 已取消 / cancelled.
+STAGE_WORDS: dict[Stage, tuple[str, str]] = {
+    Stage.PENDING: ("待确认", "pending"),
+    Stage.APPROVED: ("已批准", "approved"),
+    Stage.DONE: ("已执行", "done"),
+    Stage.FAILED: ("执行失败", "failed"),
+    Stage.INTERRUPTED: ("已中断", "interrupted"),
+    Stage.REJECTED: ("已拒绝", "rejected"),
+    Stage.EXPIRED: ("已过期", "expired"),
+    Stage.CANCELLED: ("已取消", "cancelled"),
+}
+
+
+def stage_label(at: Stage) -> str:
+    """A stage's word as one string: ``已执行 / done``."""
+    zh, en = STAGE_WORDS[at]
+    return f"{zh} / {en}"
+
+
+STAGE_ICONS = {
+    Stage.PENDING: "⚠️",
+    Stage.APPROVED: "✅",
+    Stage.DONE: "✔️",
+    Stage.FAILED: "❌",
+    Stage.INTERRUPTED: "⚠️",
+    Stage.REJECTED: "🚫",
+    Stage.EXPIRED: "⌛",
+    Stage.CANCELLED: "🚫",
 }
 
 ONLY_APPROVERS = "仅发起人或审批人可操作 / only the requester or an approver can decide"
@@ -89,6 +144,8 @@ FIELD_RULE = "规则 Rule"
 FIELD_REQUESTER = "发起人 Requested by"
 FIELD_FOUR_EYES = "双人审批 Four-eyes"
 FIELD_ASKED = "修改前 Asked"
+FIELD_REASON = "原因 Reason"
+EDITED = "参数已修改"
 
 
 def _fmt_time(ts: float) -> str:
@@ -182,11 +239,11 @@ def prompt(c: Confirmation, now: float) -> str:
 
 
 def status_line(c: Confirmation) -> str:
-    """One line: what became of a confirmation."""
-    label = STATUS_LABELS[c.status]
+    """One line: the stage a confirmation is at, and who decided it (a settled card's
+    title; the card's sentence, ``outcome``, says the rest)."""
+    at = stage(c)
     who = f" · {c.decided_by}" if c.decided_by else ""
-    why = f" · {c.reason}" if c.reason else ""
-    return f"[{c.id}] {label}{who}{why}"
+    return f"{STAGE_ICONS[at]} [{c.id}] {stage_label(at)}{who}"
 
 
 def superseded(c: Confirmation) -> bool:
@@ -195,33 +252,59 @@ def superseded(c: Confirmation) -> bool:
 
 
 def outcome(c: Confirmation) -> str:
-    """Posted to the chat when a confirmation ends; an approval says the call now runs."""
+    """What became of a confirmation, in a sentence: posted to the chat when it is decided
+    (an approval says the call now runs), and shown on every copy of its card, where once
+    the run ends it says who approved and how the run ended, with the short result.
+
+    Chinese first, then the English; a reason (a person's, or the gateway's own in both
+    languages) follows the whole sentence, never inside it."""
     tool = c.tool_call.name
     by = c.decided_by or "-"
+    at = stage(c)
+    zh, en = STAGE_WORDS[at]
+    icon = STAGE_ICONS[at]
+    if at in _RUN_ENDS.values():
+        return run_ended(c, at)
     if c.status is Status.APPROVED and c.edit_note is not None:
         return edited_outcome(c)
     if c.status is Status.APPROVED:
-        return f"✅ [{c.id}] {by} 已批准，{tool} 执行中… / approved by {by}; running {tool}…"
+        return f"{icon} [{c.id}] {by} {zh}，{tool} 执行中… / {en} by {by}; running {tool}…"
     if c.status is Status.EXPIRED:
-        return f"⌛ [{c.id}] 超时未确认，{tool} 未执行 / expired; {tool} did not run"
+        return f"{icon} [{c.id}] {zh}，{tool} 未执行 / {en}; {tool} did not run"
     if superseded(c):
         return (
-            f"↪️ [{c.id}] 已被 {by} 的新消息取代，{tool} 未执行 / "
-            f"superseded by a new message from {by}; {tool} did not run"
+            f"↪️ [{c.id}] {zh}：{by} 发了新消息，{tool} 未执行 / "
+            f"{en}: superseded by a new message from {by}; {tool} did not run"
         )
-    # A person's 取消 (REJECTED) names them; shutdown and the like (CANCELLED) give a reason.
+    # A person's no (REJECTED) names them; shutdown and the like (CANCELLED) do not.
     who, who_en = (f"{by} ", f" by {by}") if c.status is Status.REJECTED else ("", "")
-    reason = f"：{c.reason}" if c.reason else ""
-    en = f" ({c.reason})" if c.reason else ""
-    return (
-        f"🚫 [{c.id}] {who}已取消{reason}，{tool} 未执行 / "
-        f"cancelled{who_en}{en}; {tool} did not run"
-    )
+    why = f" · {FIELD_REASON}: {c.reason}" if c.reason else ""
+    return f"{icon} [{c.id}] {who}{zh}，{tool} 未执行 / {en}{who_en}; {tool} did not run{why}"
+
+
+def run_ended(c: Confirmation, at: Stage) -> str:
+    """An approved call's end on its card: who approved it, and how the run ended (the
+    result, the failure, or that it may or may not have taken effect)."""
+    tool, by = c.tool_call.name, c.decided_by or "-"
+    approved, approved_en = STAGE_WORDS[Stage.APPROVED]
+    zh_by, en_by = f"{by} {approved}", f"{approved_en} by {by}"
+    if c.edit_note is not None:
+        zh_by, en_by = f"{zh_by}（{EDITED}）", f"{en_by} with edited arguments"
+    zh, en = STAGE_WORDS[at]
+    if at is Stage.INTERRUPTED:
+        return (
+            f"{STAGE_ICONS[at]} [{c.id}] {zh_by}，{tool} {zh}：{_INTERRUPTED_ZH} / "
+            f"{en_by}; {tool} {en}: {_INTERRUPTED_EN}"
+        )
+    result = c.execution.result or ""
+    return f"{STAGE_ICONS[at]} [{c.id}] {zh_by}，{tool} {zh} / {en_by}; {tool} {en}: {result}"
 
 
 def already_decided(c: Confirmation) -> str:
-    by = f" {c.decided_by}" if c.decided_by else ""
-    return f"[{c.id}] 已处理：{STATUS_LABELS[c.status]} / already {c.status.value} by{by or ' -'}"
+    """A decision that came too late: how the call was settled, and by whom."""
+    zh, en = STAGE_WORDS[Stage(c.status.value)]
+    by = c.decided_by or "-"
+    return f"[{c.id}] 已处理：{zh}（{by}）/ already {en} by {by}"
 
 
 def unknown_id(cid: str) -> str:
@@ -264,26 +347,17 @@ INTERRUPTED_RESULT = "interrupted: the process running it stopped before it repo
 NOT_RUN_STORE_RESULT = "not run: the confirmation store could not be reached to start it"
 
 
+_INTERRUPTED_ZH = "可能已生效也可能未生效，如需重试请重新发起"
+_INTERRUPTED_EN = "it may or may not have taken effect; ask again to re-run"
+
+
 def interrupted(c: Confirmation) -> str:
     """The call's runner died or was stopped mid-run: never retried by itself."""
+    zh, en = STAGE_WORDS[Stage.INTERRUPTED]
     return (
-        f"⚠️ [{c.id}] {c.tool_call.name} 中断：可能已执行也可能未执行，如需重试请重新发起 / "
-        "interrupted: it may or may not have taken effect; ask again to re-run"
+        f"{STAGE_ICONS[Stage.INTERRUPTED]} [{c.id}] {c.tool_call.name} {zh}：{_INTERRUPTED_ZH} / "
+        f"{en}: {_INTERRUPTED_EN}"
     )
-
-
-def execution_line(c: Confirmation) -> str | None:
-    """The result line of an ended call, from its execution ledger (the replica that ran it
-    posted it from the tool's whole output; another replica shows the kept part)."""
-    ex = c.execution
-    name = c.tool_call.name
-    if ex.state is ExecState.SUCCEEDED:
-        return tool_result(name, ex.result or "", c.id)
-    if ex.state is ExecState.FAILED:
-        return tool_failed(name, ex.result or "")
-    if ex.state is ExecState.INTERRUPTED:
-        return interrupted(c)
-    return None
 
 
 def prompt_reposted(c: Confirmation, now: float) -> str:
@@ -298,7 +372,8 @@ def tool_result(name: str, result: Any, confirmation_id: str | None = None) -> s
     """A tool's result; after a confirmation, the line names its id and says it is done."""
     if confirmation_id is None:
         return f"{name}: {result}"
-    return f"✔️ [{confirmation_id}] {name} 已完成 / done: {result}"
+    zh, en = STAGE_WORDS[Stage.DONE]
+    return f"{STAGE_ICONS[Stage.DONE]} [{confirmation_id}] {name} {zh} / {en}: {result}"
 
 
 def rows(n: int) -> str:
@@ -310,8 +385,11 @@ def tool_denied(name: str, reason: str) -> str:
     return f"⛔ {name} 被策略拒绝 / refused by policy: {reason}"
 
 
-def tool_failed(name: str, error: str) -> str:
-    return f"⚠️ {name} 执行失败 / failed: {error}"
+def tool_failed(name: str, error: str, confirmation_id: str | None = None) -> str:
+    """A tool's failure; after a confirmation, the line names its id."""
+    which = "" if confirmation_id is None else f"[{confirmation_id}] "
+    zh, en = STAGE_WORDS[Stage.FAILED]
+    return f"{STAGE_ICONS[Stage.FAILED]} {which}{name} {zh} / {en}: {error}"
 
 
 def manual_only(name: str, what: str) -> str:
@@ -352,8 +430,9 @@ def edited_outcome(c: Confirmation) -> str:
     """An approval with new arguments: who changed what; what runs is the new call."""
     by, tool = c.decided_by or "-", c.tool_call.name
     before = (c.edit_note or {}).get("args_before") or {}
+    zh, en = STAGE_WORDS[Stage.APPROVED]
     return (
-        f"✏️ [{c.id}] {by} 修改参数后批准，{tool} 按修改后的参数执行中… / approved by {by} "
+        f"✏️ [{c.id}] {by} {zh}（{EDITED}），{tool} 按修改后的参数执行中… / {en} by {by} "
         f"with edited arguments; running {tool} as edited:\n改动 Changed:\n"
         + edited_changes(before, c.tool_call.args)
     )

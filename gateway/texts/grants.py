@@ -68,7 +68,9 @@ def grant_length(scope: str, most: int) -> str:
 
 
 def grant_refused(why: str) -> str:
-    return f"已批准这一次，但未授予免确认：{why} / approved this once; no grant: {why}"
+    """An approval whose grant was refused; ``why`` is a sentence in both languages, so it
+    follows the whole line instead of sitting inside each half."""
+    return f"已批准这一次，但未授予免确认 / approved this once, no grant: {why}"
 
 
 def grant_revoked(grant: Grant) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.confirm.model import Confirmation, Status
+from gateway.confirm.model import Confirmation
 from gateway.texts.channels import APPROVE_BUTTON, REJECT_BUTTON
 from gateway.texts.confirm import (
     FIELD_ARGS,
@@ -25,8 +25,12 @@ from gateway.texts.confirm import (
     FOUR_EYES,
     MESSAGE_TOO_LONG,
     RISK_LABELS,
+    STAGE_ICONS,
     TIME_LEFT,
+    Stage,
     outcome,
+    stage,
+    stage_label,
 )
 from gateway.texts.grants import GRANT_BUTTON
 
@@ -38,6 +42,8 @@ WEBCHAT_LABELS: dict[str, tuple[str, str]] = {
     "join": ("进入", "Join"),
     "offline": ("未连接", "offline"),
     "share": ("分享链接", "share link"),
+    "change": ("更换", "change"),
+    "change_title": ("更换名字或会话", "change name or room"),
     "share_title": ("把此链接发给同事", "send this link to a colleague"),
     "unverified": (
         "名字由使用者自己填写，未经验证。",
@@ -72,13 +78,12 @@ WEBCHAT_SCRIPT: dict[str, str] = {
     ),
     "share_link": "分享此链接 / share this link: {link}",
     "time_left": TIME_LEFT,
-    "decided_title": "确认请求 Confirmation",
 }
 
 
 def web_card(c: Confirmation) -> dict[str, Any]:
-    """A card's words for the web chat page: risk, fields, hint and outcome."""
-    d = c.details
+    """A card's words for the web chat page: risk, fields, hint, its stage and outcome."""
+    d, at = c.details, stage(c)
     # (key, label, value, shown as code): "field-<key>" is its class on the page.
     fields: list[tuple[str, str, Any, bool]] = [("tool", FIELD_TOOL, c.tool_call.name, False)]
     if d.get("statement"):
@@ -106,5 +111,8 @@ def web_card(c: Confirmation) -> dict[str, Any]:
             for key, label, value, mono in fields
         ],
         "hint": f"也可回复 确认 {c.id} / 取消 {c.id} (or reply confirm / cancel {c.id})",
-        "outcome": None if c.status is Status.PENDING else outcome(c),
+        "stage": at.value,
+        # Settled, the header says the stage in its word; the outcome line how it got there.
+        "title": None if at is Stage.PENDING else f"{STAGE_ICONS[at]} {stage_label(at)}",
+        "outcome": None if at is Stage.PENDING else outcome(c),
     }

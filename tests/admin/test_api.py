@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import tomllib
 from pathlib import Path
@@ -204,7 +205,7 @@ async def test_bad_list_queries(admin: aiohttp.ClientSession, query: str, needle
 # ---------------------------------------------------------------------- events
 
 
-async def test_sse_sees_requested_then_resolved_for_a_web_click(
+async def test_sse_sees_requested_resolved_and_executed_for_a_web_click(
     admin: aiohttp.ClientSession,
 ) -> None:
     async with admin.get("/api/events") as events:
@@ -216,15 +217,33 @@ async def test_sse_sees_requested_then_resolved_for_a_web_click(
             requested = await read_event(events)
             await ws.send_json({"type": "decide", "id": cid, "decision": "approve"})
             resolved = await read_event(events)
+            executed = await read_event(events)
     assert requested["event"] == "confirmation.requested"
     assert requested["data"]["id"] == cid
     assert requested["data"]["status"] == "pending"
+    assert (requested["data"]["stage"], requested["data"]["outcome"]) == ("pending", None)
     assert resolved["event"] == "confirmation.resolved"
     assert resolved["data"]["id"] == cid
     assert resolved["data"]["status"] == "approved"
     assert resolved["data"]["actor"] == "alice"
     assert resolved["data"]["via"] == "web"
     assert int(resolved["id"]) > int(requested["id"])
+    # What its cards say at each step, for a page that shows it (issue 26).
+    assert resolved["data"]["stage"] == "approved"
+    assert resolved["data"]["outcome"].startswith(f"✅ [{cid}] alice 已批准")
+    assert executed["event"] == "confirmation.executed"
+    assert executed["data"]["stage"] == "done"
+    done = (
+        f"✔️ [{cid}] alice 已批准，sql_modify 已执行 / "
+        "approved by alice; sql_modify done: DELETE: 1 行 / 1 row"
+    )
+    assert executed["data"]["outcome"] == done
+    # The record's own page says the same: its stage's word, and the sentence.
+    async with admin.get(f"/admin/confirmations/{cid}") as resp:
+        page = await resp.text()
+    assert 'data-stage="done"' in page
+    assert '<span class="status status-done">已执行 <span class="en">done</span></span>' in page
+    assert f'<dd class="outcome">{html.escape(done)}</dd>' in page
 
 
 async def test_sse_sends_keep_alive_comments(admin: aiohttp.ClientSession) -> None:

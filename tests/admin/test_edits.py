@@ -88,7 +88,7 @@ async def test_an_edited_approval_runs_the_edited_call_once_and_the_audit_shows_
 
     # The chat is told who changed what, and the result is of the edited call.
     texts = await eventually(
-        lambda: _with(chat_texts(admin, "ed"), lambda ts: any("已完成" in t for t in ts))
+        lambda: _with(chat_texts(admin, "ed"), lambda ts: any("已执行" in t for t in ts))
     )
     told = next(t for t in texts if t.startswith("✏️"))
     assert "oncall" in told and "with edited arguments" in told

@@ -102,10 +102,17 @@ async def test_a_pending_call_appears_live_and_approving_it_runs_it(
     await page.screenshot(path=str(ARTIFACTS / "admin-360-pending.png"), full_page=True)
 
     await card.locator(".approve").click()
-    await expect(page.locator("#notice")).to_contain_text("approved")
+    # The banner follows the call it decided, to how the run ended (issue 26), as does
+    # its row: the page alone tells what happened.
+    notice = page.locator("#notice")
+    await expect(notice).to_have_attribute("data-stage", "done")
+    await expect(notice).to_contain_text(f"[{cid}] oncall 已批准，sql_modify 已执行")
+    await expect(notice).to_contain_text("done: DELETE: 1 行 / 1 row")
     await expect(page.locator("#pending-list .card")).to_have_count(0)
     row = page.locator(f'#history-list .row[data-id="{cid}"]')
     await expect(row).to_have_attribute("data-status", "approved")
+    await expect(row).to_have_attribute("data-stage", "done")
+    await expect(row.locator(".status")).to_have_text("已执行 done")
     await expect(row.locator(".decider")).to_contain_text("oncall")
 
     async def row_gone() -> bool:
@@ -251,7 +258,9 @@ async def test_edit_arguments_then_approve_runs_the_edited_call(
 
     await editor.fill('{"sql": "DELETE FROM orders WHERE id = 4"}')
     await card.locator(".approve-edited").click()
-    await expect(page.locator("#notice")).to_contain_text("with edited arguments")
+    # The banner follows the edited call to its end (the row says it was edited).
+    await expect(page.locator("#notice")).to_have_attribute("data-stage", "done")
+    await expect(page.locator("#notice")).to_contain_text("DELETE: 1 行 / 1 row")
     row = page.locator(f'#history-list .row[data-id="{cid}"]')
     await expect(row).to_have_attribute("data-status", "approved")
     await expect(row.locator(".tag.edited")).to_be_visible()
@@ -267,6 +276,7 @@ async def test_edit_arguments_then_approve_runs_the_edited_call(
     await chat.goto(f"{url}/?session=ops4&user=dave")
     chat_card = chat.locator(f'.card[data-id="{cid}"]')
     await expect(chat_card.locator(".outcome")).to_contain_text("approved by oncall with edited")
+    await expect(chat_card).to_have_attribute("data-stage", "done")
     await expect(chat_card).to_contain_text("DELETE FROM orders WHERE id = 4")
     await expect(chat_card).to_contain_text("修改前 Asked")
     await chat.close()

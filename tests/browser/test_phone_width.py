@@ -1,6 +1,7 @@
-"""The web chat card at phone width (360 px): nothing wider than the screen, every field and
-button inside it, tap targets large enough, text not shrunk. Screenshots of each state go
-to test-artifacts/; with GATEWAY_UPDATE_SCREENSHOTS=1 also to docs/images/ (the README's).
+"""The web chat at phone width (360 px): the join header folds once joined, a new card
+arrives with its top in view; nothing wider than the screen, every field and button inside
+the card, tap targets large enough, text not shrunk. Screenshots of each state go to
+test-artifacts/; with GATEWAY_UPDATE_SCREENSHOTS=1 also to docs/images/ (the README's).
 """
 
 from __future__ import annotations
@@ -67,12 +68,12 @@ async def check_fits(page: Page, card: Locator) -> None:
     assert smallest >= 11, f"text as small as {smallest} px is not readable on a phone"
 
 
-async def shoot(card: Locator, name: str) -> None:
+async def shoot(what: Locator | Page, name: str) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
-    await card.screenshot(path=str(ARTIFACTS / name))
+    await what.screenshot(path=str(ARTIFACTS / name))
     if os.environ.get("GATEWAY_UPDATE_SCREENSHOTS") == "1":
         DOC_IMAGES.mkdir(parents=True, exist_ok=True)
-        await card.screenshot(path=str(DOC_IMAGES / name))
+        await what.screenshot(path=str(DOC_IMAGES / name))
 
 
 async def test_card_is_readable_at_phone_width(
@@ -93,10 +94,12 @@ async def test_card_is_readable_at_phone_width(
 
     await card.locator(".approve").click()
     await expect(card).to_have_attribute("data-status", "approved")
-    await expect(card.locator(".outcome")).to_contain_text("running")
+    # Approved, it runs; the card then says how the run ended, with the result.
+    await expect(card).to_have_attribute("data-stage", "done")
+    await expect(card.locator(".outcome")).to_contain_text("done: UPDATE: 1 行 / 1 row")
     await expect(alice.locator(".msg.bot .bubble").last).to_contain_text("1 行 / 1 row")
     await check_fits(alice, card)
-    await shoot(card, "webchat-card-approved.png")
+    await shoot(card, "webchat-card-done.png")
 
     await alice.locator("#text").fill("/sql DELETE FROM orders WHERE id = 4")
     await alice.locator("#text").press("Enter")
@@ -105,7 +108,45 @@ async def test_card_is_readable_at_phone_width(
     await second.locator(".reason").fill("wrong order")
     await second.locator(".reject").click()
     await expect(second).to_have_attribute("data-status", "rejected")
-    await expect(second.locator(".outcome")).to_contain_text("cancelled by alice (wrong order)")
+    await expect(second.locator(".outcome")).to_contain_text(
+        "rejected by alice; sql_modify did not run · 原因 Reason: wrong order"
+    )
     await check_fits(alice, second)
-    await shoot(second, "webchat-card-cancelled.png")
+    await shoot(second, "webchat-card-rejected.png")
+    await alice.context.close()
+
+
+async def test_a_new_card_arrives_with_its_top_in_view_under_a_folded_header(
+    daemon: ServeProcess, browser: Browser, page_errors: list[str]
+) -> None:
+    """Issue 26: at 360 px a new card scrolled in showing only its buttons; its header, risk
+    and row count were above the fold, under a 215 px page header."""
+    alice = await open_phone(browser, daemon.url, "fold", "alice", page_errors)
+    # Joined: the name and room form folds away; "change" brings it back.
+    await expect(alice.locator("#join")).to_be_hidden()
+    await expect(alice.locator("#change")).to_be_visible()
+    header = await alice.locator("#bar").bounding_box()
+    assert header is not None and header["height"] < 120, header
+    for _ in range(3):  # some chat first: the log scrolls
+        await alice.locator("#text").fill("/help")
+        await alice.locator("#text").press("Enter")
+    await expect(alice.locator(".msg.bot")).to_have_count(3)
+
+    await alice.locator("#text").fill(LONG_UPDATE)
+    await alice.locator("#text").press("Enter")
+    card = alice.locator(".card")
+    await expect(card).to_have_attribute("data-status", "pending")
+    # The case that matters: the card is taller than the chat log it arrives in.
+    log, tall = await alice.locator("#log").bounding_box(), await card.bounding_box()
+    assert log is not None and tall is not None and tall["height"] > log["height"] * 0.9
+    for part in (".card-head", ".risk", ".summary", ".field-rows-affected"):
+        await expect(card.locator(part)).to_be_in_viewport(ratio=1)
+    await expect(card.locator(".summary")).to_contain_text("1 行 / 1 row")
+    await shoot(alice, "webchat-phone-new-card.png")
+
+    await alice.locator("#change").click()
+    await expect(alice.locator("#join")).to_be_visible()
+    await expect(alice.locator("#user")).to_be_focused()
+    await alice.locator("#join-button").click()  # nothing changed: folds again
+    await expect(alice.locator("#join")).to_be_hidden()
     await alice.context.close()

@@ -124,7 +124,11 @@ async def test_two_people_one_card_approved_in_the_browser(
         for page in (alice, bob):
             done = page.locator(f'.card[data-id="{cid}"]')
             await expect(done).to_have_attribute("data-status", "approved")
-            await expect(done.locator(".outcome")).to_contain_text("approved by alice")
+            # The card itself goes on to how the run ended (issue 26), with its result.
+            await expect(done).to_have_attribute("data-stage", "done")
+            await expect(done.locator(".outcome")).to_contain_text(
+                "alice 已批准，sql_modify 已执行"
+            )
             await expect(done.locator(".approve")).to_be_hidden()
         await expect(alice.locator(".msg.bot .bubble").last).to_contain_text("1 行 / 1 row")
         await card.screenshot(path=str(ARTIFACTS / "webchat-card-approved.png"))
@@ -163,7 +167,7 @@ async def test_reject_with_a_reason_and_a_late_joiner_sees_the_outcome(
     carol = await open_room(browser, daemon.url, "ops2", "carol", page_errors)
     late = carol.locator(".card")
     await expect(late).to_have_attribute("data-status", "rejected")
-    await expect(late.locator(".outcome")).to_contain_text("cancelled by alice")
+    await expect(late.locator(".outcome")).to_contain_text("rejected by alice")
     await late.screenshot(path=str(ARTIFACTS / "webchat-card-rejected.png"))
     assert order_exists(daemon.data_dir, 4)
     await alice.context.close()

@@ -55,7 +55,7 @@ def test_chat_sql_delete(tmp_path: Path, reply: str, gone: bool) -> None:
         if gone:
             child.expect("DELETE: 3 行 / 3 rows")
         else:
-            child.expect("cancelled by local")
+            child.expect("rejected by local")
         child.sendeof()
         child.expect(pexpect.EOF)
     finally:

@@ -35,7 +35,7 @@ async def test_an_approver_decides_by_id_from_their_direct_chat() -> None:
     await h.reply(f"取消 {conf.id}", sender="bob", chat="dm-bob")
     told = await h.next_out(OutboundKind.TEXT)
     assert told.chat_id == "dm-bob"
-    assert told.text == f"[{conf.id}] 已处理：已批准 approved / already approved by bob"
+    assert told.text == f"[{conf.id}] 已处理：已批准（bob）/ already approved by bob"
 
 
 async def test_the_approvers_own_pending_call_does_not_hide_the_other() -> None:

@@ -180,7 +180,7 @@ async def test_stop_timeout_interrupts_a_running_call_and_tells_chat_and_feed(
     assert record is not None and record.execution.state is ExecState.INTERRUPTED
     told = await h.next_out(OutboundKind.TEXT)
     assert told.text == texts.interrupted(record) and told.chat_id == "c1"
-    assert "中断：可能已执行也可能未执行，如需重试请重新发起" in told.text
+    assert "已中断：可能已生效也可能未生效，如需重试请重新发起" in told.text
     executed = [e for e in events if e.kind == "executed"]
     assert [e.confirmation.execution.state for e in executed] == [ExecState.INTERRUPTED]
     assert "interrupted" in [e.kind for e in await ledger_store.events(final.id)]

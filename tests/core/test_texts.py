@@ -12,6 +12,8 @@ from channels.dingtalk.cards import card_params
 from channels.feishu.render import confirmation_card
 from gateway import texts
 from gateway.confirm.model import Confirmation, ExecState, Status, ToolCall
+from gateway.texts import Stage
+from tests.support import at_stage
 
 NOW = 1_700_000_000.0
 
@@ -39,16 +41,16 @@ def decided(status: Status, *, by: str = "bob", reason: str | None = None, **kw:
     return texts.outcome(c)
 
 
-def test_a_cancel_reads_cancelled_like_its_button() -> None:
-    assert texts.REJECT_BUTTON.startswith("取消")
+def test_a_reject_reads_rejected_like_its_button() -> None:
+    assert texts.REJECT_BUTTON.startswith("拒绝")
     line = decided(Status.REJECTED, reason="太危险")
     assert line == (
-        "🚫 [K7Q2] bob 已取消：太危险，sql_modify 未执行 / "
-        "cancelled by bob (太危险); sql_modify did not run"
+        "🚫 [K7Q2] bob 已拒绝，sql_modify 未执行 / "
+        "rejected by bob; sql_modify did not run · 原因 Reason: 太危险"
     )
-    assert "拒绝" not in line
+    assert "取消" not in line and "cancelled" not in line
     c = confirmation().finished(Status.REJECTED, by="bob", at=NOW, via="card", reason=None)
-    assert texts.status_line(c) == "[K7Q2] 已取消 cancelled · bob"
+    assert texts.status_line(c) == "🚫 [K7Q2] 已拒绝 / rejected · bob"
 
 
 @pytest.mark.parametrize(
@@ -60,7 +62,7 @@ def test_row_counts_are_singular_for_one(n: int, text: str) -> None:
 
 def test_the_result_line_names_the_confirmation_in_both_languages() -> None:
     line = texts.tool_result("sql_modify", "DELETE: 1 行 / 1 row", "K7Q2")
-    assert line == "✔️ [K7Q2] sql_modify 已完成 / done: DELETE: 1 行 / 1 row"
+    assert line == "✔️ [K7Q2] sql_modify 已执行 / done: DELETE: 1 行 / 1 row"
     assert texts.tool_result("sql_query", "x") == "sql_query: x"  # no confirmation, no id
 
 
@@ -71,13 +73,16 @@ def test_an_approval_says_the_call_is_running() -> None:
 
 
 def test_a_superseded_call_says_superseded() -> None:
-    by_feedback = decided(Status.REJECTED, by="alice", reason="查一下别的", feedback=True)
-    by_cancel = decided(Status.CANCELLED, by="alice", reason=texts.SUPERSEDED_REASON)
-    for line in (by_feedback, by_cancel):
-        assert line == (
-            "↪️ [K7Q2] 已被 alice 的新消息取代，sql_modify 未执行 / "
-            "superseded by a new message from alice; sql_modify did not run"
-        )
+    # reject_with_feedback: the person's message is their no, with feedback for the model.
+    assert decided(Status.REJECTED, by="alice", reason="查一下别的", feedback=True) == (
+        "↪️ [K7Q2] 已拒绝：alice 发了新消息，sql_modify 未执行 / "
+        "rejected: superseded by a new message from alice; sql_modify did not run"
+    )
+    # on_other_message = "cancel": superseded, cancelled.
+    assert decided(Status.CANCELLED, by="alice", reason=texts.SUPERSEDED_REASON) == (
+        "↪️ [K7Q2] 已取消：alice 发了新消息，sql_modify 未执行 / "
+        "cancelled: superseded by a new message from alice; sql_modify did not run"
+    )
 
 
 def test_the_reply_hint_addresses_only_those_who_may_decide() -> None:
@@ -106,19 +111,23 @@ def test_cards_show_no_approve_button_to_a_four_eyes_requester() -> None:
     assert texts.APPROVE_BUTTON in card_params(group, now=NOW)["sys_full_json_obj"]
 
 
-def test_the_result_line_of_an_ended_call_reads_from_its_ledger() -> None:
-    approved = confirmation().finished(
-        Status.APPROVED, by="bob", at=NOW + 5, via="text", reason=None
+def test_the_card_says_who_approved_and_how_the_run_ended() -> None:
+    asked = confirmation()
+    assert texts.outcome(at_stage(asked, Stage.DONE)) == (
+        "✔️ [K7Q2] bob 已批准，sql_modify 已执行 / "
+        "approved by bob; sql_modify done: DELETE: 1 行 / 1 row"
     )
-
-    def ended(state: ExecState, result: str | None) -> Confirmation:
-        return replace(approved, execution=replace(approved.execution, state=state, result=result))
-
-    assert texts.execution_line(ended(ExecState.SUCCEEDED, "1 行 / 1 row")) == texts.tool_result(
-        "sql_modify", "1 行 / 1 row", "K7Q2"
+    assert texts.outcome(at_stage(asked, Stage.FAILED)) == (
+        "❌ [K7Q2] bob 已批准，sql_modify 执行失败 / "
+        "approved by bob; sql_modify failed: no such table: orders"
     )
-    assert texts.execution_line(ended(ExecState.FAILED, "boom")) == texts.tool_failed(
-        "sql_modify", "boom"
+    assert texts.outcome(at_stage(asked, Stage.INTERRUPTED)) == (
+        "⚠️ [K7Q2] bob 已批准，sql_modify 已中断：可能已生效也可能未生效，如需重试请重新发起 / "
+        "approved by bob; sql_modify interrupted: it may or may not have taken effect; "
+        "ask again to re-run"
     )
-    assert "interrupted" in (texts.execution_line(ended(ExecState.INTERRUPTED, None)) or "")
-    assert texts.execution_line(ended(ExecState.RUNNING, None)) is None
+    # While it runs, the card says it was approved and runs.
+    approved = at_stage(asked, Stage.APPROVED)
+    running = replace(approved, execution=replace(approved.execution, state=ExecState.RUNNING))
+    assert texts.stage(running) is Stage.APPROVED
+    assert texts.outcome(running) == decided(Status.APPROVED)

@@ -84,8 +84,9 @@ def _chat(serve: ServeProcess, text_: str) -> None:
 
 
 def _lines(serve: ServeProcess) -> list[str]:
+    """The room's lines of text (a card's updates say how the call ended too)."""
     messages = _request(f"{serve.url}/api/chat/{ROOM}/messages")["messages"]
-    return [m["text"] for m in messages]
+    return [m["text"] for m in messages if m["kind"] == "text"]
 
 
 def _pending_id(serve: ServeProcess) -> str:

@@ -94,13 +94,18 @@ def is_result(cid: str) -> Callable[[Frame], bool]:
     return lambda f: f["kind"] == "text" and f["text"].startswith(f"✔️ [{cid}]")
 
 
+def is_done(cid: str) -> Callable[[Frame], bool]:
+    return lambda f: is_update(cid)(f) and f["card"]["stage"] == "done"
+
+
 def cards(frames: list[Frame], cid: str) -> list[tuple[str, str]]:
-    """What a tab was shown of confirmation ``cid``: (kind, status or text) in order."""
+    """What a tab was shown of confirmation ``cid``: (kind, its card's stage or the text),
+    in order."""
     shown = []
     for f in frames:
         c = f.get("confirmation")
         if c is not None and c["id"] == cid:
-            shown.append((f["kind"], c["status"]))
+            shown.append((f["kind"], f["card"]["stage"]))
         elif f["kind"] == "text" and f"[{cid}]" in f["text"]:
             shown.append(("text", f["text"]))
     return shown
@@ -115,7 +120,7 @@ def counted(metrics: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-async def test_a_decision_on_b_shows_on_a_at_once_and_b_s_result_shows_on_a(
+async def test_a_decision_on_b_shows_on_a_at_once_and_b_s_result_shows_on_both(
     replicas: tuple[ServeProcess, ServeProcess],
 ) -> None:
     a, b = replicas
@@ -138,9 +143,10 @@ async def test_a_decision_on_b_shows_on_a_at_once_and_b_s_result_shows_on_a(
         ) as resp:
             assert resp.status == 200, await resp.text()
 
-        # On A, where it was asked: the card's final state, then the call's result.
-        shown_a = [card, *await frames_until(alice, is_result(cid))]
-        # On B, where the room is open too: the card asked on A, its end, the result.
+        # On A, where it was asked: the card approved, then done with B's result on it.
+        shown_a = [card, *await frames_until(alice, is_done(cid))]
+        # On B, which took the approval and ran the call: the card asked on A, approved,
+        # done; and the result line said by the command's resumed turn, here.
         shown_b += await frames_until(bob, is_result(cid))
 
         # A marker that both rooms show, so everything before it has arrived: if any of
@@ -156,15 +162,19 @@ async def test_a_decision_on_b_shows_on_a_at_once_and_b_s_result_shows_on_a(
         shown_a += await frames_until(alice, is_update(marker))
         shown_b += await frames_until(bob, is_update(marker))
 
-        result_a = next(f["text"] for f in shown_a if is_result(cid)(f))
-        assert "1 行 / 1 row" in result_a
-        # The same in both rooms: the card, its final state, the result line; each once.
-        for shown in (shown_a, shown_b):
-            assert cards(shown, cid) == [
-                ("confirmation", "pending"),
-                ("confirmation_update", "approved"),
-                ("text", result_a),
-            ]
+        result_b = next(f["text"] for f in shown_b if is_result(cid)(f))
+        assert "1 行 / 1 row" in result_b
+        # The same card in both rooms, each step once: asked, approved, done with the
+        # result; and on B, where the call ran, the resumed turn's result line.
+        steps = [
+            ("confirmation", "pending"),
+            ("confirmation_update", "approved"),
+            ("confirmation_update", "done"),
+        ]
+        assert cards(shown_a, cid) == steps
+        assert cards(shown_b, cid) == [*steps, ("text", result_b)]
+        done_a = next(f for f in shown_a if is_done(cid)(f))
+        assert "DELETE: 1 行 / 1 row" in done_a["card"]["outcome"]
 
         def is_marker_end(event: Frame) -> bool:
             return event["event"] == "confirmation.resolved" and event["data"]["id"] == marker

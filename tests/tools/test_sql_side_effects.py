@@ -128,7 +128,7 @@ async def test_a_grant_on_one_held_query_does_not_release_the_next(start: Start)
     first = await chat.held(f"SELECT pg_advisory_xact_lock({key})")
     await chat.say("确认 30分钟")  # approve, and don't ask again for 30 minutes
     await chat.channel.wait_text("🔓")
-    await chat.channel.wait_text("sql_query 已完成")
+    await chat.channel.wait_text("sql_query 已执行")
     await wait_status(chat.gw, first.id, Status.APPROVED)
     async with chat.engine.connect() as victim:
         pid = await backend_pid(victim)
@@ -217,7 +217,7 @@ async def test_an_approved_get_lock_does_not_outlive_the_query(start: Start) -> 
     held = await chat.held(f"SELECT GET_LOCK('{name}', 0)")
     assert held.details["functions_not_allowed"] == ["get_lock"]
     await chat.say("确认")
-    await chat.channel.wait_text("sql_query 已完成")
+    await chat.channel.wait_text("sql_query 已执行")
     assert await chat.scalar(f"SELECT IS_FREE_LOCK('{name}')") == 1
 
 

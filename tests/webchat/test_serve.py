@@ -120,7 +120,7 @@ async def test_cli_against_the_daemon(daemon: ServeProcess) -> None:
         timeout=30,
     )
     assert done.returncode == 0, done.stderr
-    assert "cancelled by oncall" in done.stdout
+    assert "rejected by oncall" in done.stdout
 
 
 def test_daemon_stops_cleanly_and_logs_no_errors(tmp_path: Path) -> None:

@@ -34,6 +34,21 @@
     log.scrollTop = log.scrollHeight;
   }
 
+  // A new card shows its top: what it asks, the risk, the rows. Taller than the log (a
+  // phone), scrolling to the bottom showed only its buttons; the person scrolls to those.
+  function showCard(row) {
+    if (row.offsetHeight <= log.clientHeight) {
+      scrollDown();
+      return;
+    }
+    const gap = parseFloat(getComputedStyle(log).paddingTop) || 0;
+    log.scrollTop += row.getBoundingClientRect().top - log.getBoundingClientRect().top - gap;
+  }
+
+  function fold(joined) {
+    $("bar").classList.toggle("joined", joined);
+  }
+
   function fmtTime(seconds) {
     const d = new Date(seconds * 1000);
     return d.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
@@ -82,6 +97,7 @@
 
   function renderCard(c, can, words) {
     let entry = state.cards.get(c.id);
+    const arrived = !entry;
     if (!entry) {
       const node = $("card-template").content.firstElementChild.cloneNode(true);
       entry = { el: node, record: c, can: can || null, words: words };
@@ -100,6 +116,7 @@
     const w = entry.words;
     const node = entry.el;
     node.dataset.status = c.status;
+    node.dataset.stage = w.stage;
     node.querySelector(".card-id").textContent = c.id;
     const risk = node.querySelector(".risk");
     risk.textContent = w.risk;
@@ -112,7 +129,8 @@
       if (field(dl, f.label, value, f.mono)) dl.lastElementChild.classList.add("field-" + f.key);
     }
     updateCardState(entry);
-    scrollDown();
+    if (arrived) showCard(entry.el.parentElement);
+    else scrollDown();
   }
 
   function updateCardState(entry) {
@@ -130,15 +148,16 @@
     hint.hidden = !pending || !((may.approve || {}).allowed || (may.reject || {}).allowed);
     hint.textContent = entry.words.hint;
     if (!pending) {
-      // The header no longer asks: it says what the card was about.
+      // The header no longer asks: it says the stage the call is at, in its word.
       const title = node.querySelector(".card-title");
       if (title) {
-        title.textContent = T.decided_title;
+        title.textContent = entry.words.title || "";
       }
       countdown.hidden = true;
       outcome.hidden = false;
       outcome.textContent = entry.words.outcome || "";
-      outcome.className = "outcome outcome-" + c.status;
+      // Its stage (gateway/texts): approved while it runs, then done, failed or interrupted.
+      outcome.className = "outcome outcome-" + entry.words.stage;
       actions.hidden = true;
       why.hidden = true;
       return;
@@ -273,6 +292,7 @@
           $("user").readOnly = true;
         }
         setConn(true, fmt(T.online, { session: frame.session, user: frame.user }));
+        fold(true);
         $("text").disabled = false;
         $("send").disabled = false;
       } else if (frame.type === "message") {
@@ -307,7 +327,10 @@
       return;
     }
     const changed = session !== state.session || user !== state.user;
-    if (!changed && state.ws && state.ws.readyState <= WebSocket.OPEN) return;
+    if (!changed && state.ws && state.ws.readyState <= WebSocket.OPEN) {
+      fold(state.ws.readyState === WebSocket.OPEN); // unfolded to change nothing
+      return;
+    }
     if (state.ws) {
       const old = state.ws;
       state.ws = null;
@@ -340,6 +363,10 @@
     $("composer").addEventListener("submit", send);
     $("text").addEventListener("keydown", (ev) => {
       if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) send(ev);
+    });
+    $("change").addEventListener("click", () => {
+      fold(false);
+      $("user").focus();
     });
     $("share").addEventListener("click", (ev) => {
       ev.preventDefault();

@@ -10,12 +10,53 @@ const $ = (sel, root = document) => root.querySelector(sel);
 const TEXTS = JSON.parse($("#texts").textContent);
 const line = (key) => TEXTS[key].join(" / ");
 
-function notice(text, bad) {
+// The banner speaks of the call just decided (id) until another notice replaces it, and
+// follows it as the events tell: approved and running, then done, failed or interrupted.
+let noticeId = null;
+// The latest words heard for each call (a fast call can end before the decision's answer).
+const heard = new Map();
+const HEARD_KEPT = 200;
+const BAD_STAGES = ["failed", "interrupted"];
+
+function notice(text, bad, id) {
   const box = $("#notice");
   if (!box) return;
-  box.textContent = text;
-  box.className = bad ? "notice bad" : "notice";
+  noticeId = id || null;
+  const latest = noticeId ? heard.get(noticeId) : null;
+  box.textContent = latest ? latest.outcome : text;
+  box.className = bad || (latest && BAD_STAGES.includes(latest.stage)) ? "notice bad" : "notice";
+  box.dataset.stage = latest ? latest.stage : "";
   box.hidden = false;
+}
+
+// A record's own page, drawn before its event stream opened: read it again if the record
+// changed in between (the events of that moment were not heard).
+async function recheckDetail() {
+  const detail = $(".detail[data-id]");
+  if (!detail) return;
+  const { ok, data } = await send("GET", `/api/confirmations/${encodeURIComponent(detail.dataset.id)}`);
+  const c = ok && data ? data.confirmation : null;
+  const now = c ? `${c.status}/${(c.execution || {}).state}` : null;
+  if (now && now !== detail.dataset.state) window.location.reload();
+}
+
+function follow(event) {
+  let data;
+  try {
+    data = JSON.parse(event.data);
+  } catch (_) {
+    return;
+  }
+  if (!data || !data.id || !data.outcome) return;
+  heard.delete(data.id);
+  heard.set(data.id, { outcome: data.outcome, stage: data.stage });
+  if (heard.size > HEARD_KEPT) heard.delete(heard.keys().next().value);
+  if (data.id === noticeId) notice(data.outcome, false, data.id);
+  // A record's own page shows its stage: read it again when the stage moved on.
+  const detail = $(".detail[data-id]");
+  if (detail && detail.dataset.id === data.id && detail.dataset.stage !== data.stage) {
+    window.location.reload();
+  }
 }
 
 async function send(method, url, body) {
@@ -135,10 +176,14 @@ function connect() {
   source.onopen = () => {
     show(true);
     refreshRecords(); // whatever happened while disconnected
+    recheckDetail();
   };
   source.onerror = () => show(false); // EventSource reconnects by itself
   for (const kind of ["requested", "resolved", "executed"]) {
-    source.addEventListener(`confirmation.${kind}`, refreshRecords);
+    source.addEventListener(`confirmation.${kind}`, (event) => {
+      follow(event);
+      refreshRecords();
+    });
   }
   source.onmessage = refreshRecords;
 }
@@ -154,7 +199,7 @@ async function decide(button, decision) {
   if (reasonBox && reasonBox.value.trim()) body.reason = reasonBox.value.trim();
   for (const b of card ? card.querySelectorAll("button") : [button]) b.disabled = true;
   const { ok, data } = await send("POST", `/api/confirmations/${encodeURIComponent(id)}/decision`, body);
-  notice(data.message || data.error || "", !ok);
+  notice(data.message || data.error || "", !ok, ok ? id : null);
   refreshRecords();
   if (document.querySelector(".detail")) window.location.reload();
 }
@@ -190,7 +235,7 @@ async function approveEdited(button) {
     for (const b of buttons) b.disabled = false;
     return;
   }
-  notice(data.message || data.error || "", !ok);
+  notice(data.message || data.error || "", !ok, ok ? button.dataset.id : null);
   refreshRecords();
   if (document.querySelector(".detail")) window.location.reload();
 }

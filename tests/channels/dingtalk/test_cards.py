@@ -49,7 +49,7 @@ async def test_timeout_while_card_open_updates_card_to_expired(
         assert json.loads(params["sys_full_json_obj"]) == {"msgButtons": []}
         # The chat is told in words too.
         await fake.wait_until(
-            lambda: any("超时" in t for t in webhook_texts(fake)), what="expiry notice"
+            lambda: any("已过期" in t for t in webhook_texts(fake)), what="expiry notice"
         )
         assert 6 in order_ids(settings)
         # A click on the expired card changes nothing and shows the final state.

@@ -159,7 +159,7 @@ async def test_http_mode_sends_text_copies_and_tells_them_the_outcome(
             lambda: len(fake.one_to_one_sends("bob")) == 2, what="the outcome in bob's chat"
         )
         outcome = fake.one_to_one_sends("bob")[1]["msgParam"]["content"]
-        assert outcome.startswith(f"🚫 [{conf.id}] bob 已取消")
+        assert outcome.startswith(f"🚫 [{conf.id}] bob 已拒绝")
 
 
 def _as(staff_id: str) -> dict[str, Any]:

@@ -90,10 +90,12 @@ async def test_group_requester_text_approves_other_member_does_not(
     assert done.decided_by == "alice"
     assert done.decided_via == "text"
     await fake.wait_until(lambda: 4 not in order_ids(settings), what="row 4 deleted")
-    # The decision made elsewhere updates the card for everyone with PUT.
-    [put] = await fake.wait_requests("/v1.0/card/instances", method="PUT")
-    assert put.body["outTrackId"] == f"gwconf-{conf.id}"
-    assert put.body["cardData"]["cardParamMap"]["status"] == "approved"
+    # The decision made elsewhere updates the card for everyone with PUT, and so does the
+    # run's end.
+    put, ended = await fake.wait_requests("/v1.0/card/instances", 2, method="PUT")
+    assert put.body["outTrackId"] == ended.body["outTrackId"] == f"gwconf-{conf.id}"
+    assert put.body["cardData"]["cardParamMap"]["stage"] == "approved"
+    assert ended.body["cardData"]["cardParamMap"]["stage"] == "done"
     assert fake.card(f"gwconf-{conf.id}")["status"] == "approved"  # type: ignore[index]
 
 

@@ -127,7 +127,7 @@ async def test_four_eyes_call_reaches_each_approver_and_one_dm_settles_every_cop
     for message_id in refs.values():
         assert message_id is not None
         await wait_until(
-            lambda m=message_id: "已批准 approved" in card_text(fake.card(m)),
+            lambda m=message_id: "已批准" in card_text(fake.card(m)),
             what=f"card {message_id} patched",
         )
         assert buttons(fake.card(message_id)) == []
@@ -160,12 +160,12 @@ async def test_a_click_in_a_direct_copy_decides_and_patches_the_others(
     reject = click(conf, CAROL, direct[CAROL].message_id, fake.p2p_chat(CAROL), decision="reject")
     ack = await fake.wait_ack(fake.send_frame(reject))
     assert ack.data["toast"]["type"] == "success"
-    assert "已取消 cancelled" in card_text(ack.data["card"]["data"])
+    assert "已拒绝 / rejected" in card_text(ack.data["card"]["data"])
     await wait_status(gateway, conf.id, Status.REJECTED)
     for send in (group, direct[BOB]):
         assert send.message_id is not None
         await wait_until(
-            lambda m=send.message_id: "已取消 cancelled" in card_text(fake.card(m)),
+            lambda m=send.message_id: "已拒绝 / rejected" in card_text(fake.card(m)),
             what="the other copies patched",
         )
     assert 4 in order_ids(settings)
@@ -192,7 +192,7 @@ async def test_critical_call_reaches_approvers_and_expiry_updates_every_copy(
         await wait_status(gw, conf.id, Status.EXPIRED)
         assert bob_copy.message_id is not None
         await wait_until(
-            lambda: "已超时 expired" in card_text(fake.card(bob_copy.message_id)),
+            lambda: "已过期 / expired" in card_text(fake.card(bob_copy.message_id)),
             what="bob's copy shows the expiry",
         )
         assert set(order_ids(settings)) >= {1, 2, 3}
@@ -284,7 +284,7 @@ async def test_a_decision_on_another_replica_patches_every_copy_from_the_stored_
                 for send in (group, bob):
                     assert send.message_id is not None
                     await wait_until(
-                        lambda m=send.message_id: "已批准 approved" in card_text(fake.card(m)),
+                        lambda m=send.message_id: "已批准" in card_text(fake.card(m)),
                         what=f"copy {send.message_id} patched by the other replica",
                     )
                 await wait_until(lambda: 7 not in order_ids(settings), what="row 7 deleted")
@@ -324,7 +324,7 @@ async def test_a_prompt_shown_again_after_a_restart_keeps_every_copy_updatable(
     for message_id in (first.message_id, second.message_id, direct[BOB].message_id):
         assert message_id is not None
         await wait_until(
-            lambda m=message_id: "已批准 approved" in card_text(fake.card(m)),
+            lambda m=message_id: "已批准" in card_text(fake.card(m)),
             what=f"card {message_id} patched",
         )
 

@@ -78,7 +78,7 @@ async def test_p2p_delete_card_click_approves_and_patches_card(
     assert click_ack.data["toast"]["type"] == "success"
     new_card = click_ack.data["card"]["data"]
     assert buttons(new_card) == []
-    assert "已批准 approved" in card_text(new_card)
+    assert "已批准 / approved" in card_text(new_card)
 
     done = await wait_status(gateway, conf.id, Status.APPROVED)
     assert done.decided_by == ALICE
@@ -89,7 +89,7 @@ async def test_p2p_delete_card_click_approves_and_patches_card(
     )
     assert patch.status == 200
     assert buttons(patch.content) == []
-    assert "已批准 approved" in card_text(patch.content)
+    assert "已批准 / approved" in card_text(patch.content)
 
 
 async def test_type_card_frame_is_dispatched_and_acked(
@@ -108,7 +108,7 @@ async def test_type_card_frame_is_dispatched_and_acked(
     )
     ack = await fake.wait_ack(click)
     assert ack.code == 200
-    assert "已取消 cancelled" in card_text(ack.data["card"]["data"])
+    assert "已拒绝 / rejected" in card_text(ack.data["card"]["data"])
     await wait_status(gateway, conf.id, Status.REJECTED)
     assert 2 in order_ids(settings)
 
@@ -155,7 +155,7 @@ async def test_group_requester_text_approves_other_member_decides_nothing(
     patch = await fake.wait_request(
         lambda r: r.op == "patch" and r.message_id == send.message_id, what="card patch"
     )
-    assert "已批准 approved" in card_text(patch.content)
+    assert "已批准 / approved" in card_text(patch.content)
 
 
 async def test_three_unclear_replies_reject_the_call_and_patch_its_card(
@@ -182,7 +182,7 @@ async def test_three_unclear_replies_reject_the_call_and_patch_its_card(
         lambda r: r.op == "patch" and r.message_id == send.message_id, what="card patch"
     )
     assert buttons(patch.content) == []
-    assert "已取消 cancelled" in card_text(patch.content)
+    assert "已拒绝 / rejected" in card_text(patch.content)
     assert 5 in order_ids(settings)
 
 
@@ -255,7 +255,7 @@ async def test_timeout_patches_open_card_to_expired(tmp_path, fake: FakeFeishu) 
             lambda r: r.op == "patch" and r.message_id == send.message_id, what="card patch"
         )
         assert buttons(patch.content) == []
-        assert "已超时 expired" in card_text(patch.content)
+        assert "已过期 / expired" in card_text(patch.content)
         assert 6 in order_ids(settings)
 
 
@@ -292,7 +292,7 @@ async def test_second_click_on_a_decided_card_changes_nothing(
     ack = await fake.wait_ack(second)
     assert ack.data["toast"]["type"] == "info"
     assert "已处理" in ack.data["toast"]["content"]
-    assert "已取消 cancelled" in card_text(ack.data["card"]["data"])
+    assert "已拒绝 / rejected" in card_text(ack.data["card"]["data"])
     assert (await wait_status(gateway, conf.id, Status.REJECTED)).decided_via == "card"
     assert 8 in order_ids(settings)
 

@@ -16,8 +16,10 @@ from channels.feishu.render import (
 )
 from gateway import texts
 from gateway.confirm.model import Confirmation, Risk, Status, ToolCall
+from gateway.texts import Stage
 from gateway.texts import approvers as approver_texts
 from tests.channels.feishu.conftest import buttons, card_text
+from tests.support import at_stage
 
 
 def _conf(**changes: object) -> Confirmation:
@@ -89,19 +91,25 @@ def test_an_approvers_direct_copy_says_who_asks_and_asks_for_the_id() -> None:
 
 
 @pytest.mark.parametrize(
-    ("status", "template", "label"),
+    ("stage", "template"),
     [
-        (Status.APPROVED, "green", "已批准 approved"),
-        (Status.REJECTED, "red", "已取消 cancelled"),
-        (Status.EXPIRED, "grey", "已超时 expired"),
+        (Stage.APPROVED, "wathet"),
+        (Stage.DONE, "green"),
+        (Stage.FAILED, "red"),
+        (Stage.INTERRUPTED, "orange"),
+        (Stage.REJECTED, "red"),
+        (Stage.EXPIRED, "grey"),
+        (Stage.CANCELLED, "grey"),
     ],
 )
-def test_final_cards_have_no_buttons(status: Status, template: str, label: str) -> None:
-    card = confirmation_card(_conf(status=status, decided_by="ou_alice"))
+def test_settled_cards_have_no_buttons_and_say_their_stage(stage: Stage, template: str) -> None:
+    c = at_stage(_conf(), stage, by="ou_alice")
+    card = confirmation_card(c)
     assert buttons(card) == []
     assert card["header"]["template"] == template
-    assert label in card["header"]["title"]["content"]
-    assert json.loads(card_content(_conf(status=status))) is not None
+    assert texts.stage_label(stage) in card["header"]["title"]["content"]
+    assert texts.outcome(c) in card_text(card)
+    assert json.loads(card_content(c)) is not None
 
 
 def test_plain_text_stays_text_markdown_becomes_post() -> None:

@@ -110,7 +110,7 @@ async def test_message_then_card_callback_over_webhook(
     assert status == 200
     assert answer["toast"]["type"] == "success"
     assert buttons(answer["card"]["data"]) == []
-    assert "已批准 approved" in card_text(answer["card"]["data"])
+    assert "已批准 / approved" in card_text(answer["card"]["data"])
     await wait_status(gateway, conf.id, Status.APPROVED)
     await wait_until(lambda: 7 not in order_ids(settings), what="row 7 deleted")
 
