@@ -36,6 +36,20 @@ class ToolPreview:
     # grant covers it (tools/runner.py).
     hold: str | None = None
 
+    def for_record(self, rule: str) -> dict[str, Any]:
+        """What a confirmation keeps of this preview: its details, the rule that asked, and
+        why it is held, so that the policy can be checked again from the record alone."""
+        kept = {**self.details, "policy_rule": rule}
+        if self.hold:
+            kept["hold"] = self.hold
+        return kept
+
+    @classmethod
+    def of_record(cls, summary: str, details: Mapping[str, Any], risk: Risk) -> ToolPreview:
+        """The preview a confirmation kept (``for_record``), as the policy reads it."""
+        hold = details.get("hold")
+        return cls(summary=summary, details=details, risk=risk, hold=str(hold) if hold else None)
+
 
 class ToolFailedError(Exception):
     """A tool's failure in one sentence for people (from gateway/texts); ``detail`` is the

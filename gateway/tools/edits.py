@@ -160,8 +160,7 @@ class CallEditor:
             tool_call=ToolCall(name=call.name, args=dict(arguments), call_id=call.call_id),
             summary=preview.summary,
             details={
-                **preview.details,
-                "policy_rule": decision.rule,
+                **preview.for_record(decision.rule),
                 "edited": {
                     "by": actor,
                     "via": via,

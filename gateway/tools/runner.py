@@ -25,7 +25,7 @@ from gateway.confirm.service import ConfirmationService
 from gateway.logs import RateLimitedLine
 from gateway.storage.confirmations import PendingLimitReached, StoreUnavailableError
 from gateway.storage.grants import MemoryGrantStore
-from gateway.tools.base import ToolArgumentsError, ToolRegistry, failure
+from gateway.tools.base import ToolArgumentsError, ToolPreview, ToolRegistry, failure
 from gateway.tools.executor import Executor, Ran
 from gateway.tools.policy import Policy, PolicyDecision
 
@@ -200,7 +200,7 @@ class ToolRunner:
                     tool_call=call,
                     summary=preview.summary,
                     # Which rule asked, for the admin API and cards; the person sees why.
-                    details={**preview.details, "policy_rule": decision.rule},
+                    details=preview.for_record(decision.rule),
                     risk=decision.risk,
                     approvers=turn.approvers,
                     four_eyes=decision.four_eyes,
@@ -277,8 +277,12 @@ class ToolRunner:
             except ToolArgumentsError as exc:
                 refused = str(exc)
             else:
-                preview = await tool.preview(args)
-                decision = self.policy.evaluate(tool, args.model_dump(), preview)
+                # From what the record kept, not a new preview: no database trip between
+                # the decision and the run (issue 24 checks the approved effect).
+                kept = ToolPreview.of_record(
+                    confirmation.summary, confirmation.details, confirmation.risk
+                )
+                decision = self.policy.evaluate(tool, args.model_dump(), kept)
                 if decision.level in ("deny", "manual"):
                     refused = texts.tool_denied(call.name, decision.rule)
         if refused is not None:

@@ -72,8 +72,8 @@ async def test_a_s_pages_show_what_b_asked_and_decided_as_it_happens(
     row = admin.locator(f'#history-list .row[data-id="{asked_on_b}"]')
     await expect(row).to_have_attribute("data-status", "rejected")
 
-    # Asked in Alice's room on A, approved on B: her card turns approved, then done, and
-    # the result line follows, without a reload; A's admin page shows it decided.
+    # Asked in Alice's room on A, approved on B: her card turns approved, then done with
+    # the result, without a reload; A's admin page shows it decided.
     alice = await open_room(browser, url_a, "ops", "alice", page_errors)
     await alice.locator("#text").fill("/sql DELETE FROM orders WHERE id = 3")
     await alice.locator("#text").press("Enter")
@@ -86,7 +86,8 @@ async def test_a_s_pages_show_what_b_asked_and_decided_as_it_happens(
     await expect(chat_card).to_have_attribute("data-status", "approved")
     await expect(chat_card).to_have_attribute("data-stage", "done")
     await expect(chat_card.locator(".outcome")).to_contain_text("oncall 已批准，sql_modify 已执行")
-    await expect(alice.locator(".msg.bot .bubble").last).to_contain_text("1 行 / 1 row")
+    # The result is on her card: B, which took the approval, ran the call and said it.
+    await expect(chat_card.locator(".outcome")).to_contain_text("DELETE: 1 行 / 1 row")
     await expect(admin.locator("#pending-list .card")).to_have_count(0)
     await expect(admin.locator(f'#history-list .row[data-id="{cid}"]')).to_have_attribute(
         "data-status", "approved"
