@@ -21,7 +21,7 @@ from config.settings import DEFAULT_KEYWORDS_FILE
 from gateway import texts
 from gateway.app import Gateway
 from gateway.confirm.replies import ReplyParser
-from tests.admin.test_page import CJK
+from tests.admin.test_page import CJK, CSRF, login
 from tests.webchat.support import base_url, make_settings, running_gateway
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -144,6 +144,20 @@ async def test_a_question_the_tester_cannot_answer_says_what_to_change(
     api_status, answer = await ask_api(admin, api, body)
     assert api_status == status
     assert toggled_json(page) == answer
+
+
+async def test_the_page_testers_are_admin_routes_guarded_like_every_change(
+    gateway: Gateway, anonymous: aiohttp.ClientSession
+) -> None:
+    for tester in ("reply", "policy"):
+        async with anonymous.post(f"/admin/tester/{tester}", json={"text": "ok"}) as resp:
+            assert resp.status == 401
+    async with await login(gateway) as http:
+        async with http.post("/admin/tester/reply", json={"text": "ok"}) as resp:
+            assert resp.status == 403  # the cookie alone: no CSRF header
+        async with http.post("/admin/tester/reply", json={"text": "ok"}, headers=CSRF) as resp:
+            assert resp.status == 200
+            assert 'data-verdict="confirm"' in await resp.text()
 
 
 def test_every_reason_the_reply_parser_gives_has_words_in_both_languages() -> None:

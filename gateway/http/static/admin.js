@@ -1,5 +1,6 @@
 // The admin page's script: live updates over /api/events, and the buttons and forms.
-// The server renders every part (GET /admin/part/NAME); this only fetches and swaps them.
+// The server renders every part (GET /admin/part/NAME) and the testers' readings (POST
+// /admin/tester/NAME); this only fetches and swaps them.
 "use strict";
 
 // Sent with every change: the server refuses cookie-authenticated changes without it (CSRF).
