@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 import time
+import unicodedata
 import urllib.parse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -115,14 +116,34 @@ def _fmt_time(ts: float | None) -> str:
 
 
 def _line(c: dict[str, Any]) -> str:
+    """One record a line; its stage in the words its cards use (``已执行 / done``)."""
+    from gateway import texts
+
     left = ""
     if c["status"] == "pending":
         left = f"  {max(0, int(c['expires_at'] - time.time()))}s left"
     who = f" by {c['decided_by']} via {c['decided_via']}" if c.get("decided_by") else ""
+    widest = max(_width(texts.stage_label(at)) for at in texts.Stage)
     return (
-        f"{c['id']:<6} {c['status']:<9} {c['risk']:<8} {c['session_key']:<24} "
-        f"{c['summary']}{who}{left}"
+        f"{c['id']:<6} {_padded(_stage_label(c), widest)} {c['risk']:<8} "
+        f"{c['session_key']:<24} {c['summary']}{who}{left}"
     )
+
+
+def _stage_label(c: dict[str, Any]) -> str:
+    from gateway import texts
+    from gateway.confirm.model import Confirmation
+
+    return texts.stage_label(texts.stage(Confirmation.from_dict(c)))
+
+
+def _width(text: str) -> int:
+    """Columns ``text`` takes in a terminal: a Chinese character takes two."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def _padded(text: str, width: int) -> str:
+    return text + " " * max(0, width - _width(text))
 
 
 def _details(c: dict[str, Any]) -> str:

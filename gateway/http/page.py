@@ -1,5 +1,6 @@
 """The ``/admin`` page: login, the page and the parts its script re-reads, and the two
-testers (reply words, policy) as JSON routes. The page and its parts are rendered from
+testers (reply words, policy): JSON routes for scripts, and for the page their answer as a
+reading with the JSON beside it (``reading.html``). The page and its parts are rendered from
 the Jinja2 templates in gateway/http/templates/ with autoescape on, one renderer for both,
 so a refresh looks like a load; their words are ``texts.ADMIN_LABELS``.
 
@@ -72,6 +73,10 @@ PAGE_HEADERS = {
 HISTORY_LIMIT = 100
 MAX_TOKEN_FIELD = 1024
 PARTS = ("pending", "history", "grants", "health", "keywords")
+# The policy tester's first question: a call the policy decides (the demo's orders table).
+# A DELETE given to the first tool listed, sql_query, was refused before the policy.
+POLICY_PRESET_TOOL = "sql_modify"
+POLICY_PRESET_ARGS = {"sql": "DELETE FROM orders WHERE id = 3"}
 
 
 def clock(at: float | None) -> str:
@@ -146,6 +151,8 @@ class AdminPage:
         app.router.add_get("/admin/part/{name}", self.part)
         app.router.add_get("/admin/confirmations/{id}", self.detail)
         app.router.add_get("/admin/static/{name}", self.static)
+        app.router.add_post("/admin/tester/reply", self.reply_reading)
+        app.router.add_post("/admin/tester/policy", self.policy_reading)
         serve(app, (
             Route("post", "/api/replies/test", self.test_reply,
                   "how a chat reply would be read with the keywords in force",
@@ -173,7 +180,8 @@ class AdminPage:
     ) -> web.Response:
         known_as = identity_of(request).user(request)
         context = {"error": error, "token": self._token is not None, "known_as": known_as}
-        return _html(request, "login.html", {**context, "actor": None, "logout": False}, status)
+        context |= {"actor": None, "logout": False, "no_token": self._token is None}
+        return _html(request, "login.html", context, status)
 
     async def login(self, request: web.Request) -> web.Response:
         """Token (when one is set) and name -> a session. Wrong tokens are limited per
@@ -223,7 +231,15 @@ class AdminPage:
     async def page(self, request: web.Request) -> web.Response:
         query = {k: v for k, v in request.query.items() if isinstance(v, str)}
         parts = await self._parts(request, PARTS)
-        return _html(request, "admin.html", {**parts, "query": query, "tools": self.registry.names})
+        names = self.registry.names
+        preset = POLICY_PRESET_TOOL if POLICY_PRESET_TOOL in names else None
+        context = {
+            "query": query,
+            "tools": names,
+            "preset_tool": preset,
+            "preset_args": as_json(POLICY_PRESET_ARGS if preset else {}, indent=None),
+        }
+        return _html(request, "admin.html", {**parts, **context})
 
     async def part(self, request: web.Request) -> web.Response:
         """One part of the page, re-read by the script when an event says it changed."""
@@ -237,6 +253,7 @@ class AdminPage:
         context: dict[str, Any] = {
             "actor": self.actor(request) or "",
             "logout": admin_person(request) is not None,
+            "no_token": self._token is None,
             "now": self.clock(),
         }
         if "pending" in names:
@@ -292,20 +309,70 @@ class AdminPage:
 
     async def test_reply(self, request: web.Request) -> web.Response:
         """How the gateway would read ``text`` as a reply to a prompt, with today's words."""
-        body = await read_body(request, ReplyTestBody)
-        parsed = self.confirmations.parser.parse(body.text)
-        return json_response(TypeAdapter(ParsedReply).dump_python(parsed, mode="json"))
+        return json_response(_dumped(await self._read_reply(request)))
 
     async def test_policy(self, request: web.Request) -> web.Response:
         """What ``gateway policy test`` prints, as JSON: nothing runs."""
+        return json_response((await self._explain(request)).to_dict())
+
+    async def reply_reading(self, request: web.Request) -> web.Response:
+        """The reply tester's answer on the page: a reading, the JSON behind a toggle."""
+        try:
+            parsed = await self._read_reply(request)
+        except ApiError as exc:
+            return _refusal(request, exc)
+        lines = texts.reply_reading(parsed)
+        return _reading(request, parsed.intent.value, lines, _dumped(parsed))
+
+    async def policy_reading(self, request: web.Request) -> web.Response:
+        """The policy tester's answer on the page: a reading, the JSON behind a toggle."""
+        try:
+            report = await self._explain(request)
+        except ApiError as exc:
+            return _refusal(request, exc)
+        verdict = "refused" if report.refused else report.level
+        return _reading(request, verdict, texts.policy_reading(report), report.to_dict())
+
+    async def _read_reply(self, request: web.Request) -> ParsedReply:
+        body = await read_body(request, ReplyTestBody)
+        return self.confirmations.parser.parse(body.text)
+
+    async def _explain(self, request: web.Request) -> PolicyReport:
         body = await read_body(request, PolicyTestBody)
         try:
-            report = await explain(self.registry, self.policy, body.tool, body.args)
+            return await explain(self.registry, self.policy, body.tool, body.args)
         except UnknownToolError as exc:
             raise ApiError(404, str(exc), field="tool") from exc
         except ToolArgumentsError as exc:
             raise ApiError(422, str(exc), field="args") from exc
-        return json_response(report.to_dict())
+
+
+def _reading(
+    request: web.Request,
+    verdict: str,
+    lines: list[str],
+    answer: Mapping[str, Any],
+    status: int = 200,
+) -> web.Response:
+    """A tester's answer as the page shows it: the reading, and the JSON behind a toggle."""
+    context = {"verdict": verdict, "lines": lines, "answer": answer}
+    return _html(request, "reading.html", context, status)
+
+
+def _refusal(request: web.Request, exc: ApiError) -> web.Response:
+    """A question the tester cannot answer: what to change, and the JSON error the API
+    gives for it."""
+    log.info("http.client_error", path=request.path, status=exc.status, error=exc.message)
+    answer = {"error": exc.message} | ({"field": exc.field} if exc.field else {})
+    return _reading(
+        request, "error", [texts.tester_error(exc.message, exc.field)], answer, exc.status
+    )
+
+
+def _dumped(parsed: ParsedReply) -> dict[str, Any]:
+    """A reply's reading as the JSON API gives it."""
+    dumped: dict[str, Any] = TypeAdapter(ParsedReply).dump_python(parsed, mode="json")
+    return dumped
 
 
 def _field(form: Mapping[str, object], name: str, longest: int) -> str:

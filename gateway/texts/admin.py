@@ -1,4 +1,5 @@
-"""What the /admin page shows: its labels, as (Chinese, English) pairs.
+"""What the /admin page shows: its labels, as (Chinese, English) pairs, and the readings
+its reply and policy testers answer with (``reply_reading``, ``policy_reading``).
 
 The page's templates (gateway/http/templates/) show a label as 中文 with the English
 beside it, set apart (``bi``), or as one plain string in an attribute (``plain``), both
@@ -7,7 +8,22 @@ from gateway/texts/labels.py; ``{name}`` fields are filled there.
 
 from __future__ import annotations
 
-from gateway.texts.confirm import RISK_WORDS, STAGE_WORDS
+from typing import TYPE_CHECKING
+
+from gateway.confirm.model import Risk
+from gateway.texts.confirm import (
+    FIELD_FOUR_EYES,
+    FIELD_REASON,
+    FIELD_RISK,
+    FIELD_RULE,
+    RISK_LABELS,
+    RISK_WORDS,
+    STAGE_WORDS,
+)
+
+if TYPE_CHECKING:
+    from gateway.confirm.replies import ParsedReply
+    from gateway.tools.policy_check import PolicyReport
 
 ADMIN_LABELS: dict[str, tuple[str, str]] = {
     # the bar and the login
@@ -15,6 +31,11 @@ ADMIN_LABELS: dict[str, tuple[str, str]] = {
     "acting_as": ("操作人", "acting as"),
     "log_in_to_decide": ("登录后才能决定", "log in to decide"),
     "log_out": ("退出", "Log out"),
+    "no_token": (
+        "未设置管理令牌：本机上任何人都能打开此页并做决定",
+        "No admin token is set: anyone on this machine can open this page and decide",
+    ),
+    "set_token": ("设置令牌", "set one in"),
     "offline": ("未连接", "offline"),
     "live": ("实时", "live"),
     "bad_json": ("参数不是合法 JSON", "the arguments are not valid JSON"),
@@ -78,6 +99,7 @@ ADMIN_LABELS: dict[str, tuple[str, str]] = {
     "reply_example": ("确认 K7Q2", "ok K7Q2"),
     "reply_question": ("这句回复会怎样理解？", "How would this reply be read?"),
     "test": ("测试", "Test"),
+    "raw_json": ("原始 JSON", "the raw JSON answer"),
     # one record
     "no_events": ("没有审计记录。", "No audit events."),
     "risk": ("风险", "risk"),
@@ -122,3 +144,106 @@ def admin_line(key: str, **fields: object) -> str:
     """One label as a line of text (an error message): ``中文 / English``."""
     zh, en = ADMIN_LABELS[key]
     return f"{zh.format(**fields)} / {en.format(**fields)}"
+
+
+# ---- The testers' readings: what the reply and policy testers answer, as sentences ----
+
+# A reply's reading, by its intent: what the gateway does with it (Chinese, English);
+# ``{target}`` is the id the reply names, else the one pending call.
+REPLY_INTENTS: dict[str, tuple[str, str]] = {
+    "confirm": ("确认：批准{target}", "confirm: approves {target}"),
+    "cancel": ("取消：拒绝{target}", "cancel: rejects {target}"),
+    "unclear": ("不明确：网关会再问一次", "unclear: the gateway asks again"),
+    "none": ("不是决定：按普通消息处理", "not a decision: handled as an ordinary message"),
+}
+REPLY_TARGET = ("待确认的调用", "the pending call")
+# Why the reply parser read it so (gateway/confirm/replies.py's ``why``, up to a colon).
+REPLY_WHY: dict[str, tuple[str, str]] = {
+    "clean decision": ("明确的决定", "a clean decision"),
+    "cancel with a reason": ("取消并附原因", "cancel with a reason"),
+    "empty": ("空消息", "an empty message"),
+    "no decision words": ("没有确认词或取消词", "no confirm or cancel word"),
+    "an id without 确认 or 取消": (
+        "只有编号，没有确认词或取消词",
+        "an id without confirm or cancel",
+    ),
+    "more than one id": ("不止一个编号", "more than one id"),
+    "a question": ("是个问句", "a question"),
+    "both confirm and cancel words": ("确认词和取消词都有", "both confirm and cancel words"),
+    "other words besides the decision": ("决定之外还有别的词", "other words besides the decision"),
+    "a request to confirm, not a confirm": (
+        "是请人确认，不是确认",
+        "a request to confirm, not one",
+    ),
+    "a duration after 取消": ("取消后面跟了时长", "a duration after cancel"),
+}
+FIELD_WHY = "为何 Why"
+FIELD_MATCHED = "匹配的词 Matched"
+FIELD_CALL = "调用 Call"
+FIELD_MATCHED_RULES = "匹配的规则 Matching rules"
+NO_RULE = "无 none"
+# A policy level in words: what happens to a call at that level (Chinese, English).
+LEVEL_WORDS: dict[str, tuple[str, str]] = {
+    "auto": ("自动执行，不询问", "auto: runs without asking"),
+    "notify": ("执行并告知聊天", "notify: runs, and the chat is told"),
+    "confirm": ("需确认：有人批准后才执行", "confirm: runs only after a person approves"),
+    "manual": ("仅展示：显示会执行什么，从不执行", "manual: shown, never run"),
+    "deny": ("禁止：从不执行", "deny: never runs"),
+}
+YES_NO = {True: "是 yes", False: "否 no"}
+
+
+def reply_reading(parsed: ParsedReply) -> list[str]:
+    """How a reply would be read, as lines: the verdict (Chinese, then English), then why
+    and the words matched. The person's own words (a reason) follow the sentence."""
+    cid = parsed.confirmation_id
+    target_zh, target_en = (f" {cid}", cid) if cid else REPLY_TARGET
+    zh, en = REPLY_INTENTS[parsed.intent.value]
+    zh, en = zh.format(target=target_zh), en.format(target=target_en)
+    if parsed.grant_minutes is not None:
+        n = parsed.grant_minutes
+        zh += f"，{n} 分钟内同类调用免确认"
+        en += f", and skips asking for {n} min"
+    lines = [f"{zh} / {en}" + (f" · {FIELD_REASON}: {parsed.reason}" if parsed.reason else "")]
+    key, _, tail = parsed.why.partition(": ")
+    if key in REPLY_WHY:
+        why_zh, why_en = REPLY_WHY[key]
+        detail = f"：{tail}" if tail else ""
+        lines.append(f"{FIELD_WHY}: {why_zh}{detail} / {why_en}{detail.replace('：', ': ')}")
+    elif parsed.why:
+        lines.append(f"{FIELD_WHY}: {parsed.why}")
+    if parsed.matched:
+        lines.append(f"{FIELD_MATCHED}: {' '.join(parsed.matched)}")
+    return lines
+
+
+def policy_reading(report: PolicyReport) -> list[str]:
+    """What the policy says of a call, as lines: the level in words, the call, the rule
+    that set the level, the risk (and the rule that set it), four-eyes and the rules that
+    match. A call the tool refuses before the policy says what the tool found wrong."""
+    if report.refused:
+        return [
+            f"⛔ {report.tool} 不接受此调用，未经策略判断 / {report.tool} does not accept "
+            f"this call; the policy was not asked · {FIELD_REASON}: {report.refused}"
+        ]
+    zh, en = LEVEL_WORDS.get(report.level, (report.level, report.level))
+    risk = f"{FIELD_RISK}: {RISK_LABELS[Risk(report.risk)]}"
+    if report.risk_rule:
+        risk += f"（来自 set by {report.risk_rule}）"
+    return [
+        f"{report.tool}: {zh} / {en}",
+        f"{FIELD_CALL}: {report.summary}",
+        f"{FIELD_RULE}: {report.rule}",
+        risk,
+        f"{FIELD_FOUR_EYES}: {YES_NO[report.four_eyes]}",
+        f"{FIELD_MATCHED_RULES}: {', '.join(report.matched) if report.matched else NO_RULE}",
+    ]
+
+
+def tester_error(message: str, field: str | None) -> str:
+    """A tester's question it could not answer (a bad body, no such tool, arguments the
+    tool refuses): what to change."""
+    where = f" · {field}" if field else ""
+    return (
+        f"⛔ 无法测试，请修改后再试 / cannot test this; change it and try again{where}: {message}"
+    )

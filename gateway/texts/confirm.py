@@ -111,7 +111,8 @@ PENDING_LIMIT_TOTAL = (
 )
 SUPERSEDED_REASON = "收到新消息，已取消 / superseded by a new message"
 TOO_MANY_UNCLEAR = "多次回复不明确 / too many unclear replies"
-TIMEOUT_REASON = "超时未确认 / no decision before the timeout"
+# An expiry's reason names its outcome in the one word for it (STAGE_WORDS: 已过期 / expired).
+TIMEOUT_REASON = "到期无人决定，已过期 / expired: no decision before the deadline"
 RESTART_REASON = "网关重启时已过期 / expired while the gateway was down"
 ERROR_REASON = "内部错误 / internal error: {error}"
 UNSURE_CREATE_REASON = (

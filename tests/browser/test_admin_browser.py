@@ -10,6 +10,7 @@ test-artifacts/.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -175,16 +176,78 @@ async def test_reject_with_a_reason_keywords_and_testers(
     assert "搞定" in gateway.keywords.words.confirm
     await page.locator('#reply-test input[name="text"]').fill("搞定")
     await page.locator("#reply-test button").click()
-    await expect(page.locator("#reply-result")).to_contain_text('"intent": "confirm"')
+    await expect(page.locator("#reply-result .reading")).to_have_attribute(
+        "data-verdict", "confirm"
+    )
     await page.locator('.remove-word[data-word="搞定"]').click()
     await expect(page.locator('.words[data-list="confirm"] .word', has_text="搞定")).to_have_count(
         0
     )
+    await page.context.close()
 
-    await page.locator('#policy-test select[name="tool"]').select_option("sql_modify")
+
+async def test_the_testers_show_a_reading_and_keep_the_json_behind_a_toggle(
+    gateway: Gateway, browser: Browser, page_errors: list[str]
+) -> None:
+    """Issue 26: the reply and policy testers printed raw JSON, and the policy tester's
+    preset came back refused with every field empty. Now each answers with a sentence in
+    Chinese and English; the JSON the API gives is one click away."""
+    url = base_url(gateway)
+    page = await open_admin(browser, url, page_errors)
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+
+    async def api(path: str, body: dict[str, object]) -> object:
+        async with (
+            aiohttp.ClientSession(base_url=url, headers=headers) as http,
+            http.post(path, json=body) as resp,
+        ):
+            return await resp.json()
+
+    reply = page.locator("#reply-result")
+    await page.locator('#reply-test input[name="text"]').fill("确认 K7Q2 30分钟")
+    await page.locator("#reply-test button").click()
+    await expect(reply.locator(".verdict")).to_have_text(
+        "确认：批准 K7Q2，30 分钟内同类调用免确认 / confirm: approves K7Q2, and skips asking "
+        "for 30 min"
+    )
+    await expect(reply.locator(".reading")).to_contain_text(
+        "为何 Why: 明确的决定 / a clean decision"
+    )
+    raw = reply.locator("details.raw pre")
+    await expect(raw).to_be_hidden()  # behind the toggle until asked for
+    await reply.locator("details.raw summary").click()
+    await expect(raw).to_be_visible()
+    answer = await api("/api/replies/test", {"text": "确认 K7Q2 30分钟"})
+    assert json.loads(await raw.text_content() or "") == answer
+
+    # The policy tester's preset, as the page opens: a call the policy decides.
+    policy = page.locator("#policy-result")
     await page.locator("#policy-test button").click()
-    await expect(page.locator("#policy-result")).to_contain_text('"level": "confirm"')
-    await page.screenshot(path=str(ARTIFACTS / "admin-360-testers.png"), full_page=True)
+    await expect(policy.locator(".verdict")).to_have_text(
+        "sql_modify: 需确认：有人批准后才执行 / confirm: runs only after a person approves"
+    )
+    shown = policy.locator(".reading")
+    await expect(shown).to_contain_text("规则 Rule: ")
+    await expect(shown).to_contain_text("风险 Risk: ")
+    await expect(shown).to_contain_text("双人审批 Four-eyes: 否 no")
+    await policy.locator("details.raw summary").click()
+    preset = {"tool": "sql_modify", "args": {"sql": "DELETE FROM orders WHERE id = 3"}}
+    answer = await api("/api/policy/test", preset)
+    assert isinstance(answer, dict) and answer["refused"] is None
+    assert json.loads(await policy.locator("details.raw pre").text_content() or "") == answer
+    width = await page.evaluate(WIDEST)
+    assert width[0] <= 360, width
+    ARTIFACTS.mkdir(exist_ok=True)
+    await page.locator("#policy").screenshot(path=str(ARTIFACTS / "admin-360-testers.png"))
+
+    # A call the tool itself refuses names what is wrong; arguments that are not JSON too.
+    await page.locator('#policy-test select[name="tool"]').select_option("sql_query")
+    await page.locator("#policy-test button").click()
+    await expect(policy.locator(".reading")).to_have_attribute("data-verdict", "refused")
+    await expect(policy.locator(".verdict")).to_contain_text("sql_query is read-only")
+    await page.locator('#policy-test textarea[name="args"]').fill("{not json")
+    await page.locator("#policy-test button").click()
+    await expect(policy).to_contain_text("参数不是合法 JSON / the arguments are not valid JSON")
     await page.context.close()
 
 

@@ -17,13 +17,14 @@ from aiohttp import web
 from channels.dingtalk.cards import card_params
 from channels.feishu.render import confirmation_card
 from gateway import texts
-from gateway.cli.admin import _details
+from gateway.cli.admin import _details, _line
 from gateway.confirm.events import ConfirmationEvent
 from gateway.confirm.model import Confirmation, Risk, Status, ToolCall
 from gateway.http.admin import event_payload
 from gateway.http.page import setup_templates
 from gateway.texts import Stage
-from tests.support import at_stage
+from tests.core.harness import Harness
+from tests.support import ShiftedClock, at_stage, pass_deadline
 
 NOW = time.time()
 TEMPLATES = setup_templates(web.Application())
@@ -52,7 +53,7 @@ def _admin_row(c: Confirmation) -> str:
 
 def _admin_record(c: Confirmation) -> str:
     return TEMPLATES.get_template("detail.html").render(
-        c=c, events=[], actor="", logout=False, now=NOW
+        c=c, events=[], actor="", logout=False, no_token=False, now=NOW
     )
 
 
@@ -68,9 +69,10 @@ SETTLED: dict[str, Surface] = {
     "admin history chip": _admin_row,
     "admin record page": _admin_record,
     "cli show": lambda c: _details(c.to_dict()),
+    "cli list": lambda c: _line(c.to_dict()),
 }
 # ...and those that name a pending one too.
-ANY = ("dingtalk card words", "admin history chip", "admin record page", "cli show")
+ANY = ("dingtalk card words", "admin history chip", "admin record page", "cli show", "cli list")
 
 CASES = [(stage, name) for stage in Stage if stage is not Stage.PENDING for name in SETTLED]
 CASES += [(Stage.PENDING, name) for name in ANY]
@@ -125,3 +127,42 @@ def test_no_bilingual_sentence_sits_inside_another() -> None:
     refused = texts.grant_refused(texts.GRANT_NOT_CRITICAL)
     assert refused.endswith(f"no grant: {texts.GRANT_NOT_CRITICAL}")
     assert refused.count(" / ") == 1 + texts.GRANT_NOT_CRITICAL.count(" / ")
+
+
+async def test_a_call_that_expires_reads_expired_on_every_surface_with_its_reason() -> None:
+    """The stored reason of an expiry said "超时未确认" while its stage said 已过期 / expired:
+    two words for one outcome on the record page and in ``confirmations show``. The reason
+    now names the outcome in its word; taken here through the real deadline."""
+    clock = ShiftedClock()
+    h = Harness(clock=clock)
+    task, asked = await h.ask()
+    await pass_deadline(h.service, clock, asked.id)
+    expired = await task
+    assert expired.status is Status.EXPIRED and expired.reason is not None
+    zh, en = texts.STAGE_WORDS[Stage.EXPIRED]
+    assert zh in expired.reason and en in expired.reason, expired.reason
+    for name, surface in SETTLED.items():
+        shown = surface(expired)
+        assert zh in shown and en in shown, (name, shown)
+        assert "超时" not in shown, (name, shown)
+        for rival in RIVALS[Stage.EXPIRED]:
+            assert not any(word in shown for word in texts.STAGE_WORDS[rival]), (name, shown)
+
+
+@pytest.mark.parametrize(
+    ("reason", "ends_as"),
+    [
+        (texts.TIMEOUT_REASON, Stage.EXPIRED),
+        (texts.RESTART_REASON, Stage.EXPIRED),
+        (texts.SHUTDOWN_REASON, Stage.CANCELLED),
+        (texts.SUPERSEDED_REASON, Stage.CANCELLED),
+        (texts.UNSURE_CREATE_REASON, Stage.CANCELLED),
+        (texts.TOO_MANY_UNCLEAR, Stage.REJECTED),
+    ],
+)
+def test_the_gateways_own_reasons_never_use_another_outcomes_word(
+    reason: str, ends_as: Stage
+) -> None:
+    for rival in RIVALS[ends_as]:
+        for word in texts.STAGE_WORDS[rival]:
+            assert word not in reason, (rival, reason)

@@ -1,5 +1,6 @@
 // The admin page's script: live updates over /api/events, and the buttons and forms.
-// The server renders every part (GET /admin/part/NAME); this only fetches and swaps them.
+// The server renders every part (GET /admin/part/NAME) and the testers' readings (POST
+// /admin/tester/NAME); this only fetches and swaps them.
 "use strict";
 
 // Sent with every change: the server refuses cookie-authenticated changes without it (CSRF).
@@ -264,9 +265,32 @@ async function changeWord(list, word, add) {
   await refresh("keywords", "#keywords-lists");
 }
 
-function showResult(target, data) {
+// A tester's answer, read by the server (a reading, the JSON behind a toggle), shown as sent.
+async function showReading(url, body, target) {
   const box = $(target);
-  box.textContent = JSON.stringify(data, null, 2);
+  if (!box) return;
+  const resp = await fetch(url, {
+    method: "POST",
+    headers: HEADERS,
+    body: JSON.stringify(body),
+    credentials: "same-origin",
+  });
+  if (resp.status === 401) {
+    window.location.assign("/admin/login");
+    return;
+  }
+  const text = await resp.text();
+  if ((resp.headers.get("Content-Type") || "").startsWith("text/html")) {
+    box.innerHTML = text; // server-rendered and escaped
+  } else {
+    box.textContent = text || `HTTP ${resp.status}`; // an error from before the tester
+  }
+  box.hidden = false;
+}
+
+function showProblem(target, text) {
+  const box = $(target);
+  box.textContent = text;
   box.hidden = false;
 }
 
@@ -305,21 +329,23 @@ onSubmit("add-word", async (data, form) => {
   form.reset();
 });
 
-onSubmit("reply-test", async (data) => {
-  const { data: answer } = await send("POST", "/api/replies/test", { text: String(data.get("text")) });
-  showResult("#reply-result", answer);
-});
+onSubmit("reply-test", (data) =>
+  showReading("/admin/tester/reply", { text: String(data.get("text")) }, "#reply-result"),
+);
 
 onSubmit("policy-test", async (data) => {
   let args;
   try {
     args = JSON.parse(String(data.get("args") || "{}"));
   } catch (exc) {
-    showResult("#policy-result", { error: `arguments are not JSON: ${exc.message}` });
+    showProblem("#policy-result", `${line("bad_json")}: ${exc.message}`);
     return;
   }
-  const { data: answer } = await send("POST", "/api/policy/test", { tool: String(data.get("tool")), args });
-  showResult("#policy-result", answer);
+  if (args === null || typeof args !== "object" || Array.isArray(args)) {
+    showProblem("#policy-result", line("not_an_object"));
+    return;
+  }
+  await showReading("/admin/tester/policy", { tool: String(data.get("tool")), args }, "#policy-result");
 });
 
 if (!$(".login")) connect(); // the login form has nothing live to show
