@@ -217,16 +217,7 @@ class ReplyIntercept:
         self._unclear[target.id] = count
         left = self._service.settings.max_unclear_replies - count
         if left <= 0:
-            await self._service.answer(
-                Answer(
-                    confirmation_id=target.id,
-                    decision=Decision.REJECT,
-                    actor=msg.sender_id,
-                    via="text",
-                    reason=texts.TOO_MANY_UNCLEAR,
-                ),
-                record=target,
-            )
+            await self._reject(target, msg, reason=texts.TOO_MANY_UNCLEAR)
             return
         await self._reply_to(msg, texts.unclear(target, left))
 
@@ -252,15 +243,21 @@ class ReplyIntercept:
             # on) leaves the message to the queue, as a new message.
             if not c.continues_a_model_turn:
                 consumed = False
-            await self._service.answer(
-                Answer(
-                    confirmation_id=c.id,
-                    decision=Decision.REJECT,
-                    actor=msg.sender_id,
-                    via="text",
-                    reason=msg.text,
-                    feedback=True,
-                ),
-                record=c,
-            )
+            await self._reject(c, msg, reason=msg.text, feedback=True)
         return consumed
+
+    async def _reject(
+        self, c: Confirmation, msg: InboundMessage, *, reason: str, feedback: bool = False
+    ) -> None:
+        """The sender's message rejects ``c`` (too many unclear replies, or feedback)."""
+        await self._service.answer(
+            Answer(
+                confirmation_id=c.id,
+                decision=Decision.REJECT,
+                actor=msg.sender_id,
+                via="text",
+                reason=reason,
+                feedback=feedback,
+            ),
+            record=c,
+        )
