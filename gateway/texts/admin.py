@@ -8,7 +8,7 @@ from gateway/texts/labels.py; ``{name}`` fields are filled there.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from gateway.confirm.model import Risk
 from gateway.texts.confirm import (
@@ -22,8 +22,34 @@ from gateway.texts.confirm import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from gateway.confirm.replies import ParsedReply
-    from gateway.tools.policy_check import PolicyReport
+
+
+class PolicyReport(Protocol):
+    """What ``policy_reading`` reads of the policy's answer (gateway/tools/policy_check.py
+    builds it; texts import nothing of the tools)."""
+
+    @property
+    def tool(self) -> str: ...
+    @property
+    def summary(self) -> str: ...
+    @property
+    def level(self) -> str: ...
+    @property
+    def risk(self) -> str: ...
+    @property
+    def rule(self) -> str: ...
+    @property
+    def risk_rule(self) -> str | None: ...
+    @property
+    def four_eyes(self) -> bool: ...
+    @property
+    def matched(self) -> Sequence[str]: ...
+    @property
+    def refused(self) -> str | None: ...
+
 
 ADMIN_LABELS: dict[str, tuple[str, str]] = {
     # the bar and the login
