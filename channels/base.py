@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from config.settings import Settings
     from gateway.confirm.service import ConfirmationService
     from gateway.metrics import Metrics
+    from gateway.storage.rooms import RoomStore
 
 
 class ChannelSendError(Exception):
@@ -37,6 +38,7 @@ class ChannelContext:
     confirmations: ConfirmationService
     http: web.Application | None
     metrics: Metrics | None = None
+    rooms: RoomStore | None = None  # the web chat's (gateway.storage.backends.open_rooms)
 
 
 class Channel(ABC):

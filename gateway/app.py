@@ -54,12 +54,14 @@ from gateway.storage.backends import (
     open_conversations,
     open_grant_store,
     open_inbox,
+    open_rooms,
     open_session_store,
     open_store,
 )
 from gateway.storage.confirmations import ConfirmationStore
 from gateway.storage.conversations import ConversationStore
 from gateway.storage.inbox import Inbox
+from gateway.storage.rooms import RoomStore
 from gateway.tools.base import PluginError, ToolRegistry
 from gateway.tools.edits import CallEditor
 from gateway.tools.executor import Executor
@@ -93,6 +95,7 @@ class Gateway:
         stopped: asyncio.Event,
         retention: Retention,
         conversations: ConversationStore,
+        rooms: RoomStore,
         data_lock: DataDirLock | None = None,
     ) -> None:
         self.settings = settings
@@ -112,6 +115,7 @@ class Gateway:
         self.stopped = stopped
         self.retention = retention
         self.conversations = conversations
+        self.rooms = rooms  # the web chat's
         self.data_lock = data_lock  # held from build to the end of stop (SQLite store)
         self._started = False
         self._stopping = False
@@ -184,6 +188,7 @@ class Gateway:
         await self.store.close()
         await self.confirmations.grants.store.close()
         await self.conversations.close()
+        await self.rooms.close()
         await self.sql_db.close()
         if self.data_lock is not None:
             self.data_lock.release()  # last: the store is closed, the next owner may come
@@ -281,6 +286,8 @@ async def build(
         )
         conversations = await open_conversations(settings, store)
         opened.push_async_callback(conversations.close)
+        rooms = await open_rooms(settings, store)
+        opened.push_async_callback(rooms.close)
         agent = build_agent(
             settings, runner, registry, confirmations, bus, sql_db, metrics, conversations
         )
@@ -339,6 +346,7 @@ async def build(
             confirmations=confirmations,
             http=http.app if http else None,
             metrics=metrics,
+            rooms=rooms,
         )
         for channel in build_channels(settings, context, console, console_streams, stopped):
             channels.add(channel)
@@ -365,6 +373,7 @@ async def build(
                 store=store, keep_days=settings.confirmation.retention_days, clock=clock
             ),
             conversations=conversations,
+            rooms=rooms,
             data_lock=data_lock,
         )
         opened.pop_all()

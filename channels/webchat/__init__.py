@@ -15,6 +15,7 @@ def create_channel(context: ChannelContext) -> WebChatChannel:
         bus=context.bus,
         confirmations=context.confirmations,
         metrics=context.metrics,
+        history=context.rooms,
         max_json_depth=context.settings.server.max_json_depth,
     )
     if context.http is not None:

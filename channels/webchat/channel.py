@@ -1,15 +1,14 @@
 """The web chat channel: a page, a WebSocket per browser tab, and a REST API for scripts.
 
 A room (session) is shared by URL, so several people can chat in one room like a group.
-Everything the gateway says to a room goes to every open tab of it and to the room's
-history, which long polls read. A click on a card's button is a ``decide(via="web")``
-by the tab's user; the service checks that person may decide.
+Everything said in a room goes into its history, in the room store (gateway/storage/rooms.py),
+and from there to every open tab of it and to its long polls. A click on a card's button is
+a ``decide(via="web")`` by the tab's user; the service checks that person may decide.
 
-Rooms live in this process. With several replicas (Redis store) a room may be open on
-more than one: what another replica does to a confirmation of the room — asks, decides,
-runs the call — reaches this one as a remote event, and is shown here too (the card, at
-each stage up to how the call ended, with its result). People's messages and the agent's
-replies, the result line among them, stay on the replica that handled them.
+The web chat is its own platform: its rooms are stored like the conversations. On SQLite a
+restart keeps them; on Redis every replica reads the same rooms, and what one replica posts
+to a room (a card it asked, a decision it took, a call it ran or adopted, an answer) reaches
+the tabs and polls of that room on every replica, once, in order.
 """
 
 from __future__ import annotations
@@ -25,11 +24,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import structlog
 from aiohttp import WSCloseCode, web
 
-from channels.base import Channel, follow_run_ends, run_ended
+from channels.base import Channel, ChannelSendError, follow_run_ends
 from channels.webchat.limits import OpenConnections, SenderRateLimit
 from channels.webchat.page import render_page
 from channels.webchat.rest import ChatRest
-from channels.webchat.rooms import ChatEntry, EntryKind, Room, Rooms, Socket
+from channels.webchat.rooms import Room, Rooms, Socket
 from channels.webchat.websocket import ChatSockets
 from gateway import texts
 from gateway.bus import (
@@ -39,11 +38,20 @@ from gateway.bus import (
     OutboundMessage,
     SenderIdentity,
 )
-from gateway.confirm.events import ConfirmationEvent
 from gateway.http.identity import identity_of
 from gateway.http.jsonapi import DEFAULT_MAX_JSON_DEPTH, ApiError, check_name
 from gateway.http.openapi import chat_routes, serve
 from gateway.logs import RateLimitedLine
+from gateway.runtime import BackgroundTasks
+from gateway.storage.confirmations import StoreUnavailableError
+from gateway.storage.rooms import (
+    EntryKind,
+    MemoryRoomStore,
+    RoomBounds,
+    RoomEntry,
+    RoomStore,
+    as_shown,
+)
 
 if TYPE_CHECKING:
     from config.channel_settings import WebChatSettings
@@ -78,9 +86,12 @@ class WebChatChannel(Channel):
         bus: MessageBus,
         confirmations: ConfirmationService,
         metrics: Metrics | None = None,
+        history: RoomStore | None = None,
         clock: Callable[[], float] = time.time,
         max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
     ) -> None:
+        """``history``: the rooms' store (gateway.storage.backends.open_rooms); without
+        one, rooms are kept in memory."""
         self.settings = settings
         self.max_json_depth = max_json_depth
         self.bus = bus
@@ -88,12 +99,16 @@ class WebChatChannel(Channel):
         self.metrics = metrics
         self._page = render_page()
         self.clock = clock
-        self.rooms = Rooms(
-            max_rooms=settings.max_sessions,
-            history_size=settings.history_size,
-            room_bytes=settings.history_bytes_per_room,
-            total_bytes=settings.history_bytes_total,
+        self.history = history or MemoryRoomStore(
+            RoomBounds(
+                history_size=settings.history_size,
+                room_bytes=settings.history_bytes_per_room,
+                total_bytes=settings.history_bytes_total,
+                max_rooms=settings.max_sessions,
+            )
         )
+        self.rooms = Rooms(self.history.kept, max_rooms=settings.max_sessions)
+        self._deliveries = BackgroundTasks("webchat.deliver")
         self.rate_limit = SenderRateLimit(
             per_minute=settings.messages_per_minute,
             per_address_minute=settings.messages_per_minute_per_address,
@@ -129,7 +144,7 @@ class WebChatChannel(Channel):
         self._closing = False
         if not self._unsubscribe:
             self._unsubscribe = [
-                self.confirmations.subscribe(self._on_remote),
+                self.history.listen(self._on_kept),
                 follow_run_ends(self.name, self.confirmations, self.bus),
             ]
 
@@ -146,6 +161,7 @@ class WebChatChannel(Channel):
                 closing.append(
                     sock.ws.close(code=WSCloseCode.GOING_AWAY, message=b"gateway shutting down")
                 )
+        await self._deliveries.cancel()
         await asyncio.gather(*closing, return_exceptions=True)
 
     @property
@@ -165,52 +181,52 @@ class WebChatChannel(Channel):
     # ------------------------------------------------------------------ outbound
 
     async def send(self, msg: OutboundMessage) -> None:
-        room = self.rooms.get(msg.chat_id)
         kind: EntryKind = "text"
         if msg.confirmation is not None and msg.kind is OutboundKind.CONFIRMATION:
             kind = "confirmation"
         elif msg.confirmation is not None and msg.kind is OutboundKind.CONFIRMATION_UPDATE:
             kind = "confirmation_update"
-        entry = self.rooms.append(
-            room,
+        entry = RoomEntry(
+            room=msg.chat_id,
             kind=kind,
             text=msg.text,
             at=self.clock(),
-            confirmation=msg.confirmation,
+            confirmation=as_shown(msg.confirmation) if msg.confirmation else None,
         )
-        await self._fan_out(room, entry)
+        try:
+            await self.history.append(entry)
+        except StoreUnavailableError as exc:
+            # Redis away: the room is there, so the manager tries again with backoff.
+            raise ChannelSendError(f"web chat room not stored: {exc}") from exc
 
-    async def _on_remote(self, event: ConfirmationEvent) -> None:
-        """Show in a room open here what another replica did to one of its confirmations.
+    def _on_kept(self, entry: RoomEntry) -> None:
+        """An entry was kept in a room (appended here or, on Redis, by any replica): wake the
+        room's long polls here and send it to its tabs here.
 
-        The replica that made the change posted it to its own rooms (and platforms); here it
-        goes through this process's outbound queue like any message, so it keeps its place
-        after what was queued before it, and a slow tab never holds up the feed's reader.
+        One task per room sends, entry after entry, so the tabs get them in order and a slow
+        tab holds up neither the store's feed nor other rooms.
         """
-        c = event.confirmation
-        if not event.remote or c.channel != self.name or c.chat_id not in self.rooms:
+        room = self.rooms.find(entry.room)
+        if room is None:
             return
-        if event.kind == "executed":
-            # The card goes to how the run ended, with its result: the turn that said it
-            # ran on the other replica.
-            await self.bus.publish_outbound(run_ended(c))
+        room.wake()
+        if not room.sockets:
             return
-        kind, text = OutboundKind.CONFIRMATION, texts.prompt(c, self.clock())
-        if event.kind == "resolved":
-            kind, text = OutboundKind.CONFIRMATION_UPDATE, texts.outcome(c)
-        await self.bus.publish_outbound(
-            OutboundMessage(
-                channel=self.name,
-                chat_id=c.chat_id,
-                session_key=c.session_key,
-                kind=kind,
-                text=text,
-                confirmation=c,
-            )
-        )
+        room.outbox.append(entry)
+        if not room.sending:
+            room.sending = True
+            self._deliveries.spawn(self._deliver(room), name=f"webchat-deliver-{room.name}")
 
-    async def _fan_out(self, room: Room, entry: ChatEntry) -> None:
-        sockets = list(room.sockets)
+    async def _deliver(self, room: Room) -> None:
+        try:
+            while room.outbox:
+                await self._fan_out(room, room.outbox.popleft())
+        finally:
+            room.sending = False
+
+    async def _fan_out(self, room: Room, entry: RoomEntry) -> None:
+        # A tab that joined meanwhile was sent it with the history it caught up on.
+        sockets = [s for s in room.sockets if s.seen < entry.seq]
         if not sockets:
             return
         results = await asyncio.gather(
@@ -222,6 +238,8 @@ class WebChatChannel(Channel):
                 # A tab that went away mid-send: it re-reads the history when it reconnects.
                 log.info("webchat.socket_dropped", room=room.name, error=type(result).__name__)
                 room.sockets.discard(sock)
+            else:
+                sock.seen = max(sock.seen, entry.seq)
 
     async def send_frame(self, sock: Socket, frame: dict[str, Any]) -> None:
         """One JSON frame to one tab, bounded in time (a stuck tab must not stall a room)."""
@@ -235,7 +253,7 @@ class WebChatChannel(Channel):
             await asyncio.wait_for(sock.ws.send_str(json.dumps(frame)), SEND_TIMEOUT_SECONDS)
 
     def message_frame(
-        self, entry: ChatEntry, user: str | None, identity: SenderIdentity
+        self, entry: RoomEntry, user: str | None, identity: SenderIdentity
     ) -> dict[str, Any]:
         """A history entry as sent to ``user`` (with what they may decide on a prompt)."""
         frame = {"type": "message", **entry.to_dict()}
@@ -268,18 +286,25 @@ class WebChatChannel(Channel):
         identity: SenderIdentity,
         *,
         address: str,
-    ) -> ChatEntry:
+    ) -> RoomEntry:
         """Show a person's message in the room, then hand it to the bus; its history entry.
 
         Raises SlowDown when ``user`` is over ``messages_per_minute``, or the client
-        ``address`` over ``messages_per_minute_per_address``: nothing is kept then.
+        ``address`` over ``messages_per_minute_per_address``: nothing is kept then; and
+        StoreUnavailableError when the room cannot be stored (nothing is taken).
         """
         self.rate_limit.take(user, address=address)
         message_id = uuid.uuid4().hex
-        entry = self.rooms.append(
-            room, kind="text", text=text, at=self.clock(), user=user, message_id=message_id
+        entry = await self.history.append(
+            RoomEntry(
+                room=room.name,
+                kind="text",
+                text=text,
+                at=self.clock(),
+                user=user,
+                message_id=message_id,
+            )
         )
-        await self._fan_out(room, entry)
         await self.bus.publish_inbound(
             InboundMessage(
                 channel=self.name,

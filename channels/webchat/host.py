@@ -14,12 +14,13 @@ if TYPE_CHECKING:
     from aiohttp import web
 
     from channels.webchat.limits import OpenConnections
-    from channels.webchat.rooms import ChatEntry, Room, Socket
+    from channels.webchat.rooms import Room, Socket
     from config.channel_settings import WebChatSettings
     from gateway.bus import SenderIdentity
     from gateway.confirm.service import ConfirmationService
     from gateway.logs import RateLimitedLine
     from gateway.metrics import Metrics
+    from gateway.storage.rooms import RoomEntry
 
 
 class ChatHost(Protocol):
@@ -36,12 +37,12 @@ class ChatHost(Protocol):
 
     async def accept(
         self, room: Room, user: str, text: str, identity: SenderIdentity, *, address: str
-    ) -> ChatEntry: ...
+    ) -> RoomEntry: ...
 
     def check_text(self, value: str) -> str: ...
 
     def message_frame(
-        self, entry: ChatEntry, user: str | None, identity: SenderIdentity
+        self, entry: RoomEntry, user: str | None, identity: SenderIdentity
     ) -> dict[str, Any]: ...
 
     def room_from(self, request: web.Request) -> Room: ...

@@ -93,8 +93,13 @@ class ChatSockets:
         }
         try:
             await channel.send_frame(sock, hello)
-            for entry in room.after(after):
-                await channel.send_frame(sock, channel.message_frame(entry, user, identity))
+            # Until nothing is left: what came while the tab caught up is sent too, and the
+            # room's sends that were under way skip what it got here (Socket.seen).
+            seen = after
+            while backlog := room.after(seen):
+                for entry in backlog:
+                    await channel.send_frame(sock, channel.message_frame(entry, user, identity))
+                seen = sock.seen = backlog[-1].seq
         except (ConnectionError, TimeoutError):
             # The tab went away while catching up: nothing to clean up yet.
             log.info("webchat.gone_during_backlog", room=room.name, user=user)

@@ -1,12 +1,12 @@
 """Which backend each storage port uses, opened: the one place that chooses.
 
 ``[confirmation] store`` picks the backend for every port together — the confirmations and
-their audit trail, grants, the model's conversations, the durable inbox and the admin
-page's sessions — so what one replica writes, the others read:
+their audit trail, grants, the model's conversations, the web chat's rooms, the durable
+inbox and the admin page's sessions — so what one replica writes, the others read:
 
 - ``memory``: everything in the process (tests, the demo).
-- ``sqlite``: ``confirmations.db`` (confirmations, grants, conversations) and ``inbox.db``
-  in the data dir; admin sessions in memory (one process owns the data dir).
+- ``sqlite``: ``confirmations.db`` (confirmations, grants, conversations, web chat rooms)
+  and ``inbox.db`` in the data dir; admin sessions in memory (one process owns the data dir).
 - ``redis``: keys under ``redis_prefix`` on the confirmation store's one bounded client.
 
 A store handed to ``build`` (tests) decides for the ports beside it: a memory store keeps
@@ -24,6 +24,7 @@ from gateway.storage.conversations import ConversationStore, MemoryConversationS
 from gateway.storage.grants import GrantStore, MemoryGrantStore
 from gateway.storage.inbox import Inbox, MemoryInbox
 from gateway.storage.memory.confirmations import MemoryConfirmationStore
+from gateway.storage.rooms import MemoryRoomStore, RoomBounds, RoomStore
 
 
 async def open_store(settings: Settings) -> ConfirmationStore:
@@ -102,6 +103,30 @@ async def open_conversations(settings: Settings, store: ConfirmationStore) -> Co
 
         return RedisConversationStore(client, prefix=settings.confirmation.redis_prefix, **bounds)
     return MemoryConversationStore(**bounds)
+
+
+async def open_rooms(settings: Settings, store: ConfirmationStore) -> RoomStore:
+    """The web chat's rooms, beside the confirmations as the conversations are: a table in
+    the SQLite file, keys under the Redis prefix on the store's client (following their
+    feed until closed); in memory with a memory store."""
+    webchat = settings.channels.webchat
+    bounds = RoomBounds(
+        history_size=webchat.history_size,
+        room_bytes=webchat.history_bytes_per_room,
+        total_bytes=webchat.history_bytes_total,
+        max_rooms=webchat.max_sessions,
+    )
+    kind = settings.confirmation.store
+    if kind == "sqlite" and not isinstance(store, MemoryConfirmationStore):
+        from gateway.storage.sqlite.rooms import SqliteRoomStore
+
+        return await SqliteRoomStore.open(settings.data_dir / "confirmations.db", bounds)
+    client = getattr(store, "client", None)
+    if kind == "redis" and client is not None:
+        from gateway.storage.redis.rooms import RedisRoomStore
+
+        return await RedisRoomStore.open(client, bounds, prefix=settings.confirmation.redis_prefix)
+    return MemoryRoomStore(bounds)
 
 
 async def open_grant_store(settings: Settings, confirmations: ConfirmationStore) -> GrantStore:

@@ -202,7 +202,7 @@ async def test_prompts_shown_again_wait_for_room_and_all_go_out(tmp_path: Path) 
         await gateway.channels.drain()
         rooms = gateway.channels.channels["webchat"].rooms  # type: ignore[attr-defined]
         for cid in ids:
-            [entry] = rooms.get(cid.lower()).entries
+            [entry] = rooms.get(cid.lower()).after(0)
             assert entry.kind == "confirmation" and entry.text.startswith("🔁")
         # One send each, never more than the room queued or sending at once.
         assert len(busy) == len(ids) and max(busy) == OUTBOUND_ROOM

@@ -1,15 +1,17 @@
-"""Cluster-wide live views across real processes (issue 13, item 5).
+"""Cluster-wide live views across real processes (issue 13, item 5; issue 23, item 2).
 
 Two ``gateway serve`` processes (replicas A and B) on one real Redis under a key prefix of
 their own, each with its own data dir. Alice chats in a web chat room on A, Bob has the
 same room open on B; the admin SSE feed is read on both. A decision taken through B's admin
 API shows on A at once — the card's final state in the room, ``confirmation.resolved`` on
-the feed — and the result of the call A runs shows on B. Each change is shown once per
-replica and counted once, by the replica that made it.
+the feed — and the result of the call B runs shows on both. The room is stored in Redis:
+both tabs read one history, each line once, in the same order, whichever replica posted it.
+Each change is counted once, by the replica that made it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -86,6 +88,14 @@ async def events_until(
             return seen
 
 
+async def poll(http: aiohttp.ClientSession, **params: object) -> list[Frame]:
+    async with http.get(
+        f"/api/chat/{ROOM}/messages", params={k: str(v) for k, v in params.items()}
+    ) as resp:
+        assert resp.status == 200, await resp.text()
+        return list((await resp.json())["messages"])
+
+
 def is_update(cid: str) -> Callable[[Frame], bool]:
     return lambda f: f["kind"] == "confirmation_update" and f["confirmation"]["id"] == cid
 
@@ -149,12 +159,11 @@ async def test_a_decision_on_b_shows_on_a_at_once_and_b_s_result_shows_on_both(
         # done; and the result line said by the command's resumed turn, here.
         shown_b += await frames_until(bob, is_result(cid))
 
-        # A marker that both rooms show, so everything before it has arrived: if any of
+        # A marker that both tabs show, so everything before it has arrived: if any of
         # the above were told twice, the second copy would come before the marker.
         await alice.send_json({"type": "message", "text": "/sql DELETE FROM orders WHERE id = 4"})
-        marker = (await next_frame(alice, lambda f: f.get("kind") == "confirmation"))[
-            "confirmation"
-        ]["id"]
+        shown_a += await frames_until(alice, lambda f: f["kind"] == "confirmation")
+        marker = shown_a[-1]["confirmation"]["id"]
         async with on_b.post(
             f"/api/confirmations/{marker}/decision", json={"decision": "reject", "actor": "oncall"}
         ) as resp:
@@ -164,15 +173,22 @@ async def test_a_decision_on_b_shows_on_a_at_once_and_b_s_result_shows_on_both(
 
         result_b = next(f["text"] for f in shown_b if is_result(cid)(f))
         assert "1 行 / 1 row" in result_b
-        # The same card in both rooms, each step once: asked, approved, done with the
-        # result; and on B, where the call ran, the resumed turn's result line.
+        # The same card in both tabs, each step once: asked, approved, done with the
+        # result; then the result line B's resumed turn said, on A too (posted on B).
         steps = [
             ("confirmation", "pending"),
             ("confirmation_update", "approved"),
             ("confirmation_update", "done"),
+            ("text", result_b),
         ]
-        assert cards(shown_a, cid) == steps
-        assert cards(shown_b, cid) == [*steps, ("text", result_b)]
+        assert cards(shown_a, cid) == cards(shown_b, cid) == steps
+        # One room: the same lines, once each, in the same order, on both replicas (A's
+        # first line, Alice's own, was passed over while waiting for the card).
+        lines_a = [(f["seq"], f["kind"], f["text"]) for f in shown_a]
+        lines_b = [(f["seq"], f["kind"], f["text"]) for f in shown_b]
+        assert lines_a == lines_b[1:] and [s for s, _, _ in lines_b] == sorted(
+            {s for s, _, _ in lines_b}
+        )
         done_a = next(f for f in shown_a if is_done(cid)(f))
         assert "DELETE: 1 行 / 1 row" in done_a["card"]["outcome"]
 
@@ -213,3 +229,32 @@ async def test_a_decision_on_b_shows_on_a_at_once_and_b_s_result_shows_on_both(
     for process in (a, b):
         assert process.stop() == 0
         assert process.error_lines() == []
+
+
+async def test_a_line_posted_on_b_shows_once_in_a_tab_on_a_and_in_its_long_poll(
+    replicas: tuple[ServeProcess, ServeProcess],
+) -> None:
+    a, b = replicas
+    async with (
+        aiohttp.ClientSession(base_url=a.url) as on_a,
+        aiohttp.ClientSession(base_url=b.url) as on_b,
+        tab(on_a, "alice") as alice,
+    ):
+        # A long poll on A, in the empty room: it returns with the line posted on B.
+        polling = asyncio.create_task(poll(on_a, wait=20))
+        async with on_b.post(
+            f"/api/chat/{ROOM}/messages", json={"user": "bob", "text": "/help"}
+        ) as resp:
+            assert resp.status == 202, await resp.text()
+            posted = await resp.json()
+        polled = await asyncio.wait_for(polling, 30)
+        assert polled[0]["seq"] == posted["seq"] and polled[0]["user"] == "bob"
+
+        # In the tab on A: Bob's line, then the answer B gave; then Alice's own marker line,
+        # so anything told twice would have come before it.
+        shown = await frames_until(alice, lambda f: f["user"] is None)
+        await alice.send_json({"type": "message", "text": "marker"})
+        shown += await frames_until(alice, lambda f: f["text"] == "marker")
+    assert [(f["user"], f["text"]) for f in shown][:1] == [("bob", "/help")]
+    assert [f["seq"] for f in shown] == sorted({f["seq"] for f in shown})  # once, in order
+    assert [f["user"] for f in shown] == ["bob", None, "alice"]

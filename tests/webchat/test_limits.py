@@ -1,4 +1,7 @@
-"""Web chat bounds: history by count and bytes (per room, in total), messages per sender."""
+"""Web chat bounds: messages per sender and client address.
+
+The history's bounds (count and bytes per room, bytes in total, rooms) are the room
+store's: tests/storage/test_rooms_contract.py, on every backend."""
 
 from __future__ import annotations
 
@@ -8,82 +11,8 @@ import aiohttp
 import pytest
 
 from channels.webchat.limits import SenderRateLimit, SlowDown
-from channels.webchat.rooms import ENTRY_OVERHEAD_BYTES, Rooms
 from gateway import texts
 from tests.webchat.support import base_url, make_settings, next_frame, running_gateway
-
-KIB = 1024
-
-
-def _rooms(*, room_bytes: int = 64 * KIB, total_bytes: int = 1 << 20) -> Rooms:
-    return Rooms(max_rooms=100, history_size=500, room_bytes=room_bytes, total_bytes=total_bytes)
-
-
-def _say(rooms: Rooms, room: str, text: str) -> None:
-    rooms.append(rooms.get(room), kind="text", text=text, at=0.0, user="u")
-
-
-def test_a_room_keeps_its_newest_entries_within_its_bytes() -> None:
-    rooms = _rooms(room_bytes=64 * KIB)
-    for i in range(100):
-        _say(rooms, "r", f"{i:03d}" + "测" * 1000)  # ~3.5 KiB each in UTF-8
-    room = rooms.get("r")
-    assert room.bytes <= 64 * KIB
-    assert rooms.bytes == room.bytes
-    kept = [e.text[:3] for e in room.entries]
-    assert kept == [f"{i:03d}" for i in range(100 - len(kept), 100)]
-    assert 10 < len(kept) < 20
-    assert room.last_seq == 100
-
-
-def test_the_count_bound_still_holds() -> None:
-    rooms = Rooms(max_rooms=10, history_size=10, room_bytes=1 << 20, total_bytes=1 << 20)
-    for i in range(25):
-        _say(rooms, "r", str(i))
-    assert [e.text for e in rooms.get("r").entries] == [str(i) for i in range(15, 25)]
-
-
-def test_a_poll_gets_what_came_after_its_number_of_what_is_kept() -> None:
-    # Room.after counts back from the newest entry (issue 14: it read the whole history).
-    rooms = Rooms(max_rooms=10, history_size=10, room_bytes=1 << 20, total_bytes=1 << 20)
-    room = rooms.get("r")
-    assert room.after(0) == []
-    for i in range(25):
-        _say(rooms, "r", str(i))
-    assert [e.seq for e in room.after(22)] == [23, 24, 25]
-    assert room.after(25) == []
-    assert [e.seq for e in room.after(3)] == list(range(16, 26))  # older ones were dropped
-    assert [e.seq for e in room.after(0)] == list(range(16, 26))
-    assert [e.seq for e in room.after(99)] == list(range(16, 26))  # a number from before a restart
-
-
-def test_over_the_total_the_oldest_entry_of_any_room_goes_first() -> None:
-    entry = 10 * KIB
-    text = "x" * (entry - ENTRY_OVERHEAD_BYTES)
-    rooms = _rooms(room_bytes=1 << 20, total_bytes=10 * entry)
-    for _ in range(6):
-        _say(rooms, "a", text)
-        _say(rooms, "b", text)
-    # 12 entries written, room for 10: a's first and b's first went, nothing else.
-    assert rooms.bytes == 10 * entry
-    assert [e.seq for e in rooms.get("a").entries] == [2, 3, 4, 5, 6]
-    assert [e.seq for e in rooms.get("b").entries] == [2, 3, 4, 5, 6]
-    for _ in range(5):
-        _say(rooms, "c", text)
-    # Five more: a2, b2, a3, b3, a4 went, in the order they were written.
-    assert [e.seq for e in rooms.get("a").entries] == [5, 6]
-    assert [e.seq for e in rooms.get("b").entries] == [4, 5, 6]
-    assert len(rooms.get("c").entries) == 5
-    assert rooms.bytes == sum(r.bytes for r in rooms) == 10 * entry
-
-
-def test_an_evicted_room_gives_its_bytes_back() -> None:
-    rooms = Rooms(max_rooms=2, history_size=500, room_bytes=1 << 20, total_bytes=1 << 20)
-    _say(rooms, "a", "x" * 1000)
-    _say(rooms, "b", "y" * 1000)
-    _say(rooms, "c", "z" * 1000)  # "a" is idle and least recently used: dropped
-    assert len(rooms) == 2
-    assert rooms.bytes == sum(r.bytes for r in rooms)
 
 
 def test_rate_limit_allows_a_burst_then_one_message_per_interval() -> None:

@@ -20,6 +20,7 @@ import structlog.testing
 from config.settings import Settings
 from gateway import texts
 from gateway.app import build
+from gateway.bus import InboundMessage
 from gateway.confirm.model import ExecState, Status
 from gateway.storage.backends import open_grant_store
 from gateway.storage.confirmations import StoreUnavailableError
@@ -120,23 +121,34 @@ async def test_a_tab_is_told_when_its_message_cannot_be_stored_and_stays_open(
 async def test_redis_gone_after_a_message_was_stored_tells_the_chat(
     tmp_path: Path, prefix: str, proxy: TcpProxy
 ) -> None:
-    # Stored before Redis went away (here: an inbox of this process's own), the message
-    # reaches the intercept, which cannot tell a reply from a request without the store.
+    # Stored before Redis went away (here: an inbox of this process's own, as a platform's
+    # message is), the message reaches the intercept, which cannot tell a reply from a
+    # request without the store: the chat is told, once the room can be written again.
+    # (A web chat tab's own line is refused at once: its room is in Redis too, see above.)
     settings = _through_proxy(tmp_path, prefix, proxy)
     async with (
         await build(settings, inbox=MemoryInbox()) as gw,
         aiohttp.ClientSession(base_url=base_url(gw)) as http,
     ):
         await proxy.stop()
-        await say(http, "room", "alice", "/sql DELETE FROM orders WHERE id = 3")
+        await gw.bus.publish_inbound(
+            InboundMessage(
+                channel="webchat",
+                chat_id="room",
+                sender_id="alice",
+                text="/sql DELETE FROM orders WHERE id = 3",
+                message_id="m1",
+                is_group=True,
+            )
+        )
+        assert order_exists(settings.data_dir, 3)  # failed closed: nothing ran
+        await proxy.start()  # the refusal is sent again until its room takes it
         refusal = texts.STORE_UNAVAILABLE_MESSAGE
 
         async def told() -> bool:
             return any(m["text"] == refusal for m in (await poll(http, "room"))["messages"])
 
         await eventually(told)
-        assert order_exists(settings.data_dir, 3)  # failed closed: nothing ran
-        await proxy.start()  # back before the gateway stops (its stop reads the store)
 
 
 async def _ready(http: aiohttp.ClientSession) -> bool:
@@ -252,7 +264,12 @@ async def test_stop_with_redis_down_returns_and_leaves_the_call_to_the_next_star
     # the chat sees the prompt again. Stopped with Redis up, the call is cancelled.
     later = await build(settings, clock=lambda: time.time() + lease + 1)
     async with later, aiohttp.ClientSession(base_url=base_url(later)) as http:
-        again = await wait_for_kind(http, "room", "confirmation", "pending")
+        # The room is kept in Redis: the prompt shown again after the first one.
+        async def shown_again() -> dict[str, Any] | None:
+            lines = (await poll(http, "room", after=card["seq"]))["messages"]
+            return next((m for m in lines if m["kind"] == "confirmation"), None)
+
+        again = await eventually(shown_again)
         assert again["confirmation"]["id"] == cid
     store = await RedisConfirmationStore.from_url(REDIS_URL, prefix=prefix)
     try:
