@@ -34,8 +34,8 @@ from gateway.storage.rooms import RoomBounds, RoomEntry, RoomStore
 log = structlog.get_logger(__name__)
 
 # Entries the feed keeps (approximately): a replica further behind than that reads the state
-# again. A web chat message writes two.
-FEED_MAXLEN = 10_000
+# again. A web chat message writes two; an entry of the longest text is ~25 KB.
+FEED_MAXLEN = 1_000
 # A blocking read waits this long before the next; short enough that a close is prompt.
 _BLOCK_MS = 1000
 # An append returns once this replica's copy has its entry (a script's next poll reads it),
