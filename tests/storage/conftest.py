@@ -11,6 +11,8 @@ another replica beside it, memory gives the same store.
 
 from __future__ import annotations
 
+import contextlib
+import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -114,6 +116,7 @@ class RoomsBackend:
     name: str
     open: Callable[[RoomBounds], Awaitable[RoomStore]]
     restart: Callable[[RoomStore], Awaitable[RoomStore]]
+    held: Callable[[], Awaitable[int]]  # entries the backend holds (after a restart: written)
 
 
 @pytest.fixture
@@ -135,7 +138,10 @@ async def rooms(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         async def same(store: RoomStore) -> RoomStore:
             return store
 
-        yield RoomsBackend(kind, open_memory, same)
+        async def in_memory() -> int:
+            return sum(len(h.kept.entries()) for h in handles)
+
+        yield RoomsBackend(kind, open_memory, same, in_memory)
         return
 
     if kind == "sqlite":
@@ -149,8 +155,15 @@ async def rooms(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
             handles.remove(store)
             return await open_sqlite(bounds_of[id(store)])
 
+        def count() -> int:
+            with contextlib.closing(sqlite3.connect(tmp_path / "confirmations.db")) as db:
+                return int(db.execute("SELECT count(*) FROM room_entries").fetchone()[0])
+
+        async def in_table() -> int:
+            return count()
+
         try:
-            yield RoomsBackend(kind, open_sqlite, next_process)
+            yield RoomsBackend(kind, open_sqlite, next_process, in_table)
         finally:
             for handle in handles:
                 await handle.close()
@@ -169,8 +182,12 @@ async def rooms(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
         async def another_replica(store: RoomStore) -> RoomStore:
             return await open_redis(bounds_of[id(store)])
 
+        async def in_lists() -> int:
+            keys = [k async for k in admin.scan_iter(match=f"{prefix}:webchat:room:*")]
+            return sum([await admin.llen(k) for k in keys])
+
         try:
-            yield RoomsBackend(kind, open_redis, another_replica)
+            yield RoomsBackend(kind, open_redis, another_replica, in_lists)
         finally:
             for handle in handles:
                 await handle.close()

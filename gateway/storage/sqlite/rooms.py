@@ -100,8 +100,10 @@ class SqliteRoomStore(RoomStore):
         rows, seqs = json.dumps(puts), json.dumps(drops)
 
         def write(conn: sqlite3.Connection) -> None:
-            conn.execute(_PUT, (rows,))
-            conn.execute(_DROP, (seqs,))
+            if puts:
+                conn.execute(_PUT, (rows,))
+            if drops:
+                conn.execute(_DROP, (seqs,))
 
         # One thread: writes land in the order they were handed over.
         await self._db.run(lambda conn: transaction(conn, write))
