@@ -9,9 +9,9 @@ touched (the table is created if missing, as the conversations' is).
 Written behind, in one transaction every ``WRITE_DELAY_SECONDS``: each entry is inserted
 once, and what the bounds drop is deleted, in the same transaction, each a single statement
 over a JSON array of rows. Why (bench/ingest.py, docs/performance.md): written one by one,
-the two entries of a web chat message cost a thread hop and a commit each; batched with
-``executemany``, the thread took the GIL back from the busy loop for every row. Both cost
-7-10 % more server CPU per message; a single statement per batch costs a few µs an entry.
+the two entries of a web chat message would cost a thread hop and a commit each (some 25 %
+of a message's CPU); batched with ``executemany``, the thread took the GIL back from the
+busy loop for every row (7-10 %); a single statement per batch costs a few µs an entry.
 ``close`` writes what is left, so a restart keeps every line; a process that dies (kill -9)
 loses the lines of its last ``WRITE_DELAY_SECONDS`` (docs/deploy.md, "What a crash can
 lose"). ``synchronous=NORMAL``: a commit is in the WAL when it returns, fsynced at
