@@ -239,17 +239,22 @@ class RoomStore(ABC):
         return lambda: self._listeners.remove(listener)
 
     def _keep(self, entry: RoomEntry) -> list[RoomEntry]:
+        """Keep a numbered entry and tell the listeners; what the bounds dropped."""
         dropped = self.kept.add(entry)
+        self._tell(entry)
+        return dropped
+
+    def _tell(self, entry: RoomEntry) -> None:
         for listener in list(self._listeners):
             listener(entry)
-        return dropped
 
     @abstractmethod
     async def append(self, entry: RoomEntry) -> RoomEntry:
         """Store ``entry`` in its room, numbered; returns it with its number.
 
         Once this returns, ``kept`` holds it (or held it: the bounds may have dropped it
-        since) and the listeners were told.
+        since) and the listeners were told (Redis: unless this replica's feed is seconds
+        behind; it is told when the feed gets there).
         """
 
     async def close(self) -> None:

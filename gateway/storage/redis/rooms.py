@@ -176,7 +176,8 @@ class RedisRoomStore(RoomStore):
             )
         )
         # Told to this replica's pages through the feed, in order among the other replicas'
-        # entries; a script that posted reads its line back from the copy the feed keeps.
+        # entries. Returned once the copy here has it: a script that posted and then polls
+        # after the number it got must not find the copy behind that number.
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(_CATCH_UP_SECONDS):
                 while self.kept.last_seq < seq:
@@ -204,8 +205,7 @@ class RedisRoomStore(RoomStore):
         # Numbers that start again (Redis lost its data): what it holds now is all new.
         news = [e for e in self.kept.entries() if e.seq > before or last < before]
         for entry in news:
-            for listener in list(self._listeners):
-                listener(entry)
+            self._tell(entry)
         self._advance()
         return position
 
