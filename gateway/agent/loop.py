@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from typing import Protocol
 
 import structlog
 
+from gateway import texts
 from gateway.bus import InboundMessage, MessageBus, OutboundMessage
 from gateway.confirm.events import ConfirmationEvent
 from gateway.confirm.model import Confirmation
@@ -130,16 +132,7 @@ class AgentLoop:
         self._turns.spawn(self._resume(confirmation, key), name=f"resume-{confirmation.id}")
 
     async def _resume(self, confirmation: Confirmation, key: str) -> None:
-        async def say(text: str) -> None:
-            await self.bus.publish_outbound(
-                OutboundMessage(
-                    channel=confirmation.channel,
-                    chat_id=confirmation.chat_id,
-                    session_key=confirmation.session_key,
-                    text=text,
-                )
-            )
-
+        say = partial(self.confirmations.say_to_chat, confirmation)
         try:
             async with self._sessions.hold(key):
                 with structlog.contextvars.bound_contextvars(session=confirmation.session_key):
@@ -147,7 +140,7 @@ class AgentLoop:
                         await self.agent.resume(confirmation, say)
                     except Exception as exc:  # told to the chat, never lost
                         log.exception("agent.resume_failed", confirmation_id=confirmation.id)
-                        await say(f"⚠️ 处理失败 / failed: {type(exc).__name__}")
+                        await say(texts.turn_failed(exc))
         finally:
             self._resuming[key] -= 1
             if not self._resuming[key]:
@@ -206,7 +199,7 @@ class AgentLoop:
                     await self.agent.handle(msg, turn)
                 except Exception as exc:  # a failed turn is told to the chat, never lost
                     log.exception("agent.turn_failed")
-                    await turn.say(f"⚠️ 处理失败 / failed: {type(exc).__name__}")
+                    await turn.say(texts.turn_failed(exc))
                 finally:
                     self._tell(msg, False)
                 await take()

@@ -53,6 +53,11 @@ MODEL_UNREACHABLE = (
 MODEL_EMPTY_REPLY = "模型没有给出回答 / the model gave no answer"
 
 
+def turn_failed(error: BaseException) -> str:
+    """A turn, or a resumed one, that failed: said in its chat, never lost."""
+    return f"⚠️ 处理失败 / failed: {type(error).__name__}"
+
+
 def model_step_limit(max_steps: int) -> str:
     return (
         f"已达到单轮最多 {max_steps} 步，先停在这里 / "
