@@ -61,6 +61,20 @@ class ToolFailedError(Exception):
         self.detail = detail
 
 
+class EffectChangedError(ToolFailedError):
+    """The data changed between the approval and the run (issue 24): what would happen now
+    is not what the approver saw. The run's transaction is rolled back, the record says the
+    run failed with ``message``, and the call is asked again with a fresh preview.
+
+    ``effect`` is the effect found at run time, in the shape of the preview's
+    ``details["effect"]`` (gateway/tools/sql_effect.py), so the new question can show it.
+    """
+
+    def __init__(self, message: str, *, detail: str, effect: Mapping[str, Any]) -> None:
+        super().__init__(message, detail=detail)
+        self.effect = effect
+
+
 def failure(exc: Exception) -> tuple[str, str]:
     """A tool's failure: what people read, and the raw error for the log and audit trail."""
     raw = f"{type(exc).__name__}: {exc}"
