@@ -157,6 +157,10 @@ class SqlToolSettings(Section):
     # Functions that queries and previews may call before approval, added to the built-in
     # list for the database (gateway/tools/sql_functions.py); any other function is held.
     allowed_functions: list[str] = Field(default_factory=list)
+    # Undo (docs/undo.md): an approved change keeps the rows it changes, up to this many
+    # (0: nothing is kept, no change can be undone), for this many days.
+    undo_max_rows: int = Field(default=10_000, ge=0)
+    undo_days: float = Field(default=7.0, gt=0)
 
 
 class ToolsSettings(Section):

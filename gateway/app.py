@@ -57,17 +57,20 @@ from gateway.storage.backends import (
     open_rooms,
     open_session_store,
     open_store,
+    open_undo_store,
 )
 from gateway.storage.confirmations import ConfirmationStore
 from gateway.storage.conversations import ConversationStore
 from gateway.storage.inbox import Inbox
 from gateway.storage.rooms import RoomStore
+from gateway.storage.undo import UndoStore
 from gateway.tools.base import PluginError, ToolRegistry
 from gateway.tools.edits import CallEditor
 from gateway.tools.executor import Executor
 from gateway.tools.policy import Policy
 from gateway.tools.runner import ToolRunner
 from gateway.tools.sql import SqlDatabase, SqlModifyTool, SqlQueryTool
+from gateway.tools.sql_undo import SqlUndoTool, UndoBook
 
 log = structlog.get_logger(__name__)
 
@@ -97,6 +100,7 @@ class Gateway:
         conversations: ConversationStore,
         rooms: RoomStore,
         data_lock: DataDirLock | None = None,
+        undo: UndoStore | None = None,
     ) -> None:
         self.settings = settings
         self.bus = bus
@@ -116,6 +120,7 @@ class Gateway:
         self.retention = retention
         self.conversations = conversations
         self.rooms = rooms  # the web chat's
+        self.undo = undo  # SQL changes' undo snapshots (docs/undo.md)
         self.data_lock = data_lock  # held from build to the end of stop (SQLite store)
         self._started = False
         self._stopping = False
@@ -189,6 +194,8 @@ class Gateway:
         await self.confirmations.grants.store.close()
         await self.conversations.close()
         await self.rooms.close()
+        if self.undo is not None:
+            await self.undo.close()
         await self.sql_db.close()
         if self.data_lock is not None:
             self.data_lock.release()  # last: the store is closed, the next owner may come
@@ -252,11 +259,7 @@ async def build(
         opened.push_async_callback(sql_db.close)
         if settings.uses_demo_database:
             await sql_db.ensure_demo()
-        registry = ToolRegistry([SqlQueryTool(sql_db), SqlModifyTool(sql_db)])
-        try:
-            registry.load_plugins(settings.tools.plugins)
-        except PluginError as exc:
-            raise ConfigError(str(exc)) from exc
+        registry = ToolRegistry([SqlQueryTool(sql_db)])
 
         bus = MessageBus(inbox=inbox)
         metrics = Metrics()
@@ -273,6 +276,22 @@ async def build(
             grants=grants,
             instance=instance,
         )
+        undo_store = await open_undo_store(settings, store)
+        opened.push_async_callback(undo_store.close)
+        undo = UndoBook(
+            store=undo_store,
+            confirmations=store,
+            audit=confirmations.audit,
+            max_rows=settings.tools.sql.undo_max_rows,
+            days=settings.tools.sql.undo_days,
+            clock=clock,
+        )
+        registry.register(SqlModifyTool(sql_db, undo=undo))
+        registry.register(SqlUndoTool(db=sql_db, book=undo))
+        try:
+            registry.load_plugins(settings.tools.plugins)
+        except PluginError as exc:
+            raise ConfigError(str(exc)) from exc
         confirmations.subscribe(metrics.on_confirmation)
         bus.add_inbound_listener(metrics.on_inbound)
         executor = Executor(registry=registry, confirmations=confirmations)
@@ -370,11 +389,15 @@ async def build(
             http=http,
             stopped=stopped,
             retention=Retention(
-                store=store, keep_days=settings.confirmation.retention_days, clock=clock
+                store=store,
+                keep_days=settings.confirmation.retention_days,
+                clock=clock,
+                undo=undo_store,
             ),
             conversations=conversations,
             rooms=rooms,
             data_lock=data_lock,
+            undo=undo_store,
         )
         opened.pop_all()
     return gateway

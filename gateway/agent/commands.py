@@ -8,10 +8,12 @@ from gateway import texts
 from gateway.bus import InboundMessage
 from gateway.confirm.ids import new_call_id
 from gateway.confirm.model import Confirmation, ToolCall
+from gateway.confirm.replies import parse_undo
 from gateway.confirm.service import ConfirmationService
 from gateway.tools.executor import Say
 from gateway.tools.runner import ToolOutcome, ToolRunner, TurnContext
 from gateway.tools.sql_analysis import analyze_sql
+from gateway.tools.sql_undo import ask_undo
 
 
 class CommandAgent:
@@ -34,6 +36,12 @@ class CommandAgent:
 
     async def _dispatch(self, text: str, turn: TurnContext) -> None:
         if not text:
+            return
+        undo_of = parse_undo(text)
+        if undo_of is not None:
+            outcome = await ask_undo(self.runner, self.confirmations, undo_of, turn)
+            if outcome is not None:
+                await self._report(outcome, "sql_undo", turn)
             return
         command, _, rest = text.partition(" ")
         command = command.lower()

@@ -35,6 +35,7 @@ from gateway.agent.llm import (
 )
 from gateway.bus import InboundMessage, MessageBus
 from gateway.confirm.model import Confirmation, ToolCall
+from gateway.confirm.replies import parse_undo
 from gateway.confirm.service import ConfirmationService
 from gateway.storage.conversations import (
     ConversationStore,
@@ -105,7 +106,8 @@ class ModelAgent:
 
     async def handle(self, msg: InboundMessage, turn: TurnContext) -> None:
         text = msg.text.strip()
-        if self.commands is not None and text.split(" ", 1)[0].lower() in _PASSTHROUGH_COMMANDS:
+        passthrough = text.split(" ", 1)[0].lower() in _PASSTHROUGH_COMMANDS
+        if self.commands is not None and (passthrough or parse_undo(text) is not None):
             await self.commands.handle(msg, turn)
             return
         history = await self.conversations.load(turn.session_key)

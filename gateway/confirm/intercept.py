@@ -20,7 +20,7 @@ from gateway.confirm.model import (
     Decision,
     GrantAsk,
 )
-from gateway.confirm.replies import ParsedReply, ReplyIntent
+from gateway.confirm.replies import ParsedReply, ReplyIntent, parse_undo
 from gateway.storage.confirmations import StoreUnavailableError
 
 if TYPE_CHECKING:
@@ -62,6 +62,8 @@ class ReplyIntercept:
                 await self._reply_to(msg, texts.WEBCHAT_UNVERIFIED_DECISION)
                 return True
             return False  # ordinary chat: to the agent, never feedback that rejects a call
+        if _asks_undo(parsed, msg):
+            return False
         decidable = [c for c in pending if self._may_decide_on(c, msg.sender_id)]
         if parsed.intent in (ReplyIntent.CONFIRM, ReplyIntent.CANCEL):
             await self._on_decision_reply(msg, parsed, pending, decidable)
@@ -261,3 +263,9 @@ class ReplyIntercept:
             ),
             record=c,
         )
+
+
+def _asks_undo(parsed: ParsedReply, msg: InboundMessage) -> bool:
+    """``撤销 K7Q2``: a request for a new (held) call, for the agent; never feedback that
+    rejects what is pending, nor a decision (gateway/tools/sql_undo.py)."""
+    return parsed.intent is ReplyIntent.NONE and parse_undo(msg.text) is not None

@@ -292,3 +292,18 @@ class ReplyParser:
                 rest = rest.replace(t.text, "", 1)
         reason = " ".join(rest.split())
         return reason or None
+
+
+# "撤销 K7Q2" / "undo K7Q2": ask to undo an approved change (gateway/tools/sql_undo.py). Not
+# a decision: it asks for a new held call, which the agent turns it into.
+UNDO_WORDS = frozenset({"撤销", "undo", "撤回改动"})
+
+
+def parse_undo(text: str) -> str | None:
+    """The confirmation id of an undo request (``撤销 K7Q2``, ``undo k7q2``), else None.
+
+    Exact like every reply: the word, one id, nothing else (a trailing "." aside)."""
+    words = reply_form(text).split()
+    if len(words) != 2 or words[0] not in UNDO_WORDS or not _looks_like_id(words[1]):
+        return None
+    return canonical_id(words[1])

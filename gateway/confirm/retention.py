@@ -14,6 +14,7 @@ import structlog
 
 from gateway.runtime import BackgroundTasks
 from gateway.storage.confirmations import ConfirmationStore
+from gateway.storage.undo import UndoStore
 
 log = structlog.get_logger(__name__)
 
@@ -32,8 +33,12 @@ class Retention:
         every: float = PURGE_EVERY_SECONDS,
         clock: Callable[[], float] = time.time,
         wait: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        undo: UndoStore | None = None,
     ) -> None:
         self.store = store
+        # Undo snapshots (gateway/storage/undo.py): each expires [tools.sql] undo_days
+        # after its change; the same sweep drops them.
+        self.undo = undo
         self.keep_seconds = keep_days * DAY
         self.every = every
         self.clock = clock
@@ -46,6 +51,10 @@ class Retention:
         gone = await self.store.purge(before=before)
         if gone:
             log.info("confirm.purged", records=gone, before=before)
+        if self.undo is not None:
+            snapshots = await self.undo.purge(before=self.clock())
+            if snapshots:
+                log.info("undo.purged", snapshots=snapshots)
         return gone
 
     def start(self) -> None:

@@ -25,6 +25,7 @@ from gateway.storage.grants import GrantStore, MemoryGrantStore
 from gateway.storage.inbox import Inbox, MemoryInbox
 from gateway.storage.memory.confirmations import MemoryConfirmationStore
 from gateway.storage.rooms import MemoryRoomStore, RoomBounds, RoomStore
+from gateway.storage.undo import MemoryUndoStore, UndoStore
 
 
 async def open_store(settings: Settings) -> ConfirmationStore:
@@ -153,6 +154,22 @@ async def open_grant_store(settings: Settings, confirmations: ConfirmationStore)
             return RedisGrantStore(confirmations.client, prefix=c.redis_prefix)
         return await RedisGrantStore.from_url(c.redis_url, prefix=c.redis_prefix)
     return MemoryGrantStore()
+
+
+async def open_undo_store(settings: Settings, confirmations: ConfirmationStore) -> UndoStore:
+    """Undo snapshots live beside the confirmations (docs/undo.md): a table in the SQLite
+    file, keys under the Redis prefix on the store's client; in memory with a memory store."""
+    kind = settings.confirmation.store
+    if kind == "sqlite" and not isinstance(confirmations, MemoryConfirmationStore):
+        from gateway.storage.sqlite.undo import SqliteUndoStore
+
+        return await SqliteUndoStore.open(settings.data_dir / "confirmations.db")
+    client = getattr(confirmations, "client", None)
+    if kind == "redis" and client is not None:
+        from gateway.storage.redis.undo import RedisUndoStore
+
+        return RedisUndoStore(client, prefix=settings.confirmation.redis_prefix)
+    return MemoryUndoStore()
 
 
 def open_session_store(settings: Settings, confirmations: ConfirmationStore) -> SessionStore:

@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from gateway.confirm.model import Confirmation, ExecState, Risk, Status
+from gateway.texts.undo import FIELD_UNDO, undo_line
 
 # A risk's word, (Chinese, English), on the cards, in the chat and on the admin page.
 RISK_WORDS: dict[Risk, tuple[str, str]] = {
@@ -181,6 +182,9 @@ def detail_lines(c: Confirmation, *, statement: bool = True) -> list[str]:
         lines.append(f"{FIELD_ARGS}: {args}")
     if d.get("warning"):
         lines.append(f"{FIELD_NOTE}: {d['warning']}")
+    undo = undo_line(d)
+    if undo:
+        lines.append(f"{FIELD_UNDO}: {undo}")
     lines.append(f"{FIELD_RISK}: {RISK_LABELS[c.risk]}")
     if d.get("policy_rule"):
         lines.append(f"{FIELD_RULE}: {d['policy_rule']}")

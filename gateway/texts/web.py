@@ -33,6 +33,7 @@ from gateway.texts.confirm import (
     stage_label,
 )
 from gateway.texts.grants import GRANT_BUTTON
+from gateway.texts.undo import FIELD_UNDO, UNDO_BUTTON, undo_line, undo_offer
 
 # (Chinese, English): the page shows 中文 with the English beside it, set apart.
 WEBCHAT_LABELS: dict[str, tuple[str, str]] = {
@@ -98,6 +99,8 @@ def web_card(c: Confirmation) -> dict[str, Any]:
         fields.append(("rows-affected", FIELD_ROWS, d["rows_affected"], False))
     if d.get("warning"):
         fields.append(("note", FIELD_NOTE, d["warning"], False))
+    if undo_line(d):
+        fields.append(("undo", FIELD_UNDO, undo_line(d), False))
     if c.edit_note is not None:
         # Approved with edited arguments (docs/edits.md): what was asked, beside what runs.
         fields.append(("asked", FIELD_ASKED, c.edit_note.get("args_before") or {}, True))
@@ -115,4 +118,7 @@ def web_card(c: Confirmation) -> dict[str, Any]:
         # Settled, the header says the stage in its word; the outcome line how it got there.
         "title": None if at is Stage.PENDING else f"{STAGE_ICONS[at]} {stage_label(at)}",
         "outcome": None if at is Stage.PENDING else outcome(c),
+        # An Undo button, once the change ran and kept its rows: the text it sends.
+        "undo": undo_offer(c.id, c.execution.result),
+        "undo_label": UNDO_BUTTON,
     }

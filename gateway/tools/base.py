@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Literal, get_type_hints, overload
 
 from pydantic import BaseModel, ConfigDict, PydanticUserError, ValidationError, create_model
 
-from gateway.confirm.model import Risk
+from gateway.confirm.model import Confirmation, Risk
 
 Level = Literal["auto", "notify", "confirm", "manual", "deny"]
 
@@ -136,6 +136,12 @@ class Tool(ABC):
     @abstractmethod
     async def run(self, args: BaseModel) -> Any:
         """Do the thing. Only ever called after the policy (and a person, if asked) allowed it."""
+
+    async def run_approved(self, args: BaseModel, confirmation: Confirmation) -> Any:
+        """Run a call a person approved; ``confirmation`` is its record. A tool that keeps
+        something with the record (sql_modify: the rows for its undo) reads it; by default
+        this is ``run``."""
+        return await self.run(args)
 
 
 class FunctionTool(Tool):

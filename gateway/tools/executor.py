@@ -123,7 +123,7 @@ class Executor:
         self._running[record.id] = running
         error: str | None = None  # the raw failure, for the audit trail only
         try:
-            result = await tool.run(parsed)
+            result = await tool.run_approved(parsed, started)
         except asyncio.CancelledError:
             # Stopped mid-run (stop timeout, or the turn was cancelled): it may or may not
             # have taken effect, so it is reported interrupted, never retried by itself.

@@ -203,7 +203,9 @@ class ToolRunner:
                     details=preview.for_record(decision.rule),
                     risk=decision.risk,
                     approvers=turn.approvers,
-                    four_eyes=decision.four_eyes,
+                    # An undo is asked as its change was (gateway/tools/sql_undo.py).
+                    four_eyes=decision.four_eyes
+                    or preview.details.get("four_eyes_as_original") is True,
                     metadata=turn.metadata,
                     idempotent=tool.idempotent,
                     continuation=turn.continuation,

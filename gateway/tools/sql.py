@@ -23,7 +23,8 @@ from sqlalchemy.pool import PoolResetState
 from sqlglot import exp
 
 from gateway import texts
-from gateway.confirm.model import Risk
+from gateway.confirm.model import Confirmation, Risk
+from gateway.storage.undo import UndoSnapshot
 from gateway.tools.base import Level, Tool, ToolFailedError, ToolPreview
 from gateway.tools.sql_analysis import (
     SQL_DIALECTS,
@@ -34,6 +35,14 @@ from gateway.tools.sql_analysis import (
     batch_problem,
 )
 from gateway.tools.sql_functions import FunctionAllowList
+from gateway.tools.sql_undo import (
+    Keeper,
+    UndoBook,
+    mark_effects,
+    restore,
+    undo_details,
+    undo_verdicts,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -239,20 +248,39 @@ class SqlDatabase:
                 outputs.append(_format_rows(columns, rows, self.max_rows))
         return "\n\n".join(outputs)
 
-    async def modify(self, analysis: SqlAnalysis) -> str:
-        """Run every statement in one transaction; all or nothing."""
+    async def modify(self, analysis: SqlAnalysis, *, keeper: Keeper | None = None) -> str:
+        """Run every statement in one transaction; all or nothing.
+
+        ``keeper`` keeps the rows each statement changes for its undo, in the same
+        transaction, and stores them before the commit (gateway/tools/sql_undo.py).
+        """
         counts = []
         try:
             async with self.engine.begin() as conn:
-                for s in analysis.statements:
+                for i, s in enumerate(analysis.statements):
+                    sql = s.sql if keeper is None else await keeper.before(conn, i, s)
                     result = await asyncio.wait_for(
-                        conn.exec_driver_sql(s.sql), timeout=self.timeout_seconds
+                        conn.exec_driver_sql(sql), timeout=self.timeout_seconds
                     )
                     n = result.rowcount if s.kind in _ROW_COUNTED and result.rowcount >= 0 else None
+                    if keeper is not None:
+                        returned = await keeper.after(conn, i, s, result)
+                        n = n if returned is None else returned  # INSERT ... RETURNING
                     counts.append(texts.statement_done(s.kind, n))
+                if keeper is not None:
+                    counts.append(await keeper.finish())
         except DBAPIError as exc:
             raise _failed(exc) from exc
-        return "; ".join(counts)
+        return "; ".join(counts[:-1]) + "\n" + counts[-1] if keeper else "; ".join(counts)
+
+    async def restore(self, snapshot: UndoSnapshot) -> int:
+        """Undo a kept change in one transaction (gateway/tools/sql_undo.restore); rows
+        restored. ChangedSinceError, rolled back, when rows changed since."""
+        try:
+            async with self.engine.begin() as conn:
+                return await restore(conn, snapshot, dialect=self.dialect)
+        except DBAPIError as exc:
+            raise _failed(exc) from exc
 
 
 def _hold(blocked: Sequence[str], analysis: SqlAnalysis) -> str | None:
@@ -445,6 +473,11 @@ class SqlModifyTool(_SqlTool):
     default_level: ClassVar[Level] = "confirm"
     risk: ClassVar[Risk] = Risk.MEDIUM
 
+    def __init__(self, db: SqlDatabase, *, undo: UndoBook | None = None) -> None:
+        super().__init__(db)
+        # Where an approved call keeps the rows it changes for sql_undo (None: no undo).
+        self.undo = undo
+
     async def preview(self, args: BaseModel) -> ToolPreview:
         analysis = self.analyze(args)
         if analysis.error:
@@ -467,6 +500,7 @@ class SqlModifyTool(_SqlTool):
             (s.expression for s in analysis.statements), analysis.source
         )
         not_counted: dict[str, None] = {}
+        counted: list[int | None] = []  # each statement's rows, for the undo verdict
         for s in analysis.statements:
             n: int | None = None
             sweeping: str | None = texts.sql_uncounted(s.kind)  # until it is counted
@@ -488,6 +522,7 @@ class SqlModifyTool(_SqlTool):
                 rows = None if (n is None or rows is None) else rows + n
                 effect = effect or sweeping
             written.update(s.tables)
+            counted.append(n)
         if not any(s.kind in ("UPDATE", "DELETE") for s in analysis.statements):
             rows = None
         details: dict[str, Any] = {
@@ -508,6 +543,8 @@ class SqlModifyTool(_SqlTool):
             notes.append(texts.not_previewed(list(not_counted)))
         if notes:
             details["warning"] = " · ".join(notes)
+        if self.undo is not None:
+            details.update(await self._undo_verdict(analysis, counted, details))
         rows_text = f"，影响 {texts.rows(rows)}" if rows is not None else ""
         return ToolPreview(
             summary=f"{analysis.kind} {', '.join(analysis.tables) or ''}{rows_text}".strip(),
@@ -529,10 +566,37 @@ class SqlModifyTool(_SqlTool):
         table = s.target.this.name if s.target is not None else s.tables[0]
         return texts.sql_every_row(s.kind, table, total, estimated=estimated)
 
+    async def _undo_verdict(
+        self, analysis: SqlAnalysis, counted: list[int | None], details: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Whether the call can be undone, read before anyone approves (sql_undo.py): the
+        card says so. Each entry of ``details["effects"]`` gets its own verdict too."""
+        assert self.undo is not None
+        effects = details.get("effects")
+        if isinstance(effects, list):  # the preview's row totals, INSERT included
+            totals = {e.get("statement"): e.get("total") for e in effects if isinstance(e, dict)}
+            counted = [totals.get(i, n) or n for i, n in enumerate(counted)]
+        async with self.db.read_only() as conn:
+            verdicts = await undo_verdicts(
+                conn, analysis, counted, dialect=self.db.dialect, max_rows=self.undo.max_rows
+            )
+        mark_effects(effects, verdicts)
+        return undo_details(verdicts, days=self.undo.days)
+
     async def run(self, args: BaseModel) -> str:
+        return await self.db.modify(self._checked(args))
+
+    async def run_approved(self, args: BaseModel, confirmation: Confirmation) -> str:
+        """An approved call keeps what it changes for sql_undo, by the record's id."""
+        if self.undo is None:
+            return await self.run(args)
+        keeper = self.undo.keeper(confirmation.id, self.db.dialect)
+        return await self.db.modify(self._checked(args), keeper=keeper)
+
+    def _checked(self, args: BaseModel) -> SqlAnalysis:
         analysis = self.analyze(args)
         # preview refuses these first; checked again so run() is safe on its own.
         problem = analysis.error or batch_problem(analysis, self.db.dialect)
         if problem:
             raise ValueError(problem)
-        return await self.db.modify(analysis)
+        return analysis

@@ -79,7 +79,7 @@ class RedisUndoStore(UndoStore):
         if not fields or float(fields[b"expires_at"]) <= now:
             return None
         by = fields.get(b"undone_by")
-        return UndoSnapshot.from_body(fields[b"body"], undone_by=by.decode() if by else None)
+        return UndoSnapshot.from_body(fields[b"body"], undone_by=_text(by) if by else None)
 
     async def claim(self, confirmation_id: str, *, by: str, now: float) -> UndoSnapshot | None:
         body = await self._claim(keys=[self._key(confirmation_id)], args=[repr(now), by])
@@ -93,7 +93,11 @@ class RedisUndoStore(UndoStore):
         if not ids:
             return 0
         async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.delete(*(self._key(i.decode()) for i in ids))
+            pipe.delete(*(self._key(_text(i)) for i in ids if isinstance(i, bytes | str)))
             pipe.zrem(self._index, *ids)
             await pipe.execute()
         return len(ids)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
