@@ -220,9 +220,7 @@ async def test_undo_after_a_later_change_refuses_and_names_the_keys(
 
 
 @pytest.mark.parametrize("kind", DATABASES)
-async def test_a_table_without_a_key_says_not_undoable_on_the_card(
-    start: Start, kind: str
-) -> None:
+async def test_a_table_without_a_key_says_not_undoable_on_the_card(start: Start, kind: str) -> None:
     chat = await start(kind)
     bare = f"nokey_{uuid.uuid4().hex[:8]}"
     await chat.run(f"CREATE TABLE {bare} (a INTEGER, b INTEGER)")
@@ -230,9 +228,7 @@ async def test_a_table_without_a_key_says_not_undoable_on_the_card(
         await chat.run(f"INSERT INTO {bare} VALUES (1, 1), (2, 2)")
         change = await chat.held(f"/sql DELETE FROM {bare} WHERE a = 1")
         assert change.details["undo"]["undoable"] is False
-        prompt = next(
-            m for m in reversed(chat.channel.sent) if m.kind is OutboundKind.CONFIRMATION
-        )
+        prompt = next(m for m in reversed(chat.channel.sent) if m.kind is OutboundKind.CONFIRMATION)
         assert "不可撤销" in prompt.text and "no primary or unique key" in prompt.text
         done = await chat.approved(change)
         assert done.execution.result is not None
@@ -261,9 +257,7 @@ async def test_a_change_is_undone_once(start: Start, kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", ["sqlite"])
-async def test_only_the_requester_or_an_approver_asks_for_an_undo(
-    start: Start, kind: str
-) -> None:
+async def test_only_the_requester_or_an_approver_asks_for_an_undo(start: Start, kind: str) -> None:
     chat = await start(kind)
     change = await chat.held(f"/sql DELETE FROM {chat.table} WHERE id = 4")
     await chat.approved(change)
