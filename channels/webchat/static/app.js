@@ -106,6 +106,7 @@
       node.querySelector(".approve").addEventListener("click", () => decide(c.id, "approve"));
       node.querySelector(".approve-grant").addEventListener("click", () => decide(c.id, "approve", true));
       node.querySelector(".reject").addEventListener("click", () => decide(c.id, "reject"));
+      node.querySelector(".undo").addEventListener("click", () => askUndo(c.id));
       const wrap = el("div", "msg bot card-row");
       wrap.appendChild(node);
       log.appendChild(wrap);
@@ -143,6 +144,7 @@
     const actions = node.querySelector(".actions");
     const why = node.querySelector(".why");
     const hint = node.querySelector(".reply-hint");
+    showUndo(entry);
     const may = entry.can || {};
     // Only for people who may decide: for the others it would be a false promise.
     hint.hidden = !pending || !((may.approve || {}).allowed || (may.reject || {}).allowed);
@@ -228,6 +230,22 @@
     entry.busy = true;
     updateCardState(entry);
     state.ws.send(JSON.stringify(frame));
+  }
+
+  // Undo (docs/undo.md): a change that ran and kept its rows offers a button that says in
+  // the chat what a person would type ("撤销 K7Q2"); the undo is then asked and held like
+  // any call. The server decides when it is offered (card words: undo, undo_label).
+  function showUndo(entry) {
+    const button = entry.el.querySelector(".undo");
+    const text = entry.words.undo;
+    button.hidden = !text;
+    if (text) button.textContent = entry.words.undo_label;
+  }
+
+  function askUndo(id) {
+    const entry = state.cards.get(id);
+    if (!entry || !entry.words.undo || !state.ws || state.ws.readyState !== WebSocket.OPEN) return;
+    state.ws.send(JSON.stringify({ type: "message", text: entry.words.undo }));
   }
 
   function onDecision(frame) {
