@@ -263,23 +263,36 @@ def _q(conn: AsyncConnection, name: str) -> str:
     return conn.dialect.identifier_preparer.quote(name)
 
 
-def _key_match(conn: AsyncConnection, key: Sequence[str], rows: int, start: int = 0) -> str:
-    """``k IN (:k0, :k1)`` or ``(a, b) IN ((:k0, :k1), ...)`` for ``rows`` keys."""
+def _key_match(
+    conn: AsyncConnection, key: Sequence[str], keys: Sequence[Sequence[Any]]
+) -> tuple[str, tuple[Any, ...]]:
+    """``k IN (?, ?)`` or ``(a, b) IN ((?, ?), ...)`` for ``keys``, in the driver's own
+    parameter style, and the values (``text()`` would parse 500 names per chunk again)."""
     width = len(key)
-    params = [
-        "(" + ", ".join(f":k{start + r * width + c}" for c in range(width)) + ")"
-        if width > 1
-        else f":k{start + r}"
-        for r in range(rows)
-    ]
+    marks = _marks(conn, len(keys) * width)
+    if width == 1:
+        groups = marks
+    else:
+        groups = [
+            "(" + ", ".join(marks[r * width : (r + 1) * width]) + ")" for r in range(len(keys))
+        ]
     cols = ", ".join(_q(conn, k) for k in key)
     left = f"({cols})" if width > 1 else cols
-    return f"{left} IN ({', '.join(params)})"
+    return f"{left} IN ({', '.join(groups)})", tuple(decode(v) for k in keys for v in k)
 
 
-def _key_params(keys: Sequence[Sequence[Any]]) -> dict[str, Any]:
-    flat = [decode(v) for k in keys for v in k]
-    return {f"k{i}": v for i, v in enumerate(flat)}
+def _marks(conn: AsyncConnection, count: int) -> list[str]:
+    """``count`` placeholders as the driver writes them (aiosqlite ?, aiomysql %s, asyncpg $n)."""
+    style = conn.dialect.paramstyle
+    if style == "qmark":
+        return ["?"] * count
+    if style == "format":
+        return ["%s"] * count
+    if style == "numeric_dollar":
+        return [f"${i + 1}" for i in range(count)]
+    if style == "numeric":
+        return [f":{i + 1}" for i in range(count)]
+    raise ValueError(f"no undo for a driver with paramstyle {style!r}")
 
 
 def _chunks(items: Sequence[Any]) -> Iterable[Sequence[Any]]:
@@ -303,8 +316,9 @@ async def _rows_by_key(
     columns: list[str] = []
     found: dict[tuple[Any, ...], list[Any]] = {}
     for part in _chunks(keys):
-        sql = f"SELECT * FROM {table} WHERE {_key_match(conn, key, len(part))}{_locking(dialect)}"
-        result = await conn.execute(text(sql), _key_params(part))
+        match, params = _key_match(conn, key, part)
+        sql = f"SELECT * FROM {table} WHERE {match}{_locking(dialect)}"
+        result = await conn.exec_driver_sql(sql, params)
         columns = list(result.keys())
         at = [columns.index(k) for k in key]
         for row in result.fetchall():
@@ -740,10 +754,8 @@ async def restore(conn: AsyncConnection, snapshot: UndoSnapshot, *, dialect: str
             )
         else:
             for part in _chunks(keys):
-                await conn.execute(
-                    text(f"DELETE FROM {table} WHERE {_key_match(conn, c.key, len(part))}"),
-                    _key_params(part),
-                )
+                match, params = _key_match(conn, c.key, part)
+                await conn.exec_driver_sql(f"DELETE FROM {table} WHERE {match}", params)
         restored += c.rows
     return restored
 

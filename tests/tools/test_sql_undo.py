@@ -265,3 +265,31 @@ async def test_only_the_requester_or_an_approver_asks_for_an_undo(start: Start, 
     await chat.say(f"撤销 {change.id}", sender="mallory")
     await chat.channel.wait_text("only the requester or an approver")
     assert chat.prompts() == prompts
+
+
+@pytest.mark.parametrize("kind", DATABASES)
+async def test_a_two_column_unique_key_finds_the_rows_again(start: Start, kind: str) -> None:
+    # No primary key: a UNIQUE key of NOT NULL columns is the key the undo uses.
+    chat = await start(kind)
+    table = f"regions_{uuid.uuid4().hex[:8]}"
+    await chat.run(
+        f"CREATE TABLE {table} (region VARCHAR(8) NOT NULL, n INTEGER NOT NULL,"
+        f" total NUMERIC(8, 2), UNIQUE (region, n))"
+    )
+    try:
+        await chat.run(f"INSERT INTO {table} VALUES ('eu', 1, 1.50), ('eu', 2, 2.50), ('us', 1, 3)")
+        read = f"SELECT region, n, total FROM {table} ORDER BY region, n"
+        async with chat.engine.connect() as conn:
+            before = [tuple(r) for r in (await conn.exec_driver_sql(read)).fetchall()]
+        change = await chat.held(f"/sql UPDATE {table} SET total = 0 WHERE n = 1")
+        assert change.details["undo"]["undoable"] is True
+        await chat.approved(change)
+        undo = await chat.held(f"撤销 {change.id}")
+        assert (await chat.approved(undo)).execution.state is ExecState.SUCCEEDED
+        async with chat.engine.connect() as conn:
+            after = [tuple(r) for r in (await conn.exec_driver_sql(read)).fetchall()]
+        assert [(r, n, Decimal(str(t))) for r, n, t in after] == [
+            (r, n, Decimal(str(t))) for r, n, t in before
+        ]
+    finally:
+        await chat.run(f"DROP TABLE IF EXISTS {table}")
