@@ -21,9 +21,10 @@ from channels.payloads import MalformedEvent, read
 from gateway import texts
 from gateway.confirm.ids import canonical_id
 from gateway.confirm.model import Confirmation, Decision, Status
-from gateway.confirm.views import grant_offered
+from gateway.confirm.views import grant_offered, undo_offered
 from gateway.http.jsonapi import DEFAULT_MAX_JSON_DEPTH, JsonInputError, parse_json
 from gateway.texts import approvers as approver_texts
+from gateway.texts.undo import UNDO_BUTTON
 
 OUT_TRACK_PREFIX = "gwconf-"
 
@@ -41,6 +42,8 @@ _ACTIONS = {
     ACTION_REJECT: Decision.REJECT,
     ACTION_APPROVE_GRANT: Decision.APPROVE,
 }
+# 撤销 Undo on a done change's card: asks for the undo (docs/undo.md), decides nothing.
+ACTION_UNDO = "undo"
 # Between the confirmation id and the approver's digest in a direct copy's outTrackId.
 _DIRECT_MARK = "_dm_"
 
@@ -73,6 +76,7 @@ class CardClick:
     user_id: str
     out_track_id: str
     grant_minutes: int | None = None  # the grant button: approve and skip asking this long
+    undo: bool = False  # the Undo button of a done change
 
 
 def parse_card_callback(data: object) -> CardClick:
@@ -91,14 +95,15 @@ def parse_card_callback(data: object) -> CardClick:
     # Custom templates name the button by actionId; the standard template's request
     # buttons only echo their params.
     candidates = [*action_ids, params.action or "", params.id or ""]
-    action = next((c for c in candidates if c in _ACTIONS), None)
+    action = next((c for c in candidates if c in _ACTIONS or c == ACTION_UNDO), None)
     track = callback.out_track_id or ""
     return CardClick(
         confirmation_id=confirmation_id_from(track),
-        decision=_ACTIONS[action] if action is not None else None,
+        decision=_ACTIONS.get(action) if action is not None else None,
         user_id=callback.user_id or "",
         out_track_id=track,
         grant_minutes=texts.GRANT_MINUTES_BUTTON if action == ACTION_APPROVE_GRANT else None,
+        undo=action == ACTION_UNDO,
     )
 
 
@@ -196,7 +201,7 @@ def card_params(
     else:
         title = texts.status_line(c)
         tips = texts.outcome(c)
-        buttons = []
+        buttons = [_button(UNDO_BUTTON, ACTION_UNDO, "blue", c.id)] if undo_offered(c) else []
     markdown = prompt_markdown(c, direct=direct)
     return {
         # The standard (MarkdownButton) template.

@@ -25,8 +25,10 @@ from channels.receive import ReceiveRules, Verdict
 from gateway import texts
 from gateway.bus import InboundMessage, OutboundMessage, PublishResult
 from gateway.confirm.model import Answer, DecideOutcome, GrantAsk
+from gateway.confirm.views import undo_click
 from gateway.http.jsonapi import JsonInputError, parse_json
 from gateway.runtime import BackgroundTasks, ServiceUnavailable
+from gateway.texts.undo import UNDO_ASKED_TOAST, UNDO_NOT_OFFERED
 
 log = structlog.get_logger(__name__)
 
@@ -238,6 +240,8 @@ class DingTalkChannel(Channel):
         if click.confirmation_id is None:
             log.info("dingtalk.card_click_foreign", out_track_id=click.out_track_id)
             return {}
+        if click.undo and click.user_id:
+            return await self._undo_click(click.confirmation_id, click.user_id)
         if click.decision is None or not click.user_id:
             log.warning("dingtalk.card_click_unreadable", confirmation_id=click.confirmation_id)
             return {}
@@ -275,6 +279,15 @@ class DingTalkChannel(Channel):
                 )
             )
         return response
+
+    async def _undo_click(self, cid: str, user_id: str) -> dict[str, Any]:
+        """撤销 Undo: said in the chat for the clicker, as if typed (views.undo_click)."""
+        record = await self._service.get(cid)
+        msg = undo_click(record, user_id) if record is not None else None
+        tip = UNDO_ASKED_TOAST if msg is not None else UNDO_NOT_OFFERED
+        if msg is not None:
+            await self._bus.publish_inbound(msg)
+        return {"privateData": {user_id: {"cardParamMap": {"tips": tip}}}}
 
     # -------------------------------------------------------------------- send
 

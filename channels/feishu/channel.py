@@ -32,7 +32,9 @@ from config.settings import ConfigError
 from gateway import texts
 from gateway.bus import OutboundMessage
 from gateway.confirm.model import Answer, DecideOutcome, Decision, GrantAsk
+from gateway.confirm.views import undo_click
 from gateway.runtime import BackgroundTasks
+from gateway.texts.undo import UNDO_ASKED_TOAST, UNDO_NOT_OFFERED
 
 log = structlog.get_logger(__name__)
 
@@ -282,6 +284,8 @@ class FeishuChannel(Channel):
     async def handle_card_action(self, action: CardAction) -> dict[str, Any]:
         """A button click: decide, answer with a toast and the card as it now is."""
         cid = action.value.get("confirmation_id")
+        if action.value.get(render.UNDO) is True and isinstance(cid, str):
+            return await self._undo_click(cid, action)
         raw_decision = action.value.get("decision")
         # Values come from the card JSON as clicked: any JSON at all, not only strings.
         decision = next((d for d in Decision if d.value == raw_decision), None)
@@ -327,6 +331,15 @@ class FeishuChannel(Channel):
         return render.callback_response(
             toast=result.message, kind=_TOASTS.get(result.outcome, "info"), card=card
         )
+
+    async def _undo_click(self, cid: str, action: CardAction) -> dict[str, Any]:
+        """撤销 Undo: said in the chat for the clicker, as if typed (views.undo_click)."""
+        record = await self._service.get(cid)
+        msg = undo_click(record, action.operator_open_id) if record is not None else None
+        if msg is None or not action.operator_open_id:
+            return render.callback_response(toast=UNDO_NOT_OFFERED, kind="error")
+        await self._bus.publish_inbound(msg)
+        return render.callback_response(toast=UNDO_ASKED_TOAST, kind="info")
 
     # ------------------------------------------------------------------ sending
 

@@ -13,9 +13,10 @@ from typing import Any
 
 from gateway import texts
 from gateway.confirm.model import Confirmation, Decision, Risk
-from gateway.confirm.views import grant_offered
+from gateway.confirm.views import grant_offered, undo_offered
 from gateway.texts import Stage
 from gateway.texts import approvers as approver_texts
+from gateway.texts.undo import UNDO_BUTTON
 
 # Card header colours (Feishu template names) for the risk of a pending confirmation.
 RISK_TEMPLATES = {
@@ -104,6 +105,21 @@ def _button(c: Confirmation, decision: Decision, *, grant: bool = False) -> dict
     }
 
 
+# What an Undo button's callback value says (channel.handle_card_action).
+UNDO = "undo"
+
+
+def _undo_button(c: Confirmation) -> dict[str, Any]:
+    """撤销 Undo on a done change's card: its click asks for the undo (docs/undo.md)."""
+    return {
+        "tag": "button",
+        "element_id": "btn_undo",
+        "text": {"tag": "plain_text", "content": UNDO_BUTTON},
+        "type": "default",
+        "behaviors": [{"type": "callback", "value": {"confirmation_id": c.id, UNDO: True}}],
+    }
+
+
 def _decisions(c: Confirmation, *, direct: bool) -> tuple[Decision, ...]:
     """The buttons worth showing: in a one-to-one four-eyes chat only the requester reads
     the card, and the requester may only withdraw (approvers decide elsewhere)."""
@@ -157,6 +173,8 @@ def confirmation_card(
         template = STAGE_TEMPLATES[stage]
         title = texts.status_line(c)
         elements.append(_text(texts.outcome(c), text_size="heading"))
+        if undo_offered(c):
+            elements.append(_row([_undo_button(c)]))
     return {
         "schema": "2.0",
         # update_multi: one shared card for everyone in the chat, so a patch reaches all.

@@ -22,12 +22,15 @@ people of any platform, so it decides but is not written to).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gateway.confirm.model import Confirmation, Decision, Risk
+from gateway.messages import InboundMessage
 from gateway.texts.grants import GRANT_MINUTES_BUTTON
+from gateway.texts.undo import undo_offer
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,3 +119,29 @@ def direct_copies(refs: Mapping[str, str], channel: str) -> dict[str, str]:
 def direct_recipients_told(c: Confirmation) -> list[str]:
     """Everyone (any channel) whose direct chat holds a copy of ``c``, for the admin page."""
     return [k.split(_DM_MARK, 1)[1] for k in c.prompt_refs if _DM_MARK in k]
+
+
+def undo_offered(c: Confirmation) -> str | None:
+    """The text an Undo button on ``c``'s settled card says for its clicker (``撤销 K7Q2``),
+    or None when the change kept nothing to undo (docs/undo.md)."""
+    return undo_offer(c.id, c.execution.result)
+
+
+def undo_click(c: Confirmation, clicker: str) -> InboundMessage | None:
+    """An Undo button's click as the message its clicker would type in ``c``'s chat: it
+    asks for the undo through the same path and the same checks (gateway/tools/sql_undo.py)
+    as a typed ``撤销 K7Q2``. None when ``c`` offers no undo."""
+    text = undo_offered(c)
+    if text is None:
+        return None
+    return InboundMessage(
+        channel=c.channel,
+        chat_id=c.chat_id,
+        sender_id=clicker,
+        text=text,
+        # Its own id: a second click (after a refused undo) is a new request, not a redelivery.
+        message_id=f"undo-{c.id}-{uuid.uuid4().hex[:12]}",
+        is_group=c.is_group,
+        session_key=c.session_key,
+        metadata={"via": "card"},
+    )

@@ -126,3 +126,7 @@ def undo_offer(confirmation_id: str, result: str | None) -> str | None:
     if result and undo_hint(confirmation_id) in result:
         return f"撤销 {confirmation_id}"
     return None
+
+
+UNDO_ASKED_TOAST = "已请求撤销，请在聊天中批准 / undo asked: approve it in the chat"
+UNDO_NOT_OFFERED = "此改动不可撤销 / this change cannot be undone"

@@ -25,14 +25,15 @@ from tests.support import demo_db_locked, drop_demo_orders, wait_record
 
 
 def shows(params: dict[str, Any] | None, stage: Stage) -> bool:
-    """The card says ``stage`` in its title and its variables, with no buttons left."""
+    """The card says ``stage`` in its title and its variables, with no decision buttons
+    left (a done change that kept its rows offers only 撤销 Undo: docs/undo.md)."""
     if not params:
         return False
     buttons = json.loads(params["sys_full_json_obj"])["msgButtons"]
     return (
         params["stage"] == stage.value
         and texts.stage_label(stage) in params["title"]
-        and buttons == []
+        and [b["id"] for b in buttons] in ([], ["undo"])
     )
 
 
@@ -150,7 +151,9 @@ async def test_a_text_copy_in_an_approvers_chat_hears_how_the_run_ended(
         )
         copy, approved, done = (s["msgParam"] for s in fake.one_to_one_sends("bob"))
         assert approved["content"].startswith(f"✅ [{conf.id}] bob 已批准")
-        assert done["content"] == (
+        assert done["content"].startswith(
             f"✔️ [{conf.id}] bob 已批准，sql_modify 已执行 / "
             "approved by bob; sql_modify done: DELETE: 1 行 / 1 row"
         )
+        # ...and how to undo it (docs/undo.md).
+        assert done["content"].endswith(f"reply undo {conf.id} to undo it")
