@@ -22,6 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from config.settings import Settings
+from gateway import texts
 from gateway.app import Gateway, build
 from gateway.bus import InboundMessage, OutboundKind
 from gateway.confirm.model import Confirmation, ExecState, Status
@@ -98,14 +99,14 @@ class Chat:
         return [e.kind for e in await self.gw.store.events(c.id)]
 
 
-Start = Callable[[str], Awaitable[Chat]]
+Start = Callable[..., Awaitable[Chat]]
 
 
 @pytest.fixture
 async def start(make_settings: Callable[..., Settings], tmp_path: Path) -> AsyncIterator[Start]:
     opened: list[Chat] = []
 
-    async def run(kind: str) -> Chat:
+    async def run(kind: str, **overrides: Any) -> Chat:
         url = {
             "postgresql": POSTGRES_URL,
             "mariadb": MARIADB_URL,
@@ -120,7 +121,12 @@ async def start(make_settings: Callable[..., Settings], tmp_path: Path) -> Async
             require_service(f"{kind} at {mask_url(url)}", exc)
         settings = make_settings(
             tools={"sql": {"url": url, "statement_timeout_seconds": 5.0}},
-            confirmation={"store": "memory", "timeout_seconds": 60},
+            confirmation={
+                "store": "memory",
+                "timeout_seconds": 60,
+                **overrides.pop("confirmation", {}),
+            },
+            **overrides,
         )
         gw = await build(settings, serve_http=False)
         channel = RecordingChannel()
@@ -293,3 +299,24 @@ async def test_a_two_column_unique_key_finds_the_rows_again(start: Start, kind: 
         ]
     finally:
         await chat.run(f"DROP TABLE IF EXISTS {table}")
+
+
+@pytest.mark.parametrize("kind", ["sqlite"])
+async def test_an_undo_is_asked_four_eyes_when_its_change_was(start: Start, kind: str) -> None:
+    chat = await start(
+        kind, confirmation={"approvers": ["bob"]}, policy={"four_eyes_risks": ["medium"]}
+    )
+    change = await chat.held(f"/sql DELETE FROM {chat.table} WHERE id = 2")
+    assert change.four_eyes
+    await chat.approved(change, by="bob")
+    undo = await chat.held(f"撤销 {change.id}")
+    assert undo.four_eyes and undo.requester == "alice"
+    await chat.say(f"确认 {undo.id}")  # the requester may not approve her own undo
+    await chat.channel.wait_for(
+        lambda m: m.kind is not OutboundKind.CONFIRMATION and m.text == texts.FOUR_EYES
+    )
+    assert (await chat.gw.confirmations.get(undo.id)).status is Status.PENDING  # type: ignore[union-attr]
+    assert len(values(await chat.rows())) == 3
+    ran = await chat.approved(undo, by="bob")
+    assert ran.execution.state is ExecState.SUCCEEDED
+    assert len(values(await chat.rows())) == 4
