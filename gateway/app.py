@@ -285,6 +285,7 @@ async def build(
             max_rows=settings.tools.sql.undo_max_rows,
             days=settings.tools.sql.undo_days,
             clock=clock,
+            approvers=settings.confirmation.approvers,
         )
         registry.register(SqlModifyTool(sql_db, undo=undo))
         registry.register(SqlUndoTool(db=sql_db, book=undo))

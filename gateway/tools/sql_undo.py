@@ -494,8 +494,12 @@ class UndoBook:
         max_rows: int = 10_000,
         days: float = 7.0,
         clock: Callable[[], float] = time.time,
+        approvers: Iterable[str] = (),
     ) -> None:
         self.store = store
+        # [confirmation] approvers: besides a change's own requester and approvers, who
+        # may ask for its undo (may_ask_undo).
+        self.approvers = tuple(approvers)
         self.confirmations = confirmations
         self.audit = audit
         self.max_rows = max_rows
@@ -526,6 +530,12 @@ class UndoBook:
     async def purge(self, *, now: float) -> int:
         """The retention sweep's part: drop snapshots past ``undo_days``."""
         return await self.store.purge(before=now)
+
+    def may_ask_undo(self, original: Confirmation, *, session_key: str, asker: str) -> bool:
+        """Whether ``asker`` in ``session_key`` may ask to undo ``original``: only in the
+        chat of the change, and only someone who could have decided it."""
+        allowed = (original.requester, *original.approvers, *self.approvers)
+        return session_key == original.session_key and asker in allowed
 
 
 # ------------------------------------------------------------------ the sql_undo tool
@@ -611,6 +621,14 @@ class SqlUndoTool(Tool):
         cid = canonical_id(args.confirmation_id.strip())
         me = confirmation.id
         audit = self.book.audit
+        # Asked from a chat by ``撤销 K7Q2``, ask_undo checked who asks; a model may call
+        # sql_undo itself, in any chat: the same rule, here, before anything is taken.
+        original = await self.book.confirmations.get(cid)
+        if original is None or not self.book.may_ask_undo(
+            original, session_key=confirmation.session_key, asker=confirmation.requester
+        ):
+            await audit.add(cid, "undo_refused", undo=me, why="not allowed to ask")
+            raise ToolFailedError(words.UNDO_ASK_NOT_ALLOWED, detail=f"asked by {me}")
         taken = await self.book.store.claim(cid, by=me, now=self.book.clock())
         if taken is None:
             found = await self.find(cid)
@@ -687,8 +705,11 @@ async def ask_undo(
     if original is None or original.session_key != turn.session_key:
         await turn.say(words.nothing_to_undo(target))
         return None
-    allowed = (original.requester, *original.approvers, *confirmations.settings.approvers)
-    if turn.sender_id not in allowed:
+    tool = runner.registry.get("sql_undo")
+    if not isinstance(tool, SqlUndoTool):
+        await turn.say(words.nothing_to_undo(target))
+        return None
+    if not tool.book.may_ask_undo(original, session_key=turn.session_key, asker=turn.sender_id):
         await turn.say(words.UNDO_ASK_NOT_ALLOWED)
         return None
     call = ToolCall(name="sql_undo", args={"confirmation_id": original.id}, call_id=new_call_id())

@@ -25,7 +25,7 @@ from config.settings import Settings
 from gateway import texts
 from gateway.app import Gateway, build
 from gateway.bus import InboundMessage, OutboundKind
-from gateway.confirm.model import Confirmation, ExecState, Status
+from gateway.confirm.model import Confirmation, ExecState, Status, ToolCall
 from tests.services import MARIADB_URL, POSTGRES_URL, mask_url, require_service
 from tests.support import RecordingChannel, wait_record, wait_status
 
@@ -320,3 +320,36 @@ async def test_an_undo_is_asked_four_eyes_when_its_change_was(start: Start, kind
     ran = await chat.approved(undo, by="bob")
     assert ran.execution.state is ExecState.SUCCEEDED
     assert len(values(await chat.rows())) == 4
+
+
+@pytest.mark.parametrize("kind", ["sqlite"])
+async def test_an_undo_called_from_another_chat_does_not_run(start: Start, kind: str) -> None:
+    # A model may call sql_undo itself, in any chat: who asks is checked when it runs too.
+    chat = await start(kind)
+    change = await chat.held(f"/sql DELETE FROM {chat.table} WHERE id = 1")
+    await chat.approved(change)
+    elsewhere = InboundMessage(
+        channel=RecordingChannel.name, chat_id="other", sender_id="eve", text="undo it"
+    )
+    outcome = await chat.gw.runner.invoke(
+        ToolCall("sql_undo", {"confirmation_id": change.id}, "call_eve"),
+        chat.gw.loop.turn_for(elsewhere),
+    )
+    assert outcome.status == "waiting" and outcome.confirmation is not None
+    undo = outcome.confirmation
+    await chat.gw.bus.publish_inbound(
+        InboundMessage(
+            channel=RecordingChannel.name,
+            chat_id="other",
+            sender_id="eve",
+            text=f"确认 {undo.id}",
+            message_id="m-eve",
+        )
+    )
+    ran = await wait_record(
+        chat.gw, undo.id, lambda r: r.execution.state.is_final, what="the undo's end"
+    )
+    assert ran.execution.state is ExecState.FAILED
+    assert ran.execution.result is not None and "only the requester" in ran.execution.result
+    assert len(await chat.rows()) == 3  # still deleted
+    assert "undo_refused" in await chat.events(change)
