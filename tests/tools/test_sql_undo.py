@@ -26,6 +26,7 @@ from gateway import texts
 from gateway.app import Gateway, build
 from gateway.bus import InboundMessage, OutboundKind
 from gateway.confirm.model import Confirmation, ExecState, Status, ToolCall
+from gateway.confirm.replies import parse_undo
 from tests.services import MARIADB_URL, POSTGRES_URL, mask_url, require_service
 from tests.support import RecordingChannel, wait_record, wait_status
 
@@ -353,3 +354,36 @@ async def test_an_undo_called_from_another_chat_does_not_run(start: Start, kind:
     assert ran.execution.result is not None and "only the requester" in ran.execution.result
     assert len(await chat.rows()) == 3  # still deleted
     assert "undo_refused" in await chat.events(change)
+
+
+@pytest.mark.parametrize(
+    ("text", "target"),
+    [
+        ("撤销 K7Q2", "K7Q2"),
+        ("undo k7q2", "K7Q2"),
+        ("UNDO K7Q2.", "K7Q2"),
+        ("撤销", None),
+        ("undo", None),
+        ("请撤销 K7Q2", None),
+        ("撤销 K7Q2 吧", None),
+        ("undo K7Q2 and K8Q3", None),
+        ("don't undo K7Q2", None),
+        ("撤销 token", None),
+    ],
+)
+def test_the_undo_reply_is_exact(text: str, target: str | None) -> None:
+    assert parse_undo(text) == target
+
+
+@pytest.mark.parametrize("kind", ["sqlite"])
+async def test_an_undo_request_never_rejects_what_is_pending(start: Start, kind: str) -> None:
+    # reject_with_feedback (the default): other text from someone who may decide rejects
+    # the pending call. "撤销 K7Q2" is a request for a new call, not that text.
+    chat = await start(kind)
+    change = await chat.held(f"/sql DELETE FROM {chat.table} WHERE id = 1")
+    await chat.approved(change)
+    pending = await chat.held(f"/sql DELETE FROM {chat.table} WHERE id = 2")
+    undo = await chat.held(f"撤销 {change.id}")
+    assert undo.tool_call.name == "sql_undo"
+    again = await chat.gw.confirmations.get(pending.id)
+    assert again is not None and again.status is Status.PENDING
