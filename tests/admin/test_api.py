@@ -237,13 +237,16 @@ async def test_sse_sees_requested_resolved_and_executed_for_a_web_click(
         f"✔️ [{cid}] alice 已批准，sql_modify 已执行 / "
         "approved by alice; sql_modify done: DELETE: 1 行 / 1 row"
     )
-    assert executed["data"]["outcome"] == done
+    # ...then how to undo it (docs/undo.md).
+    assert executed["data"]["outcome"].startswith(done)
+    assert executed["data"]["outcome"].endswith(f"reply undo {cid} to undo it")
     # The record's own page says the same: its stage's word, and the sentence.
     async with admin.get(f"/admin/confirmations/{cid}") as resp:
         page = await resp.text()
     assert 'data-stage="done"' in page
     assert '<span class="status status-done">已执行 <span class="en">done</span></span>' in page
-    assert f'<dd class="outcome">{html.escape(done)}</dd>' in page
+    outcome = html.escape(executed["data"]["outcome"])
+    assert f'<dd class="outcome">{outcome}</dd>' in page
 
 
 async def test_sse_sends_keep_alive_comments(admin: aiohttp.ClientSession) -> None:

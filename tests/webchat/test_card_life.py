@@ -48,10 +48,12 @@ async def test_every_tab_sees_the_card_go_from_approved_to_done_with_its_result(
             assert approved["card"]["outcome"].startswith(f"✅ [{cid}] alice 已批准")
             done = await next_frame(ws, card_at(Stage.DONE))
             assert done["confirmation"]["execution"]["state"] == "succeeded"
-            assert done["card"]["outcome"] == (
+            assert done["card"]["outcome"].startswith(
                 f"✔️ [{cid}] alice 已批准，sql_modify 已执行 / "
                 "approved by alice; sql_modify done: DELETE: 1 行 / 1 row"
             )
+            # The card offers the undo: a button that says "撤销 <id>" (docs/undo.md).
+            assert done["card"]["undo"] == f"撤销 {cid}"
 
 
 async def test_the_card_ends_failed_when_the_run_fails(
