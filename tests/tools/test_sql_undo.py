@@ -387,3 +387,40 @@ async def test_an_undo_request_never_rejects_what_is_pending(start: Start, kind:
     assert undo.tool_call.name == "sql_undo"
     again = await chat.gw.confirmations.get(pending.id)
     assert again is not None and again.status is Status.PENDING
+
+
+async def test_a_change_is_undone_after_a_restart_on_the_sqlite_store(
+    make_settings: Callable[..., Settings], tmp_path: Path
+) -> None:
+    # The snapshot lives with the record, in the store: the next process finds both.
+    url = f"sqlite+aiosqlite:///{tmp_path / 'tools.db'}"
+    settings = make_settings(
+        tools={"sql": {"url": url}}, confirmation={"store": "sqlite", "timeout_seconds": 60}
+    )
+    engine = create_async_engine(url)
+
+    async def started() -> Chat:
+        gw = await build(settings, serve_http=False)
+        channel = RecordingChannel()
+        gw.channels.add(channel)
+        await gw.start()
+        chat = Chat(gw, channel, engine)
+        chat.table = "kept"
+        return chat
+
+    first = await started()
+    try:
+        await first.run("CREATE TABLE kept (id INTEGER PRIMARY KEY, v VARCHAR(10))")
+        await first.run("INSERT INTO kept VALUES (1, 'a'), (2, 'b')")
+        change = await first.held("/sql DELETE FROM kept WHERE id = 2")
+        await first.approved(change)
+    finally:
+        await first.gw.stop()
+    second = await started()
+    try:
+        undo = await second.held(f"撤销 {change.id}")
+        assert (await second.approved(undo)).execution.state is ExecState.SUCCEEDED
+        assert await second.rows() == [(1, "a"), (2, "b")]
+    finally:
+        await second.gw.stop()
+        await engine.dispose()

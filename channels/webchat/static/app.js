@@ -233,8 +233,9 @@
   }
 
   // Undo (docs/undo.md): a change that ran and kept its rows offers a button that says in
-  // the chat what a person would type ("撤销 K7Q2"); the undo is then asked and held like
-  // any call. The server decides when it is offered (card words: undo, undo_label).
+  // the chat what a person would type (the undo reply with its id); the undo is then asked
+  // and held like any call. The server decides when it is offered (card words: undo,
+  // undo_label).
   function showUndo(entry) {
     const button = entry.el.querySelector(".undo");
     const text = entry.words.undo;
