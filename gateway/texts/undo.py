@@ -29,6 +29,10 @@ NOT_UNDOABLE_UNMATCHED = (
     "改动的行无法按键对应，无法撤销 / the changed rows could not be matched by key, "
     "so it cannot be undone"
 )
+NOT_UNDOABLE_NO_RETURNING = (
+    "此数据库无法读回新增的行（需要 INSERT ... RETURNING），无法撤销 / this database cannot "
+    "return the rows an INSERT adds (INSERT ... RETURNING), so it cannot be undone"
+)
 NOT_UNDOABLE_UNKNOWN = "无法读取表 {table} 的键 / the key of table {table} could not be read"
 
 

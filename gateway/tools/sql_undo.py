@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import math
+import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -182,6 +183,18 @@ def static_refusal(s: SqlStatement) -> str | None:
     return None
 
 
+def has_returning(conn: AsyncConnection) -> bool:
+    """Whether the database answers ``INSERT ... RETURNING`` (how the rows an INSERT added
+    are kept): SQLite 3.35+, PostgreSQL, MariaDB 10.5+; MySQL has no RETURNING."""
+    dialect = conn.dialect
+    version = tuple(dialect.server_version_info or ())
+    if dialect.name == "sqlite":
+        return sqlite3.sqlite_version_info >= (3, 35)
+    if dialect.name == "postgresql":
+        return True
+    return bool(getattr(dialect, "is_mariadb", False)) and version >= (10, 5)
+
+
 def _sets_key(s: SqlStatement, key: Sequence[str]) -> bool:
     """An UPDATE that assigns one of the key columns (the row could not be found again)."""
     if s.kind != "UPDATE":
@@ -228,6 +241,8 @@ async def undo_verdicts(
                 why = words.NOT_UNDOABLE_NO_KEY.format(table=name)
             elif why is None and key and _sets_key(s, key):
                 why = words.NOT_UNDOABLE_KEY_SET.format(table=name)
+            elif why is None and s.kind == "INSERT" and not has_returning(conn):
+                why = words.NOT_UNDOABLE_NO_RETURNING
         n = counts[i] if i < len(counts) else None
         total += n or 0
         if why is None and total > max_rows:
@@ -389,6 +404,9 @@ class Keeper:
             self.refused = words.NOT_UNDOABLE_KEY_SET.format(table=name)
             return s.sql
         if s.kind == "INSERT":
+            if not has_returning(conn):
+                self.refused = words.NOT_UNDOABLE_NO_RETURNING
+                return s.sql
             self._pending = _Pending(name, key, [], {})
             return s.sql.rstrip().rstrip(";") + " RETURNING *"
         room = self.book.max_rows - self.rows
