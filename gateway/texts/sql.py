@@ -116,3 +116,24 @@ def sql_volatile(kind: str, source: str) -> str:
         f"which rows {kind} changes depends on {source} (clock, randomness or session "
         "state): it may change other rows than the preview counted"
     )
+
+
+# -- the preview's rows and the drift check (issue 24; gateway/tools/sql_effect.py) -------------
+
+
+def effect_not_previewed(kind: str) -> str:
+    """Why a held statement shows no rows: the preview cannot read it back as a query."""
+    return (
+        f"无法预览此 {kind} 语句将改变的行，批准前不执行 / cannot show the rows this {kind} "
+        "statement changes; nothing runs before approval"
+    )
+
+
+EFFECT_AFTER_EARLIER = (
+    "无法预览：同一批中前面的语句先改动了此表，批准前不执行 / cannot preview: an earlier "
+    "statement of the same batch changes this table first; nothing runs before approval"
+)
+EFFECT_READ_FAILED = (
+    "无法预览：读取将改变的行时数据库报错，批准前不执行 / cannot preview: the database refused "
+    "to read the rows it changes; nothing runs before approval"
+)
