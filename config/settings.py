@@ -157,6 +157,10 @@ class SqlToolSettings(Section):
     # Functions that queries and previews may call before approval, added to the built-in
     # list for the database (gateway/tools/sql_functions.py); any other function is held.
     allowed_functions: list[str] = Field(default_factory=list)
+    # An approved change runs only if the rows it changes are still the ones the approver
+    # saw: at most this many rows of difference in the count (and in the keys, when the
+    # preview kept them). 0: exactly what was approved (docs/model.md, "Drift").
+    drift_tolerance: int = Field(default=0, ge=0)
 
 
 class ToolsSettings(Section):

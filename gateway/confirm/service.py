@@ -347,7 +347,14 @@ class ConfirmationService:
                 continuation=continuation,
             ),
             events=(
-                self.audit.event(cid, "requested", actor=requester, at=now, tool=tool_call.name),
+                self.audit.event(
+                    cid,
+                    "requested",
+                    actor=requester,
+                    at=now,
+                    tool=tool_call.name,
+                    **_preview_shown(details),
+                ),
             ),
             limits=self._pending_limits,
             on_error=self.unsure.create_failed,
@@ -580,3 +587,10 @@ class ConfirmationService:
         """Stop: cancel pending calls, interrupt what still runs, leave (chats are told)."""
         await self.stop_asking()
         await self.close()
+
+
+def _preview_shown(details: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What the approver is shown of a call's effect (issue 24: the SQL preview's rows), kept
+    in the audit trail's ``requested`` line: the record's details can be edited later."""
+    effects = (details or {}).get("effects")
+    return {"effects": effects} if effects is not None else {}

@@ -10,9 +10,9 @@ What the call came to is written to the record's execution ledger
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import structlog
 from pydantic import BaseModel
@@ -24,7 +24,7 @@ from gateway.confirm.service import ConfirmationService
 from gateway.runtime import BackgroundTasks
 from gateway.stop_budget import INTERRUPT_RECORD_SECONDS
 from gateway.storage.confirmations import StoreUnavailableError, once_store_answers
-from gateway.tools.base import ToolArgumentsError, ToolRegistry, failure
+from gateway.tools.base import ApprovedRun, ToolArgumentsError, ToolRegistry, failure
 
 log = structlog.get_logger(__name__)
 
@@ -123,7 +123,7 @@ class Executor:
         self._running[record.id] = running
         error: str | None = None  # the raw failure, for the audit trail only
         try:
-            result = await tool.run(parsed)
+            result = await tool.run_approved(parsed, self._approved(started))
         except asyncio.CancelledError:
             # Stopped mid-run (stop timeout, or the turn was cancelled): it may or may not
             # have taken effect, so it is reported interrupted, never retried by itself.
@@ -145,6 +145,16 @@ class Executor:
             del self._running[record.id]
             running.done.set()
         return await self._finish(started, state, output, say=say, report=report, error=error)
+
+    def _approved(self, record: Confirmation) -> ApprovedRun:
+        """What the record approved, for the tool to check its effect against; its notes go
+        to the record's audit trail as this instance."""
+        audit, me = self.confirmations.audit, self.confirmations.instance.id
+
+        async def note(kind: str, detail: Mapping[str, Any]) -> None:
+            await audit.add(record.id, kind, actor=me, **detail)
+
+        return ApprovedRun(confirmation_id=record.id, details=record.details, note=note)
 
     async def refuse(self, record: Confirmation, reason: str, *, say: Say) -> Ran:
         """Settle an approved call as failed without running it (the policy now refuses

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -24,7 +25,14 @@ from sqlglot import exp
 
 from gateway import texts
 from gateway.confirm.model import Risk
-from gateway.tools.base import Level, Tool, ToolFailedError, ToolPreview
+from gateway.tools.base import (
+    ApprovedRun,
+    EffectChangedError,
+    Level,
+    Tool,
+    ToolFailedError,
+    ToolPreview,
+)
 from gateway.tools.sql_analysis import (
     SQL_DIALECTS,
     SqlAnalysis,
@@ -33,7 +41,7 @@ from gateway.tools.sql_analysis import (
     analyze_sql,
     batch_problem,
 )
-from gateway.tools.sql_effect import Effect, EffectReader, not_previewed
+from gateway.tools.sql_effect import Effect, EffectReader, checkable, drift, not_previewed
 from gateway.tools.sql_functions import FunctionAllowList
 
 log = structlog.get_logger(__name__)
@@ -68,6 +76,7 @@ class SqlDatabase:
         timeout_seconds: float = 30.0,
         estimate_rows_above: int = ESTIMATE_ROWS_ABOVE,
         allowed_functions: Iterable[str] = (),
+        drift_tolerance: int = 0,
     ) -> None:
         self.url = url
         self.engine: AsyncEngine = create_async_engine(url)
@@ -81,6 +90,9 @@ class SqlDatabase:
         self.estimate_rows_above = estimate_rows_above
         # What auto queries and previews may call (sql_functions.py, docs/sql-safety.md).
         self.functions = FunctionAllowList(self.dialect, allowed_functions)
+        # Rows of difference between the approved effect and the one at run time that
+        # still run (docs/model.md, "Drift"); 0: exactly what was approved.
+        self.drift_tolerance = drift_tolerance
 
     async def close(self) -> None:
         await self.engine.dispose()
@@ -216,20 +228,63 @@ class SqlDatabase:
                 outputs.append(_format_rows(columns, rows, self.max_rows))
         return "\n\n".join(outputs)
 
-    async def modify(self, analysis: SqlAnalysis) -> str:
-        """Run every statement in one transaction; all or nothing."""
+    async def modify(self, analysis: SqlAnalysis, approved: ApprovedRun | None = None) -> str:
+        """Run every statement in one transaction; all or nothing.
+
+        With ``approved`` (a call a person approved), each statement first reads its effect
+        again in the same transaction and compares it with the one the approver saw
+        (``details["effects"]``); a difference beyond ``drift_tolerance`` rolls everything
+        back and raises EffectChangedError (docs/model.md, "Drift").
+        """
         counts = []
+        checks: list[dict[str, Any]] = []
+        seen = list(approved.details.get("effects") or []) if approved is not None else []
         try:
             async with self.engine.begin() as conn:
-                for s in analysis.statements:
+                for index, s in enumerate(analysis.statements):
+                    if approved is not None:
+                        await self._check_drift(conn, s, index, seen, checks)
                     result = await asyncio.wait_for(
                         conn.exec_driver_sql(s.sql), timeout=self.timeout_seconds
                     )
                     n = result.rowcount if s.kind in _ROW_COUNTED and result.rowcount >= 0 else None
                     counts.append(texts.statement_done(s.kind, n))
+        except EffectChangedError:
+            if approved is not None:
+                await approved.note("drift_checked", {"outcome": "changed", "checks": checks})
+            raise
         except DBAPIError as exc:
             raise _failed(exc) from exc
+        if approved is not None:
+            await approved.note("drift_checked", {"outcome": "ok", "checks": checks})
         return "; ".join(counts)
+
+    async def _check_drift(
+        self,
+        conn: AsyncConnection,
+        statement: SqlStatement,
+        index: int,
+        approved: Sequence[Mapping[str, Any]],
+        checks: list[dict[str, Any]],
+    ) -> None:
+        """Read statement ``index``'s effect again, just before it runs, and raise
+        EffectChangedError if it is not what was approved (``checks`` gets what was found)."""
+        was = [e for e in approved if e.get("statement") == index and checkable(e)]
+        if not was:
+            return  # nothing was shown to compare with: the approver saw "cannot preview"
+        try:
+            now = await self._effect_reader(conn).effects(statement, index)
+        except DBAPIError as exc:
+            raise _failed(exc) from exc
+        found = [drift(a, b, self.drift_tolerance) for a, b in zip_longest(was, now)]
+        checks += [c for c in found if c is not None]
+        changed = [c for c in found if c is not None and c["changed"]]
+        if changed:
+            raise EffectChangedError(
+                texts.effect_changed(changed),
+                detail=f"statement {index}: {changed}",
+                effect=now,
+            )
 
 
 def _hold(blocked: Sequence[str], analysis: SqlAnalysis) -> str | None:
@@ -516,9 +571,16 @@ class SqlModifyTool(_SqlTool):
         return texts.sql_every_row(s.kind, table, total, estimated=estimated)
 
     async def run(self, args: BaseModel) -> str:
+        return await self._modify(args, None)
+
+    async def run_approved(self, args: BaseModel, approved: ApprovedRun) -> str:
+        """Run what a person approved, only if its rows are still the ones they saw."""
+        return await self._modify(args, approved)
+
+    async def _modify(self, args: BaseModel, approved: ApprovedRun | None) -> str:
         analysis = self.analyze(args)
         # preview refuses these first; checked again so run() is safe on its own.
         problem = analysis.error or batch_problem(analysis, self.db.dialect)
         if problem:
             raise ValueError(problem)
-        return await self.db.modify(analysis)
+        return await self.db.modify(analysis, approved)

@@ -8,7 +8,7 @@ The shape it produces is ``details["effects"]``, one entry per statement of the 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -407,6 +407,48 @@ class EffectReader:
 class _Unreadable(Exception):
     """The statement has a shape the preview cannot read back as a SELECT (a LIMIT that is
     not a number)."""
+
+
+def checkable(approved: Mapping[str, Any]) -> bool:
+    """Whether an approved entry has numbers the run can be checked against: it was read, and
+    its total is a count (a planner's estimate moves by itself)."""
+    return (
+        approved.get("total") is not None
+        and not approved.get("not_previewed")
+        and not approved.get("estimated")
+    )
+
+
+def drift(
+    approved: Mapping[str, Any] | None, now: Mapping[str, Any] | None, tolerance: int
+) -> dict[str, Any] | None:
+    """How the effect read at run time compares with the approved one: the numbers, and
+    ``changed`` when the total moved by more than ``tolerance`` rows or (when the preview kept
+    the keys) more than ``tolerance`` keys are in one list and not the other. None when the
+    approved entry has nothing to compare."""
+    if approved is None or not checkable(approved):
+        return None
+    was_total = int(approved["total"])
+    total = now.get("total") if now is not None else None
+    check: dict[str, Any] = {
+        "statement": approved.get("statement"),
+        "kind": approved.get("kind"),
+        "table": approved.get("table"),
+        "approved": was_total,
+        "now": total,
+    }
+    changed = total is None or abs(int(total) - was_total) > tolerance
+    was_keys = approved.get("keys")
+    if not changed and was_keys is not None:
+        keys = now.get("keys") if now is not None else None
+        if keys is None:
+            changed = True  # more rows than keys kept: not the rows approved
+        else:
+            differ = {tuple(k) for k in was_keys} ^ {tuple(k) for k in keys}
+            check["keys_differ"] = len(differ)
+            changed = len(differ) > tolerance
+    check["changed"] = changed
+    return check
 
 
 def _shape_of(conn: Connection, table: str) -> tuple[list[str] | None, list[str]]:
