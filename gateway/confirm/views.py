@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gateway.confirm.model import Confirmation, Decision, Risk
+from gateway.texts.effects import PreviewTable, preview_tables
 from gateway.texts.grants import GRANT_MINUTES_BUTTON
 
 
@@ -82,6 +83,13 @@ def card_view(
     )
     grant = Offer(approve.allowed and grant_offered(c))
     return CardView(confirmation=c, approve=approve, reject=reject, grant=grant)
+
+
+def effect_tables(c: Confirmation) -> tuple[PreviewTable, ...]:
+    """The rows ``c`` would change, a table per statement (issue 24: the preview a person
+    approves), for cards and pages that draw tables; text prompts carry the same tables as
+    lines (``texts.detail_lines``). Empty for a call without a preview."""
+    return tuple(preview_tables(c.details))
 
 
 # prompt_refs key of an approver's copy: "<channel>_dm:<user id>".

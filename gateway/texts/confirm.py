@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from gateway.confirm.model import Confirmation, ExecState, Risk, Status
+from gateway.texts.effects import effect_lines
 
 # A risk's word, (Chinese, English), on the cards, in the chat and on the admin page.
 RISK_WORDS: dict[Risk, tuple[str, str]] = {
@@ -179,6 +180,7 @@ def detail_lines(c: Confirmation, *, statement: bool = True) -> list[str]:
     if not d.get("statement"):
         args = ", ".join(f"{k}={v!r}" for k, v in c.tool_call.args.items())
         lines.append(f"{FIELD_ARGS}: {args}")
+    lines += effect_lines(d)  # the rows it changes (issue 24)
     if d.get("warning"):
         lines.append(f"{FIELD_NOTE}: {d['warning']}")
     lines.append(f"{FIELD_RISK}: {RISK_LABELS[c.risk]}")

@@ -32,6 +32,7 @@ from gateway.texts.confirm import (
     stage,
     stage_label,
 )
+from gateway.texts.effects import FIELD_PREVIEW, preview_tables
 from gateway.texts.grants import GRANT_BUTTON
 
 # (Chinese, English): the page shows 中文 with the English beside it, set apart.
@@ -115,4 +116,22 @@ def web_card(c: Confirmation) -> dict[str, Any]:
         # Settled, the header says the stage in its word; the outcome line how it got there.
         "title": None if at is Stage.PENDING else f"{STAGE_ICONS[at]} {stage_label(at)}",
         "outcome": None if at is Stage.PENDING else outcome(c),
+        **_web_effects(c),
+    }
+
+
+def _web_effects(c: Confirmation) -> dict[str, Any]:
+    """The rows the call changes (issue 24), as tables the page draws (app.js renderEffects)."""
+    tables = preview_tables(c.details)
+    return {
+        "effects_label": FIELD_PREVIEW,
+        "effects": [
+            {
+                "caption": t.caption,
+                "columns": list(t.columns),
+                "rows": [list(r) for r in t.rows],
+                "notes": list(t.notes),
+            }
+            for t in tables
+        ],
     }

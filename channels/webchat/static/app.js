@@ -95,6 +95,32 @@
     return true;
   }
 
+  // The rows the call would change (issue 24): per statement a caption, a small table that
+  // scrolls sideways on a narrow screen, and notes (first 5 of N, columns that go).
+  function renderEffects(box, label, effects) {
+    box.replaceChildren();
+    if (!effects.length) return;
+    box.appendChild(el("p", "effects-label", label));
+    for (const e of effects) {
+      const part = el("section", "effect");
+      part.appendChild(el("p", "effect-caption", e.caption));
+      if (e.rows.length) {
+        const table = el("table", "effect-rows");
+        const head = el("tr");
+        for (const c of e.columns) head.appendChild(el("th", null, c));
+        table.appendChild(el("thead")).appendChild(head);
+        const body = table.appendChild(el("tbody"));
+        for (const row of e.rows) {
+          const tr = body.appendChild(el("tr"));
+          for (const cell of row) tr.appendChild(el("td", null, cell));
+        }
+        part.appendChild(el("div", "effect-scroll")).appendChild(table);
+      }
+      for (const note of e.notes) part.appendChild(el("p", "effect-note", note));
+      box.appendChild(part);
+    }
+  }
+
   function renderCard(c, can, words) {
     let entry = state.cards.get(c.id);
     const arrived = !entry;
@@ -128,6 +154,7 @@
       const value = typeof f.value === "object" ? JSON.stringify(f.value, null, 2) : f.value;
       if (field(dl, f.label, value, f.mono)) dl.lastElementChild.classList.add("field-" + f.key);
     }
+    renderEffects(node.querySelector(".effects"), w.effects_label, w.effects || []);
     updateCardState(entry);
     if (arrived) showCard(entry.el.parentElement);
     else scrollDown();
