@@ -134,6 +134,14 @@ EFFECT_AFTER_EARLIER = (
     "无法预览：同一批中前面的语句先改动了此表，批准前不执行 / cannot preview: an earlier "
     "statement of the same batch changes this table first; nothing runs before approval"
 )
+
+
+def effect_read_refused(why: str) -> str:
+    """A preview the database stopped or refused (a timeout, a write in the read-only
+    transaction): ``why`` is that sentence."""
+    return f"无法预览 / cannot preview — {why}"
+
+
 EFFECT_READ_FAILED = (
     "无法预览：读取将改变的行时数据库报错，批准前不执行 / cannot preview: the database refused "
     "to read the rows it changes; nothing runs before approval"

@@ -202,7 +202,7 @@ class SqlDatabase:
                 return await self._effect_reader(conn).effects(statement, index)
         except ToolFailedError as exc:  # a timeout or a refusal, in a sentence of its own
             log.info("sql.preview_failed", error=exc.detail.splitlines()[0])
-            return [not_previewed(index, statement, str(exc))]
+            return [not_previewed(index, statement, texts.effect_read_refused(str(exc)))]
         except Exception as exc:  # any driver or catalog error just means "cannot preview"
             log.info("sql.preview_failed", error=(str(exc).splitlines() or [""])[0])
             return [not_previewed(index, statement, texts.EFFECT_READ_FAILED)]

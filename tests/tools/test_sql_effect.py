@@ -318,3 +318,33 @@ async def test_preview_never_calls_a_function_off_the_allow_list(db: Db) -> None
     [e] = p.details["effects"]
     assert e["total"] is None and e["rows"] == []
     assert "cannot preview" in e["not_previewed"]
+
+
+@pytest.mark.parametrize("db", [POSTGRES, MARIADB], indirect=True)
+async def test_reading_the_rows_never_writes_even_through_an_allowed_function(db: Db) -> None:
+    """An UPDATE's SET expressions are evaluated by the preview's SELECT: one that writes
+    (here a function on the allow-list that inserts a row) fails in the read-only
+    transaction, so the preview says it cannot show the rows, and nothing was written."""
+    table = await orders(db)
+    log_table = db.name("log")
+    bump = f"bump_{db.suffix}"
+    await db.execute(f"CREATE TABLE {log_table} (n INTEGER)")
+    if db.kind == "postgresql":
+        db.drops.insert(0, f"DROP FUNCTION IF EXISTS {bump}()")
+        await db.execute(
+            f"CREATE FUNCTION {bump}() RETURNS integer LANGUAGE sql AS"
+            f" $$ INSERT INTO {log_table} VALUES (1); SELECT 7 $$"
+        )
+    else:
+        db.drops.insert(0, f"DROP FUNCTION IF EXISTS {bump}")
+        await db.execute(
+            f"CREATE FUNCTION {bump}() RETURNS INT MODIFIES SQL DATA"
+            f" BEGIN INSERT INTO {log_table} VALUES (1); RETURN 7; END"
+        )
+    db.sql.functions = type(db.sql.functions)(db.sql.dialect, [bump])
+    [e] = await effects(db, f"UPDATE {table} SET status = {bump}() WHERE id = 1")
+    assert e["rows"] == [] and e["total"] is None
+    assert e["not_previewed"].startswith("无法预览 / cannot preview")
+    assert "read-only query cannot change data" in e["not_previewed"]  # the database said no
+    assert await db.rows(f"SELECT COUNT(*) FROM {log_table}") == [(0,)]
+    assert await db.rows(f"SELECT status FROM {table} WHERE id = 1") == [(0,)]
