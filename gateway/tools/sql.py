@@ -18,7 +18,13 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, CursorResult, make_url
-from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import (
+    DataError,
+    DBAPIError,
+    IntegrityError,
+    NoSuchTableError,
+    OperationalError,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import PoolResetState
 from sqlglot import exp
@@ -256,7 +262,9 @@ class SqlDatabase:
         except DBAPIError as exc:
             raise _failed(exc) from exc
         if approved is not None:
-            await approved.note("drift_checked", {"outcome": "ok", "checks": checks})
+            # "not_checked": the approver saw no rows to hold the run to (cannot preview).
+            outcome = "ok" if checks else "not_checked"
+            await approved.note("drift_checked", {"outcome": outcome, "checks": checks})
         return "; ".join(counts)
 
     async def _check_drift(
@@ -274,8 +282,8 @@ class SqlDatabase:
             return  # nothing was shown to compare with: the approver saw "cannot preview"
         try:
             now = await self._effect_reader(conn).effects(statement, index)
-        except DBAPIError as exc:
-            raise _failed(exc) from exc
+        except NoSuchTableError:  # gone since approval: nothing to compare is a change too
+            now = [not_previewed(index, statement, texts.EFFECT_READ_FAILED)]
         found = [drift(a, b, self.drift_tolerance) for a, b in zip_longest(was, now)]
         checks += [c for c in found if c is not None]
         changed = [c for c in found if c is not None and c["changed"]]

@@ -129,6 +129,23 @@ async def test_a_grown_table_stops_an_approved_truncate_or_drop(db: Db) -> None:
     assert await db.rows(f"SELECT COUNT(*) FROM {table}") == [(7,)]
 
 
+async def test_a_table_gone_since_approval_is_a_change(db: Db) -> None:
+    table = await orders(db)
+    sql = f"DELETE FROM {table} WHERE status = 1"
+    t, approved, _ = await approve(db, sql)
+    await db.execute(f"DROP TABLE {table}")
+    with pytest.raises(EffectChangedError) as raised:
+        await t.run_approved(t.parse_args({"sql": sql}), approved)
+    assert "3 rows approved, cannot be counted now" in str(raised.value)
+
+
+async def test_nothing_shown_is_nothing_to_hold_the_run_to(db: Db) -> None:
+    sql = f"CREATE TABLE {db.name('fresh')} (id INTEGER PRIMARY KEY)"
+    t, approved, notes = await approve(db, sql)
+    await t.run_approved(t.parse_args({"sql": sql}), approved)
+    assert notes.lines == [("drift_checked", {"outcome": "not_checked", "checks": []})]
+
+
 # -- through the whole gateway ------------------------------------------------------------------
 
 
