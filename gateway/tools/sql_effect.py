@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import inspect
 from sqlalchemy.engine import Connection, CursorResult
+from sqlalchemy.exc import NoSuchTableError
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlglot import exp
 
@@ -172,7 +173,7 @@ class EffectReader:
         if table is None:
             return not_previewed(index, statement, texts.effect_not_previewed(statement.kind))
         name = self._name(table)
-        key, columns = await self._shape(name)
+        name, key, columns = await self._shape(name)
         effect = empty_effect(index, statement.kind, name)
         shown = _shown_columns(key, columns)
         effect.update(key=key, columns=shown)
@@ -196,8 +197,8 @@ class EffectReader:
         if table is None:
             return not_previewed(index, statement, texts.effect_not_previewed(statement.kind))
         name = self._name(table)
-        key, _columns = await self._shape(name)
-        assignments = _assignments(e, sequential=self.dialect == "mysql")
+        name, key, _ = await self._shape(name)
+        assignments = _assignments(e, self._catalog_name, sequential=self.dialect == "mysql")
         if assignments is None:
             return not_previewed(index, statement, texts.effect_not_previewed(statement.kind))
         set_columns = [c for c, _ in assignments]
@@ -224,13 +225,20 @@ class EffectReader:
 
     async def _insert(self, statement: SqlStatement, e: exp.Insert, index: int) -> Effect:
         target = e.this
-        named = [i.name for i in target.expressions] if isinstance(target, exp.Schema) else None
+        named = (
+            [self._catalog_name(i) for i in target.expressions]
+            if isinstance(target, exp.Schema)
+            else None
+        )
         table = target.this if isinstance(target, exp.Schema) else target
         source = e.expression
         if not isinstance(table, exp.Table) or not isinstance(source, exp.Values | exp.Query):
             return not_previewed(index, statement, texts.effect_not_previewed(statement.kind))
         name = self._name(table)
-        key, columns = await self._shape(name)
+        name, key, columns = await self._shape(name)
+        if named is not None and self.dialect != "postgres":  # column names ignore case
+            spelled = {c.lower(): c for c in columns}
+            named = [spelled.get(c.lower(), c) for c in named]
         filled = named or columns
         effect = empty_effect(index, statement.kind, name)
         shown = _shown_columns(key if key and set(key) <= set(filled) else None, filled)
@@ -289,7 +297,7 @@ class EffectReader:
         self, statement: SqlStatement, table: exp.Table, index: int, *, drops: bool
     ) -> Effect:
         name = self._name(table)
-        key, columns = await self._shape(name)
+        name, key, columns = await self._shape(name)
         effect = empty_effect(index, statement.kind, name)
         total, estimated = await self.table_rows(table)
         effect.update(key=key, total=total, dropped_columns=columns if drops else [])
@@ -301,9 +309,9 @@ class EffectReader:
         table = e.this
         assert isinstance(table, exp.Table)
         name = self._name(table)
-        key, _columns = await self._shape(name)
+        name, key, _ = await self._shape(name)
         dropped = [
-            column.name
+            self._catalog_name(column)
             for action in e.args.get("actions") or []
             if isinstance(action, exp.Drop)
             and str(action.args.get("kind") or "").upper() == "COLUMN"
@@ -379,18 +387,23 @@ class EffectReader:
         total = int((await self.read(self.conn, count.sql(self.dialect))).scalar_one())
         return found, total if limit is None else min(total, limit), exact
 
-    async def _shape(self, table: str) -> tuple[list[str] | None, list[str]]:
-        shape: tuple[list[str] | None, list[str]] = await self.conn.run_sync(_shape_of, table)
+    async def _shape(self, table: str) -> tuple[str, list[str] | None, list[str]]:
+        shape: tuple[str, list[str] | None, list[str]] = await self.conn.run_sync(_shape_of, table)
         return shape
 
     def _name(self, table: exp.Table) -> str:
         """The table's name as the catalog spells it: PostgreSQL folds unquoted names to
         lower case."""
         parts = [p for p in (table.args.get("db"), table.this) if isinstance(p, exp.Identifier)]
-        names = [
-            p.name.lower() if self.dialect == "postgres" and not p.quoted else p.name for p in parts
-        ]
-        return ".".join(names)
+        return ".".join(self._catalog_name(p) for p in parts)
+
+    def _catalog_name(self, node: exp.Expression) -> str:
+        """An identifier (or a column's) as the catalog spells it: PostgreSQL folds unquoted
+        names to lower case."""
+        ident = node.this if isinstance(node, exp.Column) else node
+        if isinstance(ident, exp.Identifier) and self.dialect == "postgres" and not ident.quoted:
+            return ident.name.lower()
+        return node.name
 
     @staticmethod
     def _single_table(e: exp.Update | exp.Delete) -> exp.Table | None:
@@ -451,10 +464,23 @@ def drift(
     return check
 
 
-def _shape_of(conn: Connection, table: str) -> tuple[list[str] | None, list[str]]:
+def _shape_of(conn: Connection, table: str) -> tuple[str, list[str] | None, list[str]]:
+    """The table's name as the catalog has it, its key and its columns. SQLite's names
+    ignore case (``DELETE FROM ORDERS`` on a table ``orders``), its catalog's do not."""
+    try:
+        return table, _key_of(conn, table), _columns_of(conn, table)
+    except NoSuchTableError:
+        schema, name = _split_name(table)
+        same = [t for t in inspect(conn).get_table_names(schema) if t.lower() == name.lower()]
+        if conn.dialect.name != "sqlite" or len(same) != 1:
+            raise
+        table = f"{schema}.{same[0]}" if schema else same[0]
+        return table, _key_of(conn, table), _columns_of(conn, table)
+
+
+def _columns_of(conn: Connection, table: str) -> list[str]:
     schema, name = _split_name(table)
-    columns = [c["name"] for c in inspect(conn).get_columns(name, schema=schema)]
-    return _key_of(conn, table), columns
+    return [c["name"] for c in inspect(conn).get_columns(name, schema=schema)]
 
 
 def _shown_columns(key: list[str] | None, columns: Sequence[str]) -> list[str]:
@@ -475,7 +501,9 @@ def _keys(found: Sequence[Sequence[Any]], width: int, total: int) -> list[list[s
     return [[key_value(v) for v in row[:width]] for row in found]
 
 
-def _assignments(e: exp.Update, *, sequential: bool) -> list[tuple[str, exp.Expression]] | None:
+def _assignments(
+    e: exp.Update, name: Callable[[exp.Expression], str], *, sequential: bool
+) -> list[tuple[str, exp.Expression]] | None:
     """An UPDATE's SET as (column, new value) pairs, each value an expression of the row as
     it is now. MySQL/MariaDB assign left to right (``SET a = a + 1, b = a`` gives b the new
     a), so there a later value reads the earlier ones' expressions instead of the column."""
@@ -485,13 +513,13 @@ def _assignments(e: exp.Update, *, sequential: bool) -> list[tuple[str, exp.Expr
             return None
         value = eq.expression.copy()
         if sequential and pairs:
-            earlier = dict(pairs)
+            earlier = {c.lower(): v for c, v in pairs}  # MySQL's column names ignore case
 
             def swap(node: exp.Expression, earlier: dict[str, exp.Expression] = earlier) -> Any:
-                if isinstance(node, exp.Column) and node.name in earlier:
-                    return exp.paren(earlier[node.name].copy())
+                if isinstance(node, exp.Column) and node.name.lower() in earlier:
+                    return exp.paren(earlier[node.name.lower()].copy())
                 return node
 
             value = value.transform(swap)
-        pairs.append((eq.this.name, value))
+        pairs.append((name(eq.this), value))
     return pairs
