@@ -80,20 +80,6 @@ Effect = dict[str, Any]
 Read = Callable[[AsyncConnection, str], Awaitable[CursorResult[Any]]]
 
 
-def shown_value(value: Any) -> str | None:
-    """A value as the preview shows it: a short string (JSON-stable across backends); None
-    for SQL NULL."""
-    if value is None:
-        return None
-    if isinstance(value, bytes | bytearray | memoryview):
-        text = "0x" + bytes(value).hex()
-    elif isinstance(value, datetime.date | datetime.time):
-        text = value.isoformat()
-    else:
-        text = str(value)
-    return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 1] + "…"
-
-
 def key_value(value: Any) -> str:
     """A key column's value as a string, never cut: keys are compared and restored by."""
     if isinstance(value, bytes | bytearray | memoryview):
@@ -101,6 +87,15 @@ def key_value(value: Any) -> str:
     if isinstance(value, datetime.date | datetime.time):
         return value.isoformat()
     return str(value)
+
+
+def shown_value(value: Any) -> str | None:
+    """A value as the preview shows it: a short string (JSON-stable across backends), cut
+    to VALUE_CHARS; None for SQL NULL."""
+    if value is None:
+        return None
+    text = key_value(value)
+    return text if len(text) <= VALUE_CHARS else text[: VALUE_CHARS - 1] + "…"
 
 
 def empty_effect(index: int, kind: str, table: str | None) -> Effect:
