@@ -26,8 +26,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.confirm.again import offered
+from gateway.confirm.again import link_of, offered
 from gateway.confirm.model import Confirmation, Decision, Risk
+from gateway.texts import again as again_words
 from gateway.texts.grants import GRANT_MINUTES_BUTTON
 
 
@@ -67,10 +68,14 @@ class CardView:
     def again_offer(self) -> dict[str, Any]:
         """The Ask again button as frames carry it: ``offered`` (the card shows it) and
         whether this viewer may press it, and why not."""
+        c = self.confirmation
+        link = link_of(c)
         return {
-            "offered": offered(self.confirmation),
+            "offered": offered(c),
             "allowed": self.again.allowed,
             "why": self.again.why,
+            # Once asked again: where it went (the first card says so instead of a button).
+            "went": None if link is None else again_words.again_outcome(c.id, link),
         }
 
 

@@ -32,6 +32,7 @@ from gateway.texts.confirm import (
     stage,
     stage_label,
 )
+from gateway.texts.again import AGAIN_BUTTON
 from gateway.texts.grants import GRANT_BUTTON
 
 # (Chinese, English): the page shows 中文 with the English beside it, set apart.
@@ -61,6 +62,7 @@ WEBCHAT_LABELS: dict[str, tuple[str, str]] = {
     "reject": (REJECT_BUTTON.split()[0], REJECT_BUTTON.split()[1]),
     "reason": ("原因（可选）", "reason"),
     "grant": (GRANT_BUTTON.split(" / ")[0], GRANT_BUTTON.split(" / ")[1]),
+    "again": (AGAIN_BUTTON.split(" / ")[0], AGAIN_BUTTON.split(" / ")[1]),
 }
 
 # Lines app.js writes; {fields} are filled there.
