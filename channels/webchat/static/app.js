@@ -191,7 +191,7 @@
     why.textContent = reasons.join(T.reasons_joiner);
   }
 
-  // 重新发起 / Ask again on an ended card: shown when the server offers it (expired, or
+  // The Ask again button on an ended card: shown when the server offers it (expired, or
   // cancelled by a shutdown, not asked again yet); only its requester may press it, the
   // others read why not. Once asked again, the card says where the call went.
   function showAgain(entry) {
