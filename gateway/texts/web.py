@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.confirm.model import Confirmation
+from gateway.texts.again import AGAIN_BUTTON
 from gateway.texts.channels import APPROVE_BUTTON, REJECT_BUTTON
 from gateway.texts.confirm import (
     FIELD_ARGS,
@@ -32,7 +33,6 @@ from gateway.texts.confirm import (
     stage,
     stage_label,
 )
-from gateway.texts.again import AGAIN_BUTTON
 from gateway.texts.grants import GRANT_BUTTON
 
 # (Chinese, English): the page shows 中文 with the English beside it, set apart.
