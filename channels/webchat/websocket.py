@@ -241,7 +241,6 @@ class ChatSockets:
             },
         )
 
-
     async def _on_again(self, room: Room, sock: Socket, data: dict[str, Any]) -> None:
         """重新发起 / Ask again on an ended card: the service judges (only the requester,
         once); the answer frame says what came of it, the cards' updates the rest."""
