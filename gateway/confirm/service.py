@@ -67,6 +67,7 @@ from gateway.storage.confirmations import (
     once_store_answers,
 )
 from gateway.storage.grants import MemoryGrantStore
+from gateway.texts import again as again_words
 
 log = structlog.get_logger(__name__)
 
@@ -507,6 +508,8 @@ class ConfirmationService:
         self.deadlines.disarm(final.id)
         self._replies.forget(confirmation_id)
         said = texts.outcome(final)
+        if offered(final):  # expired, or cancelled by a shutdown: how to ask it again
+            said = f"{said}\n{again_words.AGAIN_HINT.format(id=final.id)}"
         if tell_chat:
             await self.bus.publish_outbound(
                 OutboundMessage(

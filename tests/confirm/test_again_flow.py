@@ -48,6 +48,9 @@ class Chat:
         update = await self.channel.next(OutboundKind.CONFIRMATION_UPDATE)
         assert update.confirmation is not None
         assert update.confirmation.status is Status.EXPIRED
+        # The chat line says how to ask it again, where no button can.
+        cid = update.confirmation.id
+        assert f"重新发起 {cid}" in update.text and f"retry {cid}" in update.text
         return update.confirmation
 
 
@@ -140,7 +143,7 @@ async def test_only_the_requester_may_ask_again(chat: Chat) -> None:
     offer = chat.gw.confirmations.card_view(kept, "bob").can_decide()["again"]
     assert offer["offered"] is True and offer["allowed"] is False and "alice" in offer["why"]
     mine = chat.gw.confirmations.card_view(kept, "alice").can_decide()["again"]
-    assert mine == {"offered": True, "allowed": True, "why": ""}
+    assert mine == {"offered": True, "allowed": True, "why": "", "went": None}
 
 
 async def test_a_rejected_or_pending_call_is_not_asked_again(chat: Chat) -> None:
