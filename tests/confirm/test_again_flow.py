@@ -8,9 +8,12 @@ both ways; approving the new one runs it and the chat reads the result.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -21,6 +24,7 @@ from gateway.bus import InboundMessage, OutboundKind
 from gateway.confirm.again import FROM, LINK
 from gateway.confirm.model import Confirmation, ExecState, Status
 from gateway.tools.policy import Policy
+from tests.services import REDIS_URL, redis_prefix
 from tests.support import RecordingChannel, ShiftedClock, pass_deadline, wait_record
 
 
@@ -54,17 +58,22 @@ class Chat:
         return update.confirmation
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", pytest.param("redis", marks=pytest.mark.services)])
 async def chat(
     request: pytest.FixtureRequest, make_settings: Callable[..., Settings]
 ) -> AsyncIterator[Chat]:
-    settings = make_settings(confirmation={"store": request.param})
-    clock = ShiftedClock()
-    gw = await build(settings, serve_http=False, clock=clock)
-    rec = RecordingChannel()
-    gw.channels.add(rec)
-    async with gw:
-        yield Chat(gw, rec, clock)
+    async with AsyncExitStack() as stack:
+        store: dict[str, Any] = {"store": request.param}
+        if request.param == "redis":
+            prefix = await stack.enter_async_context(redis_prefix())
+            store.update(redis_url=REDIS_URL, redis_prefix=prefix)
+        settings = make_settings(confirmation=store)
+        clock = ShiftedClock()
+        gw = await build(settings, serve_http=False, clock=clock)
+        rec = RecordingChannel()
+        gw.channels.add(rec)
+        async with gw:
+            yield Chat(gw, rec, clock)
 
 
 def rows(settings: Settings, where: str) -> int:
@@ -192,3 +201,31 @@ async def test_a_call_the_policy_now_lets_run_runs_when_asked_again(chat: Chat) 
     assert "it ran" in where.text
     assert rows(chat.gw.settings, "id = 6") == 0
     assert await chat.gw.confirmations.list(status=Status.PENDING) == []
+
+
+@pytest.mark.services
+async def test_two_replicas_pressed_at_once_ask_again_once(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """The link is the store's compare-and-set: the requester's presses on two replicas
+    sharing Redis at the same moment make one new question; the other is told where it
+    went."""
+    async with redis_prefix() as prefix:
+        store = {"store": "redis", "redis_url": REDIS_URL, "redis_prefix": prefix}
+        clock = ShiftedClock()
+        one = await build(make_settings(confirmation=store), serve_http=False, clock=clock)
+        two = await build(make_settings(confirmation=store), serve_http=False, clock=clock)
+        rec = RecordingChannel()
+        one.channels.add(rec)
+        two.channels.add(RecordingChannel())
+        async with one, two:
+            first = await Chat(one, rec, clock).expired_call()
+            results = await asyncio.gather(
+                one.confirmations.ask_again(first.id, actor="alice", via="card"),
+                two.confirmations.ask_again(first.id, actor="alice", via="card"),
+            )
+            assert sorted(r.done for r in results) == [False, True]
+            pending = await one.confirmations.list(status=Status.PENDING)
+            assert len(pending) == 1 and pending[0].details[FROM] == first.id
+            told = next(r for r in results if not r.done).message
+            assert "asked again already" in told and pending[0].id in told
