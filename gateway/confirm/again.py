@@ -61,8 +61,10 @@ FROM = "asked_again_from"
 
 Outcome = Literal["asked", "asking", "ran", "denied", "manual", "failed", "cancelled"]
 
-# "重新发起 K7Q2", "retry K7Q2", "ask again K7Q2", with 请 / please before them.
-_REPLY = re.compile(r"^(?:请\s*|please\s+)?(?:重新发起|retry|ask again)\s*([0-9a-z]{4,6})$")
+# "重新发起 K7Q2", "retry K7Q2", "ask again K7Q2" (重试, 再问一次), with 请 / please before.
+_REPLY = re.compile(
+    r"^(?:请\s*|please\s+)?(?:重新发起|重试|再问一次|retry|ask again)\s*([0-9a-z]{4,6})$"
+)
 _ID_CHARS = frozenset(ID_ALPHABET)
 
 
@@ -76,7 +78,10 @@ def again_reply_id(text: str) -> str | None:
     if found is None or not any(ch.isdigit() for ch in found.group(1)):
         return None
     cid = canonical_id(found.group(1))
-    return cid if all(ch in _ID_CHARS for ch in cid) else None
+    # An id has a letter too (gateway/confirm/ids.py): "retry 1234" names no call.
+    if all(ch in _ID_CHARS for ch in cid) and any(ch.isalpha() for ch in cid):
+        return cid
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
