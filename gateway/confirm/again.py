@@ -232,7 +232,8 @@ class AskAgain:
         request = AgainRequest(first=first, call=call, new_id=new_id, continuation=continuation)
         try:
             reasked = await self._reasker(request)
-        except StoreUnavailableError:
+        except Exception:  # a preview or a store that failed: said and linked, never a crash
+            log.exception("confirm.again_failed", confirmation_id=first.id, new_id=new_id)
             reasked = Reasked("failed")
         made = reasked.confirmation.id if reasked.confirmation is not None else None
         final = {**reserved, "outcome": reasked.outcome, "id": made}

@@ -176,7 +176,8 @@ class ToolRunner:
             await turn.say(texts.tool_result(again.call.name, outcome.output))
             return Reasked("ran", output=outcome.output)
         if outcome.status in ("denied", "manual", "cancelled"):
-            return Reasked(outcome.status)  # said by invoke, or by the cancel's update
+            # Said by invoke, or by the cancel's update (the gateway was stopping).
+            return Reasked(outcome.status, outcome.confirmation)
         if outcome.status == "error" and outcome.decision is not None:
             await turn.say(texts.tool_failed(again.call.name, outcome.output))
         return Reasked("failed", outcome.confirmation)
