@@ -22,7 +22,7 @@ from config.settings import Settings
 from gateway.app import Gateway, build
 from gateway.bus import InboundMessage, OutboundKind
 from gateway.confirm.again import FROM, LINK
-from gateway.confirm.model import Confirmation, ExecState, Status
+from gateway.confirm.model import Confirmation, ExecState, Status, ToolCall
 from gateway.tools.policy import Policy
 from tests.services import REDIS_URL, redis_prefix
 from tests.support import RecordingChannel, ShiftedClock, pass_deadline, wait_record
@@ -229,3 +229,42 @@ async def test_two_replicas_pressed_at_once_ask_again_once(
             assert len(pending) == 1 and pending[0].details[FROM] == first.id
             told = next(r for r in results if not r.done).message
             assert "asked again already" in told and pending[0].id in told
+
+
+async def test_a_drifted_call_without_a_turn_is_asked_again_and_reported(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """A call no model turn waits for (a command's): the drifted run is reported failed with
+    the new numbers, the new question asks with a fresh preview, and once approved its
+    result line is posted."""
+    from tests.confirm import again_tools
+
+    again_tools.STATE.update(rows=3, runs=0, drift_runs=1)
+    settings = make_settings(tools={"plugins": ["tests.confirm.again_tools"]})
+    gw = await build(settings, serve_http=False)
+    rec = RecordingChannel()
+    gw.channels.add(rec)
+    try:
+        async with gw:
+            turn = gw.loop.turn_for(
+                InboundMessage(channel="rec", chat_id="c1", sender_id="alice", text="")
+            )
+            call = ToolCall(name="archive_orders", args={"status": 1}, call_id="c-1")
+            asked = await gw.runner.invoke(call, turn)
+            assert asked.status == "waiting" and asked.confirmation is not None
+            first = asked.confirmation
+            again_tools.STATE["rows"] = 7
+            chat = Chat(gw, rec, ShiftedClock())
+            await chat.say("确认")
+            await rec.next(OutboundKind.TEXT, contains="7 rows now")  # the run's failure
+            told = await rec.next(OutboundKind.TEXT, contains=first.id)
+            assert "asking again with the new data" in told.text
+            prompt = await rec.next(OutboundKind.CONFIRMATION)
+            new = prompt.confirmation
+            assert new is not None and new.details[FROM] == first.id
+            assert "archive 7 rows" in new.summary and new.continuation is None
+            await chat.say("确认")
+            await rec.next(OutboundKind.TEXT, contains="archived 7 rows")
+            assert again_tools.STATE["runs"] == 2
+    finally:
+        again_tools.STATE.update(rows=3, runs=0, drift_runs=1)
