@@ -215,7 +215,8 @@ def card_params(
     else:
         title = texts.status_line(c)
         tips = texts.outcome(c) + _again_went(c)
-        buttons = _again_buttons(c)
+        # Not on an approver's direct copy: the requester asks again where they asked.
+        buttons = [] if direct else _again_buttons(c)
     markdown = prompt_markdown(c, direct=direct)
     return {
         # The standard (MarkdownButton) template.

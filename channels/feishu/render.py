@@ -158,7 +158,7 @@ def confirmation_card(
         template = STAGE_TEMPLATES[stage]
         title = texts.status_line(c)
         elements.append(_text(texts.outcome(c), text_size="heading"))
-        elements.extend(_again_elements(c))
+        elements.extend(_again_elements(c, direct=direct))
     return {
         "schema": "2.0",
         # update_multi: one shared card for everyone in the chat, so a patch reaches all.
@@ -175,13 +175,14 @@ def confirmation_card(
 AGAIN = "again"
 
 
-def _again_elements(c: Confirmation) -> list[dict[str, Any]]:
+def _again_elements(c: Confirmation, *, direct: bool) -> list[dict[str, Any]]:
     """An ended card's 重新发起 / Ask again button (the click is judged when it comes: only
-    the requester), or, once asked again, where the call went."""
+    the requester), or, once asked again, where the call went. Not on an approver's
+    direct copy: the requester asks again in the chat where they asked."""
     offer = card_view(c).again_offer()
     if offer["went"]:
         return [_text(str(offer["went"]))]
-    if not offer["offered"]:
+    if not offer["offered"] or direct:
         return []
     button = {
         "tag": "button",
