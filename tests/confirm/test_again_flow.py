@@ -95,6 +95,7 @@ async def test_an_expired_call_asked_again_by_reply_runs_once_approved(chat: Cha
     assert new.details["rows_affected"] == 1 and new.details["policy_rule"]
     assert new.details[FROM] == first.id
     assert new.id in prompt.text and "DELETE FROM orders WHERE id = 3" in prompt.text
+    assert f"重新发起自 Asked again from: {first.id}" in prompt.text
     # The first card loses its button and says where the call went.
     moved = await chat.channel.next(OutboundKind.CONFIRMATION_UPDATE)
     assert moved.confirmation is not None and moved.confirmation.id == first.id
