@@ -76,6 +76,8 @@ async def test_the_requester_asks_an_expired_card_again_and_approves_the_new_one
         new = new_card["confirmation"]
         assert new["id"] != cid and new["details"]["asked_again_from"] == cid
         assert new["details"]["statement"] == "DELETE FROM orders WHERE id = 3"
+        shown = {f["key"]: f["value"] for f in new_card["card"]["fields"]}
+        assert shown["asked-again-from"] == cid
         assert answer["message"].startswith(f"↻ [{cid}]") and new["id"] in answer["message"]
         moved = await next_frame(
             bob, lambda f: is_kind("confirmation_update")(f) and f["confirmation"]["id"] == cid
