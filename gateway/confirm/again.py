@@ -10,8 +10,8 @@ Two things ask a call again (issue 25 item 4, issue 24 item 2):
 
 Both are this one mechanism. The first record is linked once, by the store's
 compare-and-set (``details["asked_again"]``: the new id, who, how, what it came to; an
-``asked_again`` audit event), so two presses, two replicas or a press racing the drift make
-one new question; a second ask is told where the first went. The new record carries
+``asked_again`` audit event), so two presses, on one replica or two, make one new question;
+a second ask is told where the first went. The new record carries
 ``details["asked_again_from"]`` and an ``asked_again_from`` event. Between the two, the call
 is evaluated again — the tool's preview and the policy, the way the model's call was — by
 the tools layer (``ToolRunner.ask_again``, handed in with ``use``): this package judges who
