@@ -119,7 +119,8 @@ class AgainResult:
 def offered(c: Confirmation) -> bool:
     """Whether ``c`` offers 重新发起 / Ask again: it expired, or a shutdown cancelled it, and it
     was not asked again yet."""
-    if LINK in c.details:
+    link = link_of(c)
+    if link is not None and not released(link):
         return False
     if c.status is Status.EXPIRED:
         return True
@@ -135,6 +136,12 @@ def asked_again(c: Confirmation) -> bool:
 def link_of(c: Confirmation) -> Mapping[str, Any] | None:
     found = c.details.get(LINK)
     return found if isinstance(found, Mapping) else None
+
+
+def released(link: Mapping[str, Any]) -> bool:
+    """An ask that came to nothing (refused by the pending caps, a store or a preview that
+    failed: no new question, no run): it does not use up the record's one ask."""
+    return link.get("outcome") == "failed" and not link.get("id")
 
 
 class AskAgain:
@@ -174,7 +181,7 @@ class AskAgain:
         if first is None:
             return AgainResult(False, texts.unknown_id(cid))
         link = link_of(first)
-        if link is not None:
+        if link is not None and not released(link):
             return AgainResult(False, words.again_already(first, link))
         if first.status is Status.PENDING:
             return AgainResult(False, words.AGAIN_NOT_ENDED.format(id=first.id))
@@ -187,7 +194,7 @@ class AskAgain:
         # The turn that asked went on when the call ended: no turn waits for the new one
         # (no continuation); its end is told and kept in the conversation (module doc).
         call = ToolCall(name=first.tool_call.name, args=first.tool_call.args, call_id=new_call_id())
-        return await self._again(first, call, None, actor=actor, via=via)
+        return await self._again(first, call, None, actor=actor, via=via, over=link)
 
     async def after_drift(self, record: Confirmation, error: str) -> AgainResult:
         """The run of ``record`` found the data changed since its approval: ask again, with a
@@ -210,7 +217,10 @@ class AskAgain:
         actor: str,
         via: str,
         error: str | None = None,
+        over: Mapping[str, Any] | None = None,
     ) -> AgainResult:
+        """Link ``first`` (compare-and-set from ``over``: None, or a released link), have
+        the call evaluated again, and write what it came to."""
         if self._reasker is None:
             log.warning("confirm.again_nobody", confirmation_id=first.id)
             return AgainResult(False, words.AGAIN_NOBODY)
@@ -221,7 +231,7 @@ class AskAgain:
         if error is not None:
             reserved["error"] = error
         linked, changed = await self.store.swap_detail(
-            first.id, LINK, expected=None, value=reserved, events=(line,)
+            first.id, LINK, expected=over, value=reserved, events=(line,)
         )
         if not changed:
             found = link_of(linked) if linked is not None else None

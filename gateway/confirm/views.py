@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gateway.confirm.again import link_of, offered
+from gateway.confirm.again import link_of, offered, released
 from gateway.confirm.model import Confirmation, Decision, Risk
 from gateway.texts import again as again_words
 from gateway.texts.grants import GRANT_MINUTES_BUTTON
@@ -75,7 +75,9 @@ class CardView:
             "allowed": self.again.allowed,
             "why": self.again.why,
             # Once asked again: where it went (the first card says so instead of a button).
-            "went": None if link is None else again_words.again_outcome(c.id, link),
+            "went": None
+            if link is None or released(link)
+            else again_words.again_outcome(c.id, link),
         }
 
 

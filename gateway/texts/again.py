@@ -38,7 +38,10 @@ _OUTCOMES: Mapping[str, tuple[str, str]] = {
     "ran": ("策略现在允许直接执行，已执行", "the policy now lets it run without asking: it ran"),
     "denied": ("策略现在禁止这个操作，未执行", "the policy now denies this call: it did not run"),
     "manual": ("策略现在要求人工执行，未执行", "the policy now sets it to manual: it did not run"),
-    "failed": ("重新发起失败，未执行", "asking again failed: it did not run"),
+    "failed": (
+        "重新发起未成功，未执行，可稍后再试",
+        "asking again came to nothing: it did not run; you can ask again later",
+    ),
     "cancelled": ("重新发起时网关正在关闭，已取消", "cancelled: the gateway was stopping"),
 }
 

@@ -269,3 +269,36 @@ async def test_a_drifted_call_without_a_turn_is_asked_again_and_reported(
             assert again_tools.STATE["runs"] == 2
     finally:
         again_tools.STATE.update(rows=3, runs=0, drift_runs=1)
+
+
+async def test_an_ask_refused_by_the_pending_cap_can_be_made_again_later(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """Nothing asked (the chat already holds as many calls as it may): the chat is told why,
+    and the record's one ask is not used up; once the chat has room, it is asked again."""
+    settings = make_settings(confirmation={"store": "memory", "max_pending_per_session": 1})
+    clock = ShiftedClock()
+    gw = await build(settings, serve_http=False, clock=clock)
+    rec = RecordingChannel()
+    gw.channels.add(rec)
+    async with gw:
+        chat = Chat(gw, rec, clock)
+        first = await chat.expired_call()
+        await chat.say("/sql DELETE FROM orders WHERE id = 4")
+        holding = (await rec.next(OutboundKind.CONFIRMATION)).confirmation
+        assert holding is not None
+        await chat.say(f"retry {first.id}")
+        await rec.next(OutboundKind.TEXT, contains="this chat already has 1 calls waiting")
+        told = await rec.next(OutboundKind.TEXT, contains=first.id)
+        assert "you can ask again later" in told.text
+        kept = await gw.confirmations.get(first.id)
+        assert kept is not None and kept.details[LINK]["outcome"] == "failed"
+        offer = gw.confirmations.card_view(kept, "alice").can_decide()["again"]
+        assert offer == {"offered": True, "allowed": True, "why": "", "went": None}
+        await chat.say(f"取消 {holding.id}")
+        await rec.next(OutboundKind.CONFIRMATION_UPDATE)
+        await chat.say(f"retry {first.id}")
+        new = (await rec.next(OutboundKind.CONFIRMATION)).confirmation
+        assert new is not None and new.details[FROM] == first.id
+        linked = await gw.confirmations.get(first.id)
+        assert linked is not None and linked.details[LINK]["id"] == new.id
