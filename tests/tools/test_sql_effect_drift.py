@@ -193,4 +193,9 @@ async def test_through_the_gateway_a_grown_delete_fails_with_the_sentence(
         assert requested.detail["effects"][0]["keys"] == [["2"], ["3"], ["6"]]  # what was shown
         checked = next(e for e in events if e.kind == "drift_checked")
         assert checked.detail["outcome"] == "changed"
+        # Asked again (gateway/confirm/again.py) with a fresh preview: the four rows now.
+        again = await rec.next(OutboundKind.CONFIRMATION)
+        assert again.confirmation is not None and again.confirmation.id != asked.id
+        [fresh] = again.confirmation.details["effects"]
+        assert fresh["total"] == 4 and fresh["keys"] == [["2"], ["3"], ["6"], ["7"]]
     assert await db.rows(f"SELECT COUNT(*) FROM {table} WHERE status = 1") == [(4,)]
