@@ -161,6 +161,10 @@ class SqlToolSettings(Section):
     # (0: nothing is kept, no change can be undone), for this many days.
     undo_max_rows: int = Field(default=10_000, ge=0)
     undo_days: float = Field(default=7.0, gt=0)
+    # An approved change runs only if the rows it changes are still the ones the approver
+    # saw: at most this many rows of difference in the count (and in the keys, when the
+    # preview kept them). 0: exactly what was approved (docs/model.md, "Drift").
+    drift_tolerance: int = Field(default=0, ge=0)
 
 
 class ToolsSettings(Section):

@@ -255,6 +255,7 @@ async def build(
             max_rows=settings.tools.sql.max_rows,
             timeout_seconds=settings.tools.sql.statement_timeout_seconds,
             allowed_functions=settings.tools.sql.allowed_functions,
+            drift_tolerance=settings.tools.sql.drift_tolerance,
         )
         opened.push_async_callback(sql_db.close)
         if settings.uses_demo_database:

@@ -21,8 +21,9 @@ from channels.payloads import MalformedEvent, read
 from gateway import texts
 from gateway.confirm.ids import canonical_id
 from gateway.confirm.model import Confirmation, Decision, Status
-from gateway.confirm.views import grant_offered, undo_offered
+from gateway.confirm.views import card_view, grant_offered, undo_offered
 from gateway.http.jsonapi import DEFAULT_MAX_JSON_DEPTH, JsonInputError, parse_json
+from gateway.texts import again as again_texts
 from gateway.texts import approvers as approver_texts
 from gateway.texts.undo import UNDO_BUTTON
 
@@ -44,6 +45,8 @@ _ACTIONS = {
 }
 # 撤销 Undo on a done change's card: asks for the undo (docs/undo.md), decides nothing.
 ACTION_UNDO = "undo"
+# 重新发起 / Ask again on an ended card (gateway/confirm/again.py): its requester only.
+ACTION_AGAIN = "again"
 # Between the confirmation id and the approver's digest in a direct copy's outTrackId.
 _DIRECT_MARK = "_dm_"
 
@@ -77,6 +80,7 @@ class CardClick:
     out_track_id: str
     grant_minutes: int | None = None  # the grant button: approve and skip asking this long
     undo: bool = False  # the Undo button of a done change
+    again: bool = False  # 重新发起 / Ask again pressed (no decision)
 
 
 def parse_card_callback(data: object) -> CardClick:
@@ -104,6 +108,7 @@ def parse_card_callback(data: object) -> CardClick:
         out_track_id=track,
         grant_minutes=texts.GRANT_MINUTES_BUTTON if action == ACTION_APPROVE_GRANT else None,
         undo=action == ACTION_UNDO,
+        again=action is None and ACTION_AGAIN in candidates,
     )
 
 
@@ -128,6 +133,20 @@ def _buttons(c: Confirmation, *, direct: bool) -> list[dict[str, Any]]:
             approve.append(_button(texts.GRANT_BUTTON, ACTION_APPROVE_GRANT, "blue", c.id))
         buttons[:0] = approve
     return buttons
+
+
+def _again_buttons(c: Confirmation) -> list[dict[str, Any]]:
+    """An ended card's 重新发起 / Ask again, while offered (the click is judged when it
+    comes: only the requester)."""
+    if not card_view(c).again_offer()["offered"]:
+        return []
+    return [_button(again_texts.AGAIN_BUTTON, ACTION_AGAIN, "blue", c.id)]
+
+
+def _again_went(c: Confirmation) -> str:
+    """Once asked again: where the call went, after the card's outcome ("" before)."""
+    went = card_view(c).again_offer()["went"]
+    return f"\n{went}" if went else ""
 
 
 # What starts markup anywhere in a line: links and images ([x](url), ![x](url)), <at>
@@ -200,8 +219,12 @@ def card_params(
         buttons = _buttons(c, direct=direct)
     else:
         title = texts.status_line(c)
-        tips = texts.outcome(c)
-        buttons = [_button(UNDO_BUTTON, ACTION_UNDO, "blue", c.id)] if undo_offered(c) else []
+        tips = texts.outcome(c) + _again_went(c)
+        # Not on an approver's direct copy: the requester asks again (or undoes) where
+        # they asked.
+        buttons = [] if direct else _again_buttons(c)
+        if undo_offered(c) and not direct:
+            buttons.append(_button(UNDO_BUTTON, ACTION_UNDO, "blue", c.id))
     markdown = prompt_markdown(c, direct=direct)
     return {
         # The standard (MarkdownButton) template.

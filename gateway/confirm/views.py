@@ -27,8 +27,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.confirm.again import link_of, offered, released
 from gateway.confirm.model import Confirmation, Decision, Risk
 from gateway.messages import InboundMessage
+from gateway.texts import again as again_words
+from gateway.texts.effects import PreviewTable, preview_tables
 from gateway.texts.grants import GRANT_MINUTES_BUTTON
 from gateway.texts.undo import undo_offer
 
@@ -50,6 +53,8 @@ class CardView:
     reject: Offer
     grant: Offer  # "approve and stop asking" beside approve: never where a grant cannot apply
     grant_minutes: int = GRANT_MINUTES_BUTTON  # the button's length, on every channel
+    # 重新发起 / Ask again on an ended card (gateway/confirm/again.py): only its requester.
+    again: Offer = Offer(False)
 
     def can_decide(self) -> dict[str, dict[str, Any]]:
         """The offers as the web chat's frames carry them (``can_decide``)."""
@@ -61,6 +66,22 @@ class CardView:
                 "scope": "session",
                 "minutes": self.grant_minutes,
             },
+            "again": self.again_offer(),
+        }
+
+    def again_offer(self) -> dict[str, Any]:
+        """The Ask again button as frames carry it: ``offered`` (the card shows it) and
+        whether this viewer may press it, and why not."""
+        c = self.confirmation
+        link = link_of(c)
+        return {
+            "offered": offered(c),
+            "allowed": self.again.allowed,
+            "why": self.again.why,
+            # Once asked again: where it went (the first card says so instead of a button).
+            "went": None
+            if link is None or released(link)
+            else again_words.again_outcome(c.id, link),
         }
 
 
@@ -84,7 +105,16 @@ def card_view(
         )
     )
     grant = Offer(approve.allowed and grant_offered(c))
-    return CardView(confirmation=c, approve=approve, reject=reject, grant=grant)
+    # A card everyone sees alike offers it to all; the press is judged when it comes.
+    again = Offer(may is None and offered(c))
+    return CardView(confirmation=c, approve=approve, reject=reject, grant=grant, again=again)
+
+
+def effect_tables(c: Confirmation) -> tuple[PreviewTable, ...]:
+    """The rows ``c`` would change, a table per statement (issue 24: the preview a person
+    approves), for cards and pages that draw tables; text prompts carry the same tables as
+    lines (``texts.detail_lines``). Empty for a call without a preview."""
+    return tuple(preview_tables(c.details))
 
 
 # prompt_refs key of an approver's copy: "<channel>_dm:<user id>".

@@ -10,10 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.confirm.model import Confirmation
+from gateway.texts.again import AGAIN_BUTTON
 from gateway.texts.channels import APPROVE_BUTTON, REJECT_BUTTON
 from gateway.texts.confirm import (
     FIELD_ARGS,
     FIELD_ASKED,
+    FIELD_ASKED_AGAIN_FROM,
     FIELD_FOUR_EYES,
     FIELD_KIND,
     FIELD_NOTE,
@@ -32,6 +34,7 @@ from gateway.texts.confirm import (
     stage,
     stage_label,
 )
+from gateway.texts.effects import FIELD_PREVIEW, preview_tables
 from gateway.texts.grants import GRANT_BUTTON
 from gateway.texts.undo import FIELD_UNDO, UNDO_BUTTON, undo_line, undo_offer
 
@@ -62,6 +65,7 @@ WEBCHAT_LABELS: dict[str, tuple[str, str]] = {
     "reject": (REJECT_BUTTON.split()[0], REJECT_BUTTON.split()[1]),
     "reason": ("原因（可选）", "reason"),
     "grant": (GRANT_BUTTON.split(" / ")[0], GRANT_BUTTON.split(" / ")[1]),
+    "again": (AGAIN_BUTTON.split(" / ")[0], AGAIN_BUTTON.split(" / ")[1]),
 }
 
 # Lines app.js writes; {fields} are filled there.
@@ -104,6 +108,8 @@ def web_card(c: Confirmation) -> dict[str, Any]:
     if c.edit_note is not None:
         # Approved with edited arguments (docs/edits.md): what was asked, beside what runs.
         fields.append(("asked", FIELD_ASKED, c.edit_note.get("args_before") or {}, True))
+    if d.get("asked_again_from"):  # a call asked again (gateway/confirm/again.py)
+        fields.append(("asked-again-from", FIELD_ASKED_AGAIN_FROM, d["asked_again_from"], False))
     fields.append(("requester", FIELD_REQUESTER, c.requester, False))
     if c.four_eyes:
         fields.append(("four-eyes", FIELD_FOUR_EYES, FOUR_EYES, False))
@@ -121,4 +127,22 @@ def web_card(c: Confirmation) -> dict[str, Any]:
         # An Undo button, once the change ran and kept its rows: the text it sends.
         "undo": undo_offer(c.id, c.execution.result),
         "undo_label": UNDO_BUTTON,
+        **_web_effects(c),
+    }
+
+
+def _web_effects(c: Confirmation) -> dict[str, Any]:
+    """The rows the call changes (issue 24), as tables the page draws (app.js renderEffects)."""
+    tables = preview_tables(c.details)
+    return {
+        "effects_label": FIELD_PREVIEW,
+        "effects": [
+            {
+                "caption": t.caption,
+                "columns": list(t.columns),
+                "rows": [list(r) for r in t.rows],
+                "notes": list(t.notes),
+            }
+            for t in tables
+        ],
     }

@@ -37,9 +37,8 @@ from typing import Any, ClassVar
 
 import structlog
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import inspect as sa_inspect
 from sqlalchemy import text
-from sqlalchemy.engine import Connection, CursorResult
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlglot import exp
 
@@ -50,9 +49,10 @@ from gateway.confirm.service import ConfirmationService
 from gateway.storage.confirmations import ConfirmationStore
 from gateway.storage.undo import KeptChange, UndoSnapshot, UndoStore
 from gateway.texts import undo as words
-from gateway.tools.base import Level, Tool, ToolFailedError, ToolPreview
+from gateway.tools.base import ApprovedRun, Level, Tool, ToolFailedError, ToolPreview
 from gateway.tools.runner import ToolOutcome, ToolRunner, TurnContext
 from gateway.tools.sql_analysis import SqlAnalysis, SqlStatement
+from gateway.tools.sql_effect import table_key
 
 log = structlog.get_logger(__name__)
 
@@ -133,35 +133,9 @@ def _table_sql(table: exp.Table, dialect: str) -> str:
     return bare.sql(dialect=dialect)
 
 
-async def table_key(conn: AsyncConnection, table: str, *, dialect: str) -> list[str] | None:
-    """The columns that find one row of ``table``: its primary key, else a unique key of
-    NOT NULL columns; None when it has neither.
-
-    Written here while gateway/tools/sql_effect.py (helper "effect") has not landed; same
-    signature, so either may be the one kept at merge.
-    """
-    schema, _, name = table.rpartition(".")
-
-    def read(sync: Connection) -> list[str] | None:
-        inspector = sa_inspect(sync)
-        owner = schema.strip('"`[]') or None
-        bare = name.strip('"`[]')
-        primary = inspector.get_pk_constraint(bare, schema=owner).get("constrained_columns")
-        if primary:
-            return list(primary)
-        columns = {c["name"]: c for c in inspector.get_columns(bare, schema=owner)}
-        uniques = [list(u["column_names"]) for u in inspector.get_unique_constraints(bare, owner)]
-        uniques += [
-            [str(c) for c in i["column_names"]]
-            for i in inspector.get_indexes(bare, schema=owner)
-            if i.get("unique") and all(c is not None for c in i["column_names"])
-        ]
-        for cols in uniques:
-            if cols and all(c in columns and not columns[c].get("nullable", True) for c in cols):
-                return [str(c) for c in cols]
-        return None
-
-    return await conn.run_sync(read)
+def _table_name(table: exp.Table) -> str:
+    """``schema.table`` or ``table``, unquoted, as table_key (the inspector) takes it."""
+    return ".".join(p for p in (table.db, table.name) if p)
 
 
 # ------------------------------------------------------------------ what cannot be undone
@@ -233,7 +207,7 @@ async def undo_verdicts(
         if table is not None:
             name = _table_sql(table, dialect)
             try:
-                key = await table_key(conn, name, dialect=dialect)
+                key = await table_key(conn, _table_name(table))
             except Exception as exc:  # a table the database does not know: say so
                 log.info("sql.undo_key_unread", table=name, error=str(exc).splitlines()[0])
                 key, why = None, words.NOT_UNDOABLE_UNKNOWN.format(table=name)
@@ -396,7 +370,7 @@ class Keeper:
             self.refused = why or words.NOT_UNDOABLE_FORM
             return s.sql
         name = _table_sql(table, self.dialect)
-        key = await table_key(conn, name, dialect=self.dialect)
+        key = await table_key(conn, _table_name(table))
         if not key:
             self.refused = words.NOT_UNDOABLE_NO_KEY.format(table=name)
             return s.sql
@@ -633,17 +607,22 @@ class SqlUndoTool(Tool):
             words.UNDO_ALWAYS_HELD, detail="sql_undo runs only as an approved confirmation"
         )
 
-    async def run_approved(self, args: BaseModel, confirmation: Confirmation) -> str:
+    async def run_approved(self, args: BaseModel, approved: ApprovedRun) -> str:
         """Take the snapshot once, check the rows are as the change left them, restore."""
         assert isinstance(args, UndoArgs)
         cid = canonical_id(args.confirmation_id.strip())
-        me = confirmation.id
+        me = approved.confirmation_id
         audit = self.book.audit
         # Asked from a chat by ``撤销 K7Q2``, ask_undo checked who asks; a model may call
         # sql_undo itself, in any chat: the same rule, here, before anything is taken.
         original = await self.book.confirmations.get(cid)
-        if original is None or not self.book.may_ask_undo(
-            original, session_key=confirmation.session_key, asker=confirmation.requester
+        asked = await self.book.confirmations.get(me)
+        if (
+            original is None
+            or asked is None
+            or not self.book.may_ask_undo(
+                original, session_key=asked.session_key, asker=asked.requester
+            )
         ):
             await audit.add(cid, "undo_refused", undo=me, why="not allowed to ask")
             raise ToolFailedError(words.UNDO_ASK_NOT_ALLOWED, detail=f"asked by {me}")
@@ -663,7 +642,7 @@ class SqlUndoTool(Tool):
             if isinstance(exc, Exception):
                 await audit.add(cid, "undo_refused", undo=me, why=f"{type(exc).__name__}: {exc}")
             raise
-        await audit.add(cid, "undo_done", undo=me, rows=changed, actor=confirmation.decided_by)
+        await audit.add(cid, "undo_done", undo=me, rows=changed, actor=asked.decided_by)
         return words.undo_done(cid, changed)
 
 

@@ -95,6 +95,32 @@
     return true;
   }
 
+  // The rows the call would change (issue 24): per statement a caption, a small table that
+  // scrolls sideways on a narrow screen, and notes (first 5 of N, columns that go).
+  function renderEffects(box, label, effects) {
+    box.replaceChildren();
+    if (!effects.length) return;
+    box.appendChild(el("p", "effects-label", label));
+    for (const e of effects) {
+      const part = el("section", "effect");
+      part.appendChild(el("p", "effect-caption", e.caption));
+      if (e.rows.length) {
+        const table = el("table", "effect-rows");
+        const head = el("tr");
+        for (const c of e.columns) head.appendChild(el("th", null, c));
+        table.appendChild(el("thead")).appendChild(head);
+        const body = table.appendChild(el("tbody"));
+        for (const row of e.rows) {
+          const tr = body.appendChild(el("tr"));
+          for (const cell of row) tr.appendChild(el("td", null, cell));
+        }
+        part.appendChild(el("div", "effect-scroll")).appendChild(table);
+      }
+      for (const note of e.notes) part.appendChild(el("p", "effect-note", note));
+      box.appendChild(part);
+    }
+  }
+
   function renderCard(c, can, words) {
     let entry = state.cards.get(c.id);
     const arrived = !entry;
@@ -107,6 +133,7 @@
       node.querySelector(".approve-grant").addEventListener("click", () => decide(c.id, "approve", true));
       node.querySelector(".reject").addEventListener("click", () => decide(c.id, "reject"));
       node.querySelector(".undo").addEventListener("click", () => askUndo(c.id));
+      node.querySelector(".again").addEventListener("click", () => askAgain(c.id));
       const wrap = el("div", "msg bot card-row");
       wrap.appendChild(node);
       log.appendChild(wrap);
@@ -129,6 +156,7 @@
       const value = typeof f.value === "object" ? JSON.stringify(f.value, null, 2) : f.value;
       if (field(dl, f.label, value, f.mono)) dl.lastElementChild.classList.add("field-" + f.key);
     }
+    renderEffects(node.querySelector(".effects"), w.effects_label, w.effects || []);
     updateCardState(entry);
     if (arrived) showCard(entry.el.parentElement);
     else scrollDown();
@@ -162,8 +190,11 @@
       outcome.className = "outcome outcome-" + entry.words.stage;
       actions.hidden = true;
       why.hidden = true;
+      showAgain(entry);
       return;
     }
+    node.querySelector(".again-row").hidden = true;
+    node.querySelector(".went").hidden = true;
     countdown.hidden = false;
     const m = Math.floor(left / 60);
     const s = Math.floor(left % 60);
@@ -187,6 +218,24 @@
     if (!reject.allowed && reject.why && reject.why !== approve.why) reasons.push(reject.why);
     why.hidden = reasons.length === 0;
     why.textContent = reasons.join(T.reasons_joiner);
+  }
+
+  // The Ask again button on an ended card: shown when the server offers it (expired, or
+  // cancelled by a shutdown, not asked again yet); only its requester may press it, the
+  // others read why not. Once asked again, the card says where the call went.
+  function showAgain(entry) {
+    const node = entry.el;
+    const again = (entry.can || {}).again || { offered: false };
+    const row = node.querySelector(".again-row");
+    row.hidden = !again.offered;
+    const button = node.querySelector(".again");
+    button.disabled = !again.allowed || entry.busy === true;
+    const why = node.querySelector(".again-why");
+    why.hidden = again.allowed || !again.why;
+    why.textContent = again.why || "";
+    const went = node.querySelector(".went");
+    went.hidden = !again.went;
+    went.textContent = again.went || "";
   }
 
   function secondsLeft(c) {
@@ -247,6 +296,12 @@
     const entry = state.cards.get(id);
     if (!entry || !entry.words.undo || !state.ws || state.ws.readyState !== WebSocket.OPEN) return;
     state.ws.send(JSON.stringify({ type: "message", text: entry.words.undo }));
+  function askAgain(id) {
+    const entry = state.cards.get(id);
+    if (!entry || !state.ws || state.ws.readyState !== WebSocket.OPEN) return;
+    entry.busy = true;
+    updateCardState(entry);
+    state.ws.send(JSON.stringify({ type: "again", id: id }));
   }
 
   function onDecision(frame) {
@@ -318,6 +373,9 @@
         onMessage(frame);
       } else if (frame.type === "decision") {
         onDecision(frame);
+      } else if (frame.type === "again") {
+        // Asked again: the card's update says where it went; a refusal says why here.
+        onDecision({ id: frame.id, outcome: frame.done ? "decided" : "refused", message: frame.message });
       } else if (frame.type === "error") {
         systemLine(frame.error, "error");
       }
