@@ -296,6 +296,8 @@
     const entry = state.cards.get(id);
     if (!entry || !entry.words.undo || !state.ws || state.ws.readyState !== WebSocket.OPEN) return;
     state.ws.send(JSON.stringify({ type: "message", text: entry.words.undo }));
+  }
+
   function askAgain(id) {
     const entry = state.cards.get(id);
     if (!entry || !state.ws || state.ws.readyState !== WebSocket.OPEN) return;
