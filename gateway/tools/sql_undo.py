@@ -18,6 +18,10 @@ with its own preview of the rows it restores. Its run takes the snapshot once
 (else it refuses and names the keys, and gives the snapshot back), then restores: deleted
 rows inserted again, updated rows set back by key, inserted rows deleted — statements in
 reverse order. Its asking, running and refusal are audit events on the original record.
+
+One module on purpose (past ~600 lines): keeping and restoring are the two halves of one
+format — how a value is encoded, how a row is found again by key, what "as the change left
+it" compares — and each half is only right if the other reads it the same way.
 """
 
 from __future__ import annotations
@@ -518,10 +522,6 @@ class UndoBook:
         )
         await self.audit.add(cid, "undo_offered", rows=keeper.rows, days=self.days)
         return words.undo_hint(cid)
-
-    async def purge(self, *, now: float) -> int:
-        """The retention sweep's part: drop snapshots past ``undo_days``."""
-        return await self.store.purge(before=now)
 
     def may_ask_undo(self, original: Confirmation, *, session_key: str, asker: str) -> bool:
         """Whether ``asker`` in ``session_key`` may ask to undo ``original``: only in the
