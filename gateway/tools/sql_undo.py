@@ -571,7 +571,10 @@ class SqlUndoTool(Tool):
         if original.tool_call.name != "sql_modify":
             return words.not_an_undoable_tool(cid, original.tool_call.name)
         snapshot = await self.book.store.get(cid, now=self.book.clock())
-        if snapshot is None or original.execution.state is not ExecState.SUCCEEDED:
+        # Interrupted (the process died around the commit): the snapshot was stored before
+        # the commit, and the restore's check finds whether the change happened at all.
+        ran = (ExecState.SUCCEEDED, ExecState.INTERRUPTED)
+        if snapshot is None or original.execution.state not in ran:
             return words.nothing_to_undo(cid)
         if snapshot.undone_by is not None:
             return words.already_undone(cid, snapshot.undone_by)
