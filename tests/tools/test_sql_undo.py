@@ -424,3 +424,22 @@ async def test_a_change_is_undone_after_a_restart_on_the_sqlite_store(
     finally:
         await second.gw.stop()
         await engine.dispose()
+
+
+@pytest.mark.parametrize("kind", DATABASES)
+async def test_a_batch_is_undone_whole_last_statement_first(start: Start, kind: str) -> None:
+    # The same row changed twice in one call: undone in reverse, it ends as it began.
+    chat = await start(kind)
+    before = values(await chat.rows())
+    t = chat.table
+    change = await chat.held(
+        f"/sql UPDATE {t} SET amount = 1 WHERE id = 1; UPDATE {t} SET amount = 2 WHERE id = 1; "
+        f"DELETE FROM {t} WHERE id = 3; INSERT INTO {t} VALUES (9, 'Ivan', 9.99, NULL)"
+    )
+    assert change.details["undo"]["undoable"] is True
+    done = await chat.approved(change)
+    assert done.execution.state is ExecState.SUCCEEDED, done.execution.result
+    undo = await chat.held(f"撤销 {change.id}")
+    assert undo.details["rows_affected"] == 4
+    assert (await chat.approved(undo)).execution.state is ExecState.SUCCEEDED
+    assert values(await chat.rows()) == before
