@@ -51,6 +51,7 @@ from gateway.confirm.model import (
 )
 from gateway.confirm.model import DecideOutcome as DecideOutcome
 from gateway.confirm.model import DecideResult as DecideResult
+from gateway.confirm.nudges import Nudges
 from gateway.confirm.replicas import Replicas, Settled
 from gateway.confirm.replies import ReplyParser
 from gateway.confirm.unsure import UnsureCreates
@@ -127,6 +128,8 @@ class ConfirmationService:
         self.deadlines = Deadlines(
             on_deadline=self._expire_on_time, clock=clock, tasks=self._expiring
         )
+        # Reminders and escalations, beside each deadline (nudges.py).
+        self.nudges = Nudges(self, tasks=self._expiring)
         self._replies = ReplyIntercept(self)
         self._replicas = Replicas(self, tasks=self._tasks)
         # Refused requests whose record may be stored all the same (a stalled store).
@@ -353,6 +356,7 @@ class ConfirmationService:
             on_error=self.unsure.create_failed,
         )
         self.deadlines.arm(conf.id, conf.expires_at)
+        self.nudges.arm(conf)
         log.info(
             "confirm.requested",
             confirmation_id=conf.id,
@@ -463,6 +467,7 @@ class ConfirmationService:
                 # Another path (or another replica sharing the store) finished it first,
                 # and goes on with it: here its deadline and its adoption end.
                 self.deadlines.disarm(final.id)
+                self.nudges.disarm(final.id)
                 self._replicas.finished(final)
             return final, None
         log.info(
@@ -474,6 +479,7 @@ class ConfirmationService:
             via=via,
         )
         self.deadlines.disarm(final.id)
+        self.nudges.disarm(final.id)
         self._replies.forget(confirmation_id)
         said = texts.outcome(final)
         if tell_chat:
@@ -567,6 +573,7 @@ class ConfirmationService:
         self._closing = True
         await self._replicas.stop_asking()
         self.deadlines.clear()
+        self.nudges.clear()
         await self._expiring.cancel()
 
     async def close(self) -> None:
