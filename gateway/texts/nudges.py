@@ -38,6 +38,3 @@ def escalated(c: Confirmation, after_seconds: float) -> str:
         f"⏫ [{c.id}] {minutes} 分钟无人决定，已发给审批人 / "
         f"nobody decided [{c.id}] in {minutes} min: sent to the approvers directly"
     )
-
-
-ESCALATED_WHY = ("无人及时决定，已升级", "escalated: nobody decided in time")
