@@ -97,6 +97,8 @@ ADMIN_LABELS: dict[str, tuple[str, str]] = {
     "waiting": ("等待审批人或您决定", "waiting for an approver or you"),
     "approvers": ("审批人", "approvers"),
     "sent_to": ("已私信", "sent to the direct chats of"),
+    "escalated": ("已升级", "escalated"),
+    "escalated_at": ("升级时间", "escalated at"),
     "edit_then_approve": ("修改参数后批准", "Edit arguments, then approve"),
     "arguments_json": ("参数 (JSON)", "arguments (JSON)"),
     "approve_edited": ("按修改后的参数批准", "Approve as edited"),

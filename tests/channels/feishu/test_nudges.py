@@ -60,6 +60,16 @@ def mentions_in(send: RecordedRequest) -> list[str]:
     return [el["user_id"] for line in lines for el in line if el.get("tag") == "at"]
 
 
+async def admin_get(gw: Gateway, path: str) -> str:
+    """An admin page (loopback without a token: no login needed)."""
+    import aiohttp
+
+    assert gw.http is not None
+    async with aiohttp.ClientSession() as http, http.get(f"{gw.http.url}{path}") as r:
+        assert r.status == 200, await r.text()
+        return await r.text()
+
+
 def to(send: RecordedRequest, chat: str) -> bool:
     return isinstance(send.body, dict) and send.body.get("receive_id") == chat
 
@@ -134,6 +144,11 @@ async def test_an_escalated_call_reaches_the_approver_and_the_escalation_chat_an
         for send in (bob, oncall):
             assert approver_texts.direct_intro(escalated) in card_text(send.content)
             assert "escalated" in approver_texts.direct_intro(escalated)
+        # The admin page marks it, and says whose direct chat got it; so does its own page.
+        page = await admin_get(gw, "/admin/part/pending")
+        assert 'class="tag escalated"' in page and "已升级" in page and BOB in page
+        detail = await admin_get(gw, f"/admin/confirmations/{conf.id}")
+        assert 'class="escalated"' in detail and 'data-kind="escalated"' in detail
         # The group that asked is told.
         await fake.wait_request(
             lambda r: to(r, GROUP) and "⏫" in post_text(r),
