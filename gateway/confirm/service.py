@@ -235,6 +235,8 @@ class ConfirmationService:
                 minutes=a.grant.minutes,
                 by=a.actor,
                 via=a.via,
+                pin=a.grant.pin,
+                single_use=a.grant.single_use,
             )
             await self.say_to_chat(result.confirmation, said)
             result = replace(result, grant=grant)

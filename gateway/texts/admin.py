@@ -104,6 +104,16 @@ ADMIN_LABELS: dict[str, tuple[str, str]] = {
     "approve_edited": ("按修改后的参数批准", "Approve as edited"),
     "grant_session": ("批准，30 分钟内同类免确认", "Approve, skip asking 30 min"),
     "grant_call": ("总是批准此调用（7 天）", "Always this exact call (7 d)"),
+    # an approver's shaped grant (docs/grants.md, "Shapes")
+    "grant_shape": ("批准并设定授权", "Approve with a grant of your shape"),
+    "grant_length": ("时长", "length"),
+    "grant_once": ("仅下一次", "next call only"),
+    "grant_pin": ("限定", "pinned to"),
+    "grant_pin_scope": ("相同表和语句类型", "same tables and statement kind"),
+    "grant_pin_args": ("完全相同的参数", "exactly these arguments"),
+    "grant_approve_shaped": ("批准并授权", "Approve and grant"),
+    "grant_single_use": ("一次", "once"),
+    "grant_pinned_args": ("限参数", "these arguments"),
     # grants
     "no_grants": ("没有生效的授权。", "No live grants."),
     "granted_by": ("授权人", "by"),
