@@ -32,9 +32,11 @@ def mention_line(names: Iterable[str]) -> str:
 
 
 def escalated(c: Confirmation, after_seconds: float) -> str:
-    """In the chat that asked: nobody decided for a while, the approvers were asked."""
+    """In the chat that asked: nobody decided for a while, so the call was escalated (a
+    platform channel sends it to its approvers' direct chats and its escalation chat; the
+    web chat has neither, so this line and the admin page's mark are all it does)."""
     minutes = max(1, round(after_seconds / 60))
     return (
-        f"⏫ [{c.id}] {minutes} 分钟无人决定，已发给审批人 / "
-        f"nobody decided [{c.id}] in {minutes} min: sent to the approvers directly"
+        f"⏫ [{c.id}] {minutes} 分钟无人决定，已升级给审批人 / "
+        f"nobody decided [{c.id}] in {minutes} min: escalated to the approvers"
     )

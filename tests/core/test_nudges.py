@@ -121,7 +121,7 @@ async def test_escalation_once_marks_the_record_and_copies_decide() -> None:
     out = await h.next_out(OutboundKind.ESCALATION)
     assert out.chat_id == "g1" and out.confirmation is not None
     assert escalated(out.confirmation)  # the channel sends the copies from this record
-    assert "⏫" in out.text and "sent to the approvers" in out.text
+    assert "⏫" in out.text and "escalated to the approvers" in out.text
     stored = await h.service.get(c.id)
     assert stored is not None and ESCALATED_REF in stored.prompt_refs
     assert not await h.service.nudges.escalate(c.id)
