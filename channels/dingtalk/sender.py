@@ -40,6 +40,7 @@ from gateway.confirm.views import (
     escalation_copies,
     escalation_recipients,
     escalation_ref,
+    mentions_here,
 )
 from gateway.texts import approvers as approver_texts
 
@@ -121,9 +122,8 @@ class DingTalkSender:
             elif msg.kind is OutboundKind.ESCALATION and msg.confirmation is not None:
                 await self._escalate(msg, msg.confirmation)
             else:
-                await self._send_text(
-                    msg.chat_id, msg.text, msg.metadata, None, mentions=msg.mentions
-                )
+                mentions = mentions_here(msg.mentions, msg.confirmation, self._settings.approvers)
+                await self._send_text(msg.chat_id, msg.text, msg.metadata, None, mentions=mentions)
         except DingTalkApiError as exc:
             self.dead_letters.add(
                 chat_id=msg.chat_id,

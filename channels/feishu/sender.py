@@ -32,6 +32,7 @@ from gateway.confirm.views import (
     escalation_copies,
     escalation_recipients,
     escalation_ref,
+    mentions_here,
 )
 from gateway.texts import approvers as approver_texts
 
@@ -86,7 +87,8 @@ class FeishuSender:
 
     async def _send_mentioning(self, msg: OutboundMessage) -> None:
         """A reminder: its text as written, under a line of real @-mentions."""
-        msg_type, content = render.mention_content(msg.text, msg.mentions)
+        mentions = mentions_here(msg.mentions, msg.confirmation, self._approvers)
+        msg_type, content = render.mention_content(msg.text, mentions)
         result = await self.outbox.send(
             chat_id=msg.chat_id,
             msg_type=msg_type,

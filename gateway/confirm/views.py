@@ -148,6 +148,16 @@ def escalation_recipients(c: Confirmation, approvers: Iterable[str]) -> list[str
     return [a for a in dict.fromkeys(approvers) if a and a != c.requester]
 
 
+def mentions_here(
+    mentions: Iterable[str], c: Confirmation | None, approvers: Iterable[str]
+) -> tuple[str, ...]:
+    """Of a reminder's ``mentions``, the ids a channel can mention: the requester (asked on
+    this channel) and the channel's own ``approvers`` (``[confirmation] approvers`` may
+    name people of any platform, and a foreign id in a mention could fail the send)."""
+    ours = set(approvers) | ({c.requester} if c is not None else set())
+    return tuple(m for m in mentions if m in ours)
+
+
 def reminder_mentions(c: Confirmation) -> tuple[str, ...]:
     """Whom a reminder of ``c`` @-mentions: the requester and, where the call needs an
     approver (four-eyes, critical), its approvers."""

@@ -51,7 +51,7 @@ async def test_a_reminder_mentions_the_requester_and_the_approvers_for_real(
     settings = make_settings(
         tmp_path, fake, approvers=["bob"], policy={"four_eyes_risks": ["medium"]}
     )
-    with_nudges(settings, remind_before_seconds=60)
+    with_nudges(settings, remind_before_seconds=60, approvers=["carol-web"])
     clock = ShiftedClock()
     async with await build(settings, clock=clock) as gw:
         await fake.wait_connected()

@@ -88,7 +88,8 @@ async def test_a_reminder_mentions_the_requester_and_the_approvers_for_real(
         fake,
         approvers=[BOB],
         policy={"four_eyes_risks": ["medium"]},
-        confirmation={"remind_before_seconds": 60},
+        # A web chat name among the approvers: decides, but is no Feishu id to mention.
+        confirmation={"remind_before_seconds": 60, "approvers": ["carol-web"]},
     )
     clock = ShiftedClock()
     async with await build(settings, clock=clock) as gw:
