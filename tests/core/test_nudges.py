@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from gateway.bus import OutboundKind
 from gateway.confirm.model import Confirmation, Status
 from gateway.confirm.nudges import ESCALATED, REMINDED
@@ -158,3 +160,32 @@ async def test_adoption_after_a_restart_does_not_remind_again() -> None:
     await second.next_out(OutboundKind.CONFIRMATION)  # its prompt shown again
     assert not await second.service.nudges.remind(c.id)
     assert (await kinds(second, c.id)).count(REMINDED) == 1
+
+
+@pytest.mark.services
+async def test_two_replicas_on_redis_remind_and_escalate_once() -> None:
+    """Two processes on one Redis (two store handles) whose timers for the call fire at
+    once (an adoption racing the owner): one reminder, one escalation, one line each."""
+    from gateway.storage.redis.confirmations import RedisConfirmationStore
+    from tests.services import REDIS_URL, redis_prefix
+
+    clock = ShiftedClock()
+    async with redis_prefix() as prefix:
+        stores = [await RedisConfirmationStore.from_url(REDIS_URL, prefix=prefix) for _ in "ab"]
+        try:
+            a, b = (Harness(clock=clock, settings=NUDGES, store=s) for s in stores)
+            _, c = await a.ask()
+            a.drain()
+            clock.offset += 245  # past both the escalation and the reminder time
+            sent = await asyncio.gather(
+                *(h.service.nudges.remind(c.id) for h in (a, b, a, b)),
+                *(h.service.nudges.escalate(c.id) for h in (b, a, b, a)),
+            )
+            assert sent[:4].count(True) == 1 and sent[4:].count(True) == 1
+            out = [m.kind for m in (*a.drain(), *b.drain())]
+            assert out.count(OutboundKind.TEXT) == 1 and out.count(OutboundKind.ESCALATION) == 1
+            kinds = [e.kind for e in await stores[1].events(c.id)]
+            assert kinds.count(REMINDED) == 1 and kinds.count(ESCALATED) == 1
+        finally:
+            for s in stores:
+                await s.close()
