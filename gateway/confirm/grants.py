@@ -9,6 +9,11 @@ Two scopes, both with an expiry:
   Any arguments of a tool whose preview gives no scope.
 - ``call``: exactly this call (same tool, same normalised arguments) in any session.
 
+An approver may shape a grant (the admin page, the API, the web chat card): pinned to the
+call's exact arguments (``args_key`` on a ``session`` grant too), or single use — ended,
+as it lets its one call run, by the store's first-wins revoke (``SINGLE_USED``) — for 5
+minutes to 8 hours (docs/grants.md, "Shapes an approver chooses").
+
 A grant never covers a ``critical`` call, a four-eyes call (a second person must look at
 each one), another tool, other arguments (``call``), or a call of higher risk than the
 one it was given on. Grants are stored (memory, SQLite, Redis: one contract suite),
@@ -223,7 +228,15 @@ class GrantBook:
     async def _use_up(self, grant: Grant, now: float) -> bool:
         """End a single-use grant as it lets a call run: the store's first-wins revoke, so
         of two calls at once on any replicas exactly one is covered."""
-        return await self.store.revoke(grant.id, by=SINGLE_USED, now=now) is not None
+        try:
+            return await self.store.revoke(grant.id, by=SINGLE_USED, now=now) is not None
+        except Exception as exc:
+            # As an unreadable store in ``covering``: not covered, so the call is asked for
+            # as usual. A store outage must never let a call through unasked.
+            log.warning(
+                "grants.not_used_up", grant_id=grant.id, error=f"{type(exc).__name__}: {exc}"
+            )
+            return False
 
     async def live(self) -> list[Grant]:
         return await self.store.live(self.clock())

@@ -13,7 +13,8 @@ import asyncio
 import pytest
 
 from gateway.confirm.grants import SINGLE_USED, GrantBook, GrantRefusedError
-from gateway.confirm.model import Risk, ToolCall
+from gateway.confirm.model import Grant, Risk, ToolCall
+from gateway.storage.grants import MemoryGrantStore
 from tests.confirm.test_grants_contract import DELETE, Clock, Opener, ask, confirmation
 from tests.confirm.test_grants_contract import opener as opener  # the fixture, every backend
 
@@ -85,3 +86,17 @@ async def test_shapes_last_5_minutes_to_8_hours_and_never_cover_what_grants_neve
     await book.give(plain, scope="session", minutes=60, by="b", via="admin", pin="args")
     assert await ask(book, tool="refund", args={"amount": 9}, scope=None) is None
     assert await ask(book, tool="refund", args={"amount": 5}, scope=None) is not None
+
+
+async def test_a_single_use_grant_the_store_cannot_use_up_covers_nothing() -> None:
+    """The store fails as the grant would be used up (Redis away): the call is asked."""
+
+    class RevokeFails(MemoryGrantStore):
+        async def revoke(self, grant_id: str, *, by: str, now: float) -> Grant | None:
+            raise ConnectionError("store away")
+
+    book = GrantBook(RevokeFails(), clock=Clock())
+    await book.give(
+        confirmation(), scope="session", minutes=60, by="bob", via="admin", single_use=True
+    )
+    assert await ask(book) is None
