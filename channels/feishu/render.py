@@ -14,8 +14,9 @@ from typing import Any
 
 from gateway import texts
 from gateway.confirm.model import Confirmation, Decision, Risk
-from gateway.confirm.views import grant_offered
+from gateway.confirm.views import card_view, grant_offered
 from gateway.texts import Stage
+from gateway.texts import again as again_texts
 from gateway.texts import approvers as approver_texts
 
 # Card header colours (Feishu template names) for the risk of a pending confirmation.
@@ -171,6 +172,7 @@ def confirmation_card(
         template = STAGE_TEMPLATES[stage]
         title = texts.status_line(c)
         elements.append(_text(texts.outcome(c), text_size="heading"))
+        elements.extend(_again_elements(c, direct=direct))
     return {
         "schema": "2.0",
         # update_multi: one shared card for everyone in the chat, so a patch reaches all.
@@ -181,6 +183,29 @@ def confirmation_card(
         },
         "body": {"elements": elements},
     }
+
+
+# What the 重新发起 / Ask again button's callback value says (gateway/confirm/again.py).
+AGAIN = "again"
+
+
+def _again_elements(c: Confirmation, *, direct: bool) -> list[dict[str, Any]]:
+    """An ended card's 重新发起 / Ask again button (the click is judged when it comes: only
+    the requester), or, once asked again, where the call went. Not on an approver's
+    direct copy: the requester asks again in the chat where they asked."""
+    offer = card_view(c).again_offer()
+    if offer["went"]:
+        return [_text(str(offer["went"]))]
+    if not offer["offered"] or direct:
+        return []
+    button = {
+        "tag": "button",
+        "element_id": "btn_again",
+        "text": {"tag": "plain_text", "content": again_texts.AGAIN_BUTTON},
+        "type": "primary",
+        "behaviors": [{"type": "callback", "value": {"confirmation_id": c.id, AGAIN: True}}],
+    }
+    return [_row([button]), _text(again_texts.AGAIN_HINT.format(id=c.id))]
 
 
 def card_content(c: Confirmation, *, now: float | None = None, direct: bool = False) -> str:

@@ -184,10 +184,12 @@ class ChatSockets:
                 await channel.send_frame(sock, {"type": "error", "error": error})
         elif kind == "decide":
             await self._on_decide(room, sock, data)
+        elif kind == "again":
+            await self._on_again(room, sock, data)
         elif kind == "ping":
             await channel.send_frame(sock, {"type": "pong", "now": channel.clock()})
         else:
-            raise FrameError("unknown frame type: use message, decide or ping")
+            raise FrameError("unknown frame type: use message, decide, again or ping")
 
     async def _on_decide(self, room: Room, sock: Socket, data: dict[str, Any]) -> None:
         channel = self.channel
@@ -238,6 +240,31 @@ class ChatSockets:
                 "message": result.message,
             },
         )
+
+    async def _on_again(self, room: Room, sock: Socket, data: dict[str, Any]) -> None:
+        """重新发起 / Ask again on an ended card: the service judges (only the requester,
+        once); the answer frame says what came of it, the cards' updates the rest."""
+        channel = self.channel
+        cid = data.get("id")
+        if not isinstance(cid, str) or not 0 < len(cid) <= MAX_ID_LENGTH:
+            raise FrameError("again.id must be a confirmation id")
+        if sock.identity is SenderIdentity.SELF_DECLARED:
+            message = texts.WEBCHAT_UNVERIFIED_DECISION
+            await channel.send_frame(
+                sock, {"type": "again", "id": cid, "done": False, "message": message}
+            )
+            return
+        current = await channel.confirmations.get(cid)
+        # Only this room's calls, as for a decision.
+        if current is None or current.session_key != channel.session_key(room):
+            message = texts.unknown_id(cid)
+            await channel.send_frame(
+                sock, {"type": "again", "id": cid, "done": False, "message": message}
+            )
+            return
+        result = await channel.confirmations.ask_again(current.id, actor=sock.user, via="web")
+        frame = {"type": "again", "id": current.id, "done": result.done, "message": result.message}
+        await channel.send_frame(sock, frame)
 
 
 def _grant_ask(grant: object, decision: object) -> GrantAsk | None:

@@ -29,6 +29,8 @@ from config.keywords import KeywordSet, KeywordStore
 from config.settings import ConfirmationSettings
 from gateway import texts
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage
+from gateway.confirm.again import FROM as ASKED_AGAIN_FROM
+from gateway.confirm.again import AgainResult, AskAgain, offered
 from gateway.confirm.deadlines import Deadlines
 from gateway.confirm.events import ConfirmationEvent as ConfirmationEvent
 from gateway.confirm.events import Listener as Listener
@@ -55,7 +57,7 @@ from gateway.confirm.nudges import Nudges
 from gateway.confirm.replicas import Replicas, Settled
 from gateway.confirm.replies import ReplyParser
 from gateway.confirm.unsure import UnsureCreates
-from gateway.confirm.views import CardView, card_view
+from gateway.confirm.views import CardView, Offer, card_view
 from gateway.runtime import BackgroundTasks
 from gateway.storage.confirmations import (
     Confirmations,
@@ -66,6 +68,7 @@ from gateway.storage.confirmations import (
     once_store_answers,
 )
 from gateway.storage.grants import MemoryGrantStore
+from gateway.texts import again as again_words
 
 log = structlog.get_logger(__name__)
 
@@ -138,6 +141,10 @@ class ConfirmationService:
             settled=self.go_on,
             announce=lambda final: self._listeners.emit("resolved", final),
         )
+        # Asking an ended call again (again.py): the runner hands it the evaluation (use).
+        self.again = AskAgain(
+            store=store, bus=bus, audit=self.audit, clock=clock, same_person=same_person
+        )
         bus.set_interceptor(self.intercept)
 
     # ------------------------------------------------------------------ plumbing
@@ -164,6 +171,8 @@ class ConfirmationService:
 
     async def intercept(self, msg: InboundMessage) -> bool:
         """The bus's interceptor: True when ``msg`` was a reply handled here."""
+        if await self.again.read(msg):  # 重新发起 K7Q2 / retry K7Q2, whatever is pending
+            return True
         return await self._replies.read(msg)
 
     @property
@@ -198,8 +207,17 @@ class ConfirmationService:
         if viewer is None:
             return card_view(c)
         if not verified:
-            return card_view(c, lambda _: (False, texts.WEBCHAT_UNVERIFIED_DECISION))
-        return card_view(c, lambda d: self.may_decide(c, viewer, d))
+            view = card_view(c, lambda _: (False, texts.WEBCHAT_UNVERIFIED_DECISION))
+            return replace(view, again=Offer(False, texts.WEBCHAT_UNVERIFIED_DECISION))
+        view = card_view(c, lambda d: self.may_decide(c, viewer, d))
+        if offered(c):
+            view = replace(view, again=Offer(*self.again.may_ask(c, viewer)))
+        return view
+
+    async def ask_again(self, confirmation_id: str, *, actor: str, via: str) -> AgainResult:
+        """The requester's 重新发起 / Ask again (a card button on any channel): a new
+        confirmation for the same call, evaluated again (again.py)."""
+        return await self.again.ask(confirmation_id, actor=actor, via=via)
 
     async def answer(
         self,
@@ -317,8 +335,14 @@ class ConfirmationService:
         metadata: Mapping[str, Any] | None = None,
         idempotent: bool = False,
         continuation: Mapping[str, Any] | None = None,
+        confirmation_id: str | None = None,
+        asked_again_from: str | None = None,
     ) -> Confirmation:
         """Store a pending confirmation and post its prompt; the record as stored.
+
+        ``confirmation_id``: the id to use (another is drawn only if it is taken);
+        ``asked_again_from``: the call this one asks again (again.py), linked in its
+        details and its audit trail.
 
         Nothing waits for it here: whatever ends it hands it to ``settled``, which goes on
         with ``continuation``. A timeout ends it as ``expired``; a failure to post the
@@ -329,7 +353,17 @@ class ConfirmationService:
         """
         now = self.clock()
         timeout = self.settings.timeout_seconds if timeout is None else timeout
-        cid = new_confirmation_id()
+        cid = confirmation_id or new_confirmation_id()
+        details = dict(details or {})
+        first_lines = [
+            self.audit.event(cid, "requested", actor=requester, at=now, tool=tool_call.name)
+        ]
+        if asked_again_from is not None:
+            details[ASKED_AGAIN_FROM] = asked_again_from
+            link = self.audit.event(
+                cid, ASKED_AGAIN_FROM, actor=requester, at=now, id=asked_again_from
+            )
+            first_lines.append(link)
         conf = await create_with_free_id(
             self.store,
             Confirmation(
@@ -343,7 +377,7 @@ class ConfirmationService:
                 summary=summary,
                 created_at=now,
                 expires_at=now + timeout,
-                details=dict(details or {}),
+                details=details,
                 risk=risk,
                 approvers=tuple(dict.fromkeys((*self.settings.approvers, *approvers))),
                 four_eyes=four_eyes,
@@ -351,9 +385,7 @@ class ConfirmationService:
                 idempotent=idempotent,
                 continuation=continuation,
             ),
-            events=(
-                self.audit.event(cid, "requested", actor=requester, at=now, tool=tool_call.name),
-            ),
+            events=first_lines,
             limits=self._pending_limits,
             on_error=self.unsure.create_failed,
         )
@@ -484,6 +516,8 @@ class ConfirmationService:
         self.nudges.disarm(final.id)
         self._replies.forget(confirmation_id)
         said = texts.outcome(final)
+        if offered(final):  # expired, or cancelled by a shutdown: how to ask it again
+            said = f"{said}\n{again_words.AGAIN_HINT.format(id=final.id)}"
         if tell_chat:
             await self.bus.publish_outbound(
                 OutboundMessage(

@@ -26,7 +26,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.confirm.again import link_of, offered, released
 from gateway.confirm.model import Confirmation, Decision, Risk
+from gateway.texts import again as again_words
 from gateway.texts.grants import GRANT_MINUTES_BUTTON
 
 
@@ -47,6 +49,8 @@ class CardView:
     reject: Offer
     grant: Offer  # "approve and stop asking" beside approve: never where a grant cannot apply
     grant_minutes: int = GRANT_MINUTES_BUTTON  # the button's length, on every channel
+    # 重新发起 / Ask again on an ended card (gateway/confirm/again.py): only its requester.
+    again: Offer = Offer(False)
 
     def can_decide(self) -> dict[str, dict[str, Any]]:
         """The offers as the web chat's frames carry them (``can_decide``)."""
@@ -58,6 +62,22 @@ class CardView:
                 "scope": "session",
                 "minutes": self.grant_minutes,
             },
+            "again": self.again_offer(),
+        }
+
+    def again_offer(self) -> dict[str, Any]:
+        """The Ask again button as frames carry it: ``offered`` (the card shows it) and
+        whether this viewer may press it, and why not."""
+        c = self.confirmation
+        link = link_of(c)
+        return {
+            "offered": offered(c),
+            "allowed": self.again.allowed,
+            "why": self.again.why,
+            # Once asked again: where it went (the first card says so instead of a button).
+            "went": None
+            if link is None or released(link)
+            else again_words.again_outcome(c.id, link),
         }
 
 
@@ -81,7 +101,9 @@ def card_view(
         )
     )
     grant = Offer(approve.allowed and grant_offered(c))
-    return CardView(confirmation=c, approve=approve, reject=reject, grant=grant)
+    # A card everyone sees alike offers it to all; the press is judged when it comes.
+    again = Offer(may is None and offered(c))
+    return CardView(confirmation=c, approve=approve, reject=reject, grant=grant, again=again)
 
 
 # prompt_refs key of an approver's copy: "<channel>_dm:<user id>".

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
-from typing import ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from gateway.confirm.ids import new_confirmation_id
 from gateway.confirm.model import (
@@ -183,6 +183,25 @@ class ConfirmationStore(ABC):
         other replica, with ``local`` unset. Refused changes are not given out. A turn waits
         in the process that asked, so this is how another replica's decision wakes it, and
         how each replica's live views (SSE, web chat) learn what the others did.
+        """
+
+    @abstractmethod
+    async def swap_detail(
+        self,
+        confirmation_id: str,
+        key: str,
+        *,
+        expected: Mapping[str, Any] | None,
+        value: Mapping[str, Any],
+        events: Sequence[AuditEvent] = (),
+    ) -> tuple[Confirmation | None, bool]:
+        """Compare-and-set ``details[key]``: ``expected`` (None: absent) -> ``value``.
+
+        The one write of a record's details after its create: a link that may be made once
+        (gateway/confirm/again.py: "asked again as M3XA"). Of any number of callers on any
+        number of handles exactly one wins. ``events`` join the audit trail in the same
+        step, only when this call changed the record. Returns the record as it is after the
+        call (None: unknown) and whether this call changed it.
         """
 
     # ------------------------------------------------------------ the execution ledger

@@ -5,7 +5,8 @@ By topic: ``confirm`` (prompts, decisions, outcomes, the ledger's lines), ``gran
 ``sql`` (what a statement's effect is), ``admin`` (the /admin page),
 ``channels`` (platforms, terminal chat, model agent) and ``web`` (the web chat page), all
 read as ``texts.NAME``; ``gateway.texts.approvers`` (imported by itself) holds what
-approvers read in their direct chats.
+approvers read in their direct chats, and ``gateway.texts.again`` (imported by itself)
+what asking an ended call again says (gateway/confirm/again.py).
 """
 
 from gateway.texts.admin import *  # noqa: F403

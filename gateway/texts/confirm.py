@@ -142,6 +142,7 @@ FIELD_ROWS = "影响行数 Rows affected"
 FIELD_NOTE = "注意 Note"
 FIELD_RISK = "风险 Risk"
 FIELD_RULE = "规则 Rule"
+FIELD_ASKED_AGAIN_FROM = "重新发起自 Asked again from"
 FIELD_REQUESTER = "发起人 Requested by"
 FIELD_FOUR_EYES = "双人审批 Four-eyes"
 FIELD_ASKED = "修改前 Asked"
@@ -184,6 +185,8 @@ def detail_lines(c: Confirmation, *, statement: bool = True) -> list[str]:
     lines.append(f"{FIELD_RISK}: {RISK_LABELS[c.risk]}")
     if d.get("policy_rule"):
         lines.append(f"{FIELD_RULE}: {d['policy_rule']}")
+    if d.get("asked_again_from"):  # a call asked again (gateway/confirm/again.py)
+        lines.append(f"{FIELD_ASKED_AGAIN_FROM}: {d['asked_again_from']}")
     return lines
 
 

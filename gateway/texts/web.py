@@ -10,10 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.confirm.model import Confirmation
+from gateway.texts.again import AGAIN_BUTTON
 from gateway.texts.channels import APPROVE_BUTTON, REJECT_BUTTON
 from gateway.texts.confirm import (
     FIELD_ARGS,
     FIELD_ASKED,
+    FIELD_ASKED_AGAIN_FROM,
     FIELD_FOUR_EYES,
     FIELD_KIND,
     FIELD_NOTE,
@@ -61,6 +63,7 @@ WEBCHAT_LABELS: dict[str, tuple[str, str]] = {
     "reject": (REJECT_BUTTON.split()[0], REJECT_BUTTON.split()[1]),
     "reason": ("原因（可选）", "reason"),
     "grant": (GRANT_BUTTON.split(" / ")[0], GRANT_BUTTON.split(" / ")[1]),
+    "again": (AGAIN_BUTTON.split(" / ")[0], AGAIN_BUTTON.split(" / ")[1]),
     # a grant of the approver's shape (docs/grants.md, "Shapes an approver chooses")
     "grant_shape": ("自定授权", "a grant of your shape"),
     "grant_length": ("时长", "length"),
@@ -109,6 +112,8 @@ def web_card(c: Confirmation) -> dict[str, Any]:
     if c.edit_note is not None:
         # Approved with edited arguments (docs/edits.md): what was asked, beside what runs.
         fields.append(("asked", FIELD_ASKED, c.edit_note.get("args_before") or {}, True))
+    if d.get("asked_again_from"):  # a call asked again (gateway/confirm/again.py)
+        fields.append(("asked-again-from", FIELD_ASKED_AGAIN_FROM, d["asked_again_from"], False))
     fields.append(("requester", FIELD_REQUESTER, c.requester, False))
     if c.four_eyes:
         fields.append(("four-eyes", FIELD_FOUR_EYES, FOUR_EYES, False))

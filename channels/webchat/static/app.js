@@ -107,6 +107,7 @@
       node.querySelector(".approve-grant").addEventListener("click", () => decide(c.id, "approve", true));
       node.querySelector(".approve-shaped").addEventListener("click", () => decide(c.id, "approve", "shaped"));
       node.querySelector(".reject").addEventListener("click", () => decide(c.id, "reject"));
+      node.querySelector(".again").addEventListener("click", () => askAgain(c.id));
       const wrap = el("div", "msg bot card-row");
       wrap.appendChild(node);
       log.appendChild(wrap);
@@ -162,8 +163,11 @@
       actions.hidden = true;
       node.querySelector(".grant-shape").hidden = true;
       why.hidden = true;
+      showAgain(entry);
       return;
     }
+    node.querySelector(".again-row").hidden = true;
+    node.querySelector(".went").hidden = true;
     countdown.hidden = false;
     const m = Math.floor(left / 60);
     const s = Math.floor(left % 60);
@@ -191,6 +195,24 @@
     if (!reject.allowed && reject.why && reject.why !== approve.why) reasons.push(reject.why);
     why.hidden = reasons.length === 0;
     why.textContent = reasons.join(T.reasons_joiner);
+  }
+
+  // The Ask again button on an ended card: shown when the server offers it (expired, or
+  // cancelled by a shutdown, not asked again yet); only its requester may press it, the
+  // others read why not. Once asked again, the card says where the call went.
+  function showAgain(entry) {
+    const node = entry.el;
+    const again = (entry.can || {}).again || { offered: false };
+    const row = node.querySelector(".again-row");
+    row.hidden = !again.offered;
+    const button = node.querySelector(".again");
+    button.disabled = !again.allowed || entry.busy === true;
+    const why = node.querySelector(".again-why");
+    why.hidden = again.allowed || !again.why;
+    why.textContent = again.why || "";
+    const went = node.querySelector(".went");
+    went.hidden = !again.went;
+    went.textContent = again.went || "";
   }
 
   function secondsLeft(c) {
@@ -244,6 +266,14 @@
     entry.busy = true;
     updateCardState(entry);
     state.ws.send(JSON.stringify(frame));
+  }
+
+  function askAgain(id) {
+    const entry = state.cards.get(id);
+    if (!entry || !state.ws || state.ws.readyState !== WebSocket.OPEN) return;
+    entry.busy = true;
+    updateCardState(entry);
+    state.ws.send(JSON.stringify({ type: "again", id: id }));
   }
 
   function onDecision(frame) {
@@ -315,6 +345,9 @@
         onMessage(frame);
       } else if (frame.type === "decision") {
         onDecision(frame);
+      } else if (frame.type === "again") {
+        // Asked again: the card's update says where it went; a refusal says why here.
+        onDecision({ id: frame.id, outcome: frame.done ? "decided" : "refused", message: frame.message });
       } else if (frame.type === "error") {
         systemLine(frame.error, "error");
       }

@@ -122,6 +122,21 @@ redis.call('HSET', KEYS[1], 'ref:' .. ARGV[1], ARGV[2])
 return 1
 """
 
+# store.swap_detail: compare-and-set one ``detail:<key>`` field of the record's hash (codec
+# merges it into ``details``), the events in the same step. KEYS: record. ARGV: field,
+# expected JSON ('' absent), new JSON, prefix, id, events. Returns {changed, HGETALL} or nil.
+SWAP_DETAIL = (
+    _LIB
+    + """
+if redis.call('EXISTS', KEYS[1]) == 0 then return nil end
+local now = redis.call('HGET', KEYS[1], ARGV[1]) or ''
+if now ~= ARGV[2] then return {0, redis.call('HGETALL', KEYS[1])} end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+add_events(ARGV[4], ARGV[5], KEYS[1], ARGV[6])
+return {1, redis.call('HGETALL', KEYS[1])}
+"""
+)
+
 # store.may_claim in Lua: approved and waiting; or idempotent, in flight, claimed once and
 # its lease ran out (its claimer died): once more.
 # KEYS: record. ARGV: prefix, id, instance, now, lease_until. Returns HGETALL or nil.
