@@ -28,6 +28,7 @@ from config.checks import (
     channel_warnings,
     check_channel_settings,
     data_dir_problem,
+    nudge_warnings,
     open_file_warnings,
     sql_url_problem,
 )
@@ -220,7 +221,11 @@ async def build(
     problems = check_settings(settings, serve_http=serve_http)
     if problems:
         raise ConfigError("\n".join(problems))
-    for warning in [*channel_warnings(settings), *open_file_warnings(settings)]:
+    for warning in [
+        *channel_warnings(settings),
+        *nudge_warnings(settings),
+        *open_file_warnings(settings),
+    ]:
         log.warning("config.warning", detail=warning)
     http = None
     if serve_http:

@@ -95,6 +95,7 @@ class FeishuChannel(Channel):
             outbox=self.outbox,
             confirmations=context.confirmations,
             approvers=settings.approvers,
+            escalation_chat=settings.escalation_chat,
         )
         self.rules = ReceiveRules(
             channel=CHANNEL,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from gateway import texts
@@ -68,6 +69,19 @@ def plain_content(text: str) -> tuple[str, str]:
     """
     lines = [[{"tag": "text", "text": line}] for line in text.split("\n")]
     return "post", json.dumps({"zh_cn": {"title": "", "content": lines}}, ensure_ascii=False)
+
+
+def mention_content(text: str, mentions: Sequence[str]) -> tuple[str, str]:
+    """(msg_type, content) of ``plain_content`` with a first line that @-mentions each of
+    ``mentions`` (open_ids): a post's ``at`` elements, the one way a mention is made here,
+    so nothing in ``text`` can mention anyone."""
+    msg_type, content = plain_content(text)
+    post = json.loads(content)
+    ats: list[dict[str, str]] = []
+    for open_id in mentions:
+        ats += [{"tag": "at", "user_id": open_id}, {"tag": "text", "text": " "}]
+    post["zh_cn"]["content"].insert(0, ats)
+    return msg_type, json.dumps(post, ensure_ascii=False)
 
 
 def _text(content: str, *, element_id: str | None = None, **style: str) -> dict[str, Any]:

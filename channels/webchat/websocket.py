@@ -201,7 +201,7 @@ class ChatSockets:
         if reason is not None and not isinstance(reason, str):
             raise FrameError("decide.reason must be a string")
         reason = (reason or "").strip()[:MAX_REASON_LENGTH] or None
-        grant_minutes = _grant_minutes(data.get("grant"), decision)
+        grant = _grant_ask(data.get("grant"), decision)
         if sock.identity is SenderIdentity.SELF_DECLARED:
             message = texts.WEBCHAT_UNVERIFIED_DECISION
             frame = {"type": "decision", "id": cid, "outcome": "forbidden", "message": message}
@@ -228,7 +228,7 @@ class ChatSockets:
                 actor=sock.user,
                 via="web",
                 reason=reason,
-                grant=None if grant_minutes is None else GrantAsk("session", grant_minutes),
+                grant=grant,
             )
         )
         await channel.send_frame(
@@ -267,8 +267,10 @@ class ChatSockets:
         await channel.send_frame(sock, frame)
 
 
-def _grant_minutes(grant: object, decision: object) -> int | None:
-    """The minutes of a card's grant button (``{"scope": "session", "minutes": 30}``)."""
+def _grant_ask(grant: object, decision: object) -> GrantAsk | None:
+    """The grant a card asks for: its button (``{"scope": "session", "minutes": 30}``), or
+    the shape its reader chose (``"pin": "scope" | "args"``, ``"single_use": true``; the
+    lengths a shape may have are GrantBook's to refuse, as on every path)."""
     if grant is None:
         return None
     if decision != "approve":
@@ -278,7 +280,15 @@ def _grant_minutes(grant: object, decision: object) -> int | None:
     minutes = grant.get("minutes")
     if type(minutes) is not int:  # not a bool, a float or a string
         raise FrameError("decide.grant.minutes must be a whole number")
-    return minutes
+    pin = grant.get("pin", "scope")
+    if pin not in ("scope", "args"):
+        raise FrameError('decide.grant.pin must be "scope" or "args"')
+    single_use = grant.get("single_use", False)
+    if type(single_use) is not bool:
+        raise FrameError("decide.grant.single_use must be true or false")
+    return GrantAsk(
+        "session", minutes, pin="args" if pin == "args" else "scope", single_use=single_use
+    )
 
 
 def _json_but_refused(exc: JsonInputError) -> bool:

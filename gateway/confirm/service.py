@@ -53,6 +53,7 @@ from gateway.confirm.model import (
 )
 from gateway.confirm.model import DecideOutcome as DecideOutcome
 from gateway.confirm.model import DecideResult as DecideResult
+from gateway.confirm.nudges import Nudges
 from gateway.confirm.replicas import Replicas, Settled
 from gateway.confirm.replies import ReplyParser
 from gateway.confirm.unsure import UnsureCreates
@@ -130,6 +131,8 @@ class ConfirmationService:
         self.deadlines = Deadlines(
             on_deadline=self._expire_on_time, clock=clock, tasks=self._expiring
         )
+        # Reminders and escalations, beside each deadline (nudges.py).
+        self.nudges = Nudges(self, tasks=self._expiring)
         self._replies = ReplyIntercept(self)
         self._replicas = Replicas(self, tasks=self._tasks)
         # Refused requests whose record may be stored all the same (a stalled store).
@@ -250,6 +253,8 @@ class ConfirmationService:
                 minutes=a.grant.minutes,
                 by=a.actor,
                 via=a.via,
+                pin=a.grant.pin,
+                single_use=a.grant.single_use,
             )
             await self.say_to_chat(result.confirmation, said)
             result = replace(result, grant=grant)
@@ -392,6 +397,7 @@ class ConfirmationService:
             on_error=self.unsure.create_failed,
         )
         self.deadlines.arm(conf.id, conf.expires_at)
+        self.nudges.arm(conf)
         log.info(
             "confirm.requested",
             confirmation_id=conf.id,
@@ -502,6 +508,7 @@ class ConfirmationService:
                 # Another path (or another replica sharing the store) finished it first,
                 # and goes on with it: here its deadline and its adoption end.
                 self.deadlines.disarm(final.id)
+                self.nudges.disarm(final.id)
                 self._replicas.finished(final)
             return final, None
         log.info(
@@ -513,6 +520,7 @@ class ConfirmationService:
             via=via,
         )
         self.deadlines.disarm(final.id)
+        self.nudges.disarm(final.id)
         self._replies.forget(confirmation_id)
         said = texts.outcome(final)
         if offered(final):  # expired, or cancelled by a shutdown: how to ask it again
@@ -608,6 +616,7 @@ class ConfirmationService:
         self._closing = True
         await self._replicas.stop_asking()
         self.deadlines.clear()
+        self.nudges.clear()
         await self._expiring.cancel()
 
     async def close(self) -> None:

@@ -175,3 +175,51 @@ def undo_click(c: Confirmation, clicker: str) -> InboundMessage | None:
         session_key=c.session_key,
         metadata={"via": "card"},
     )
+
+
+# prompt_refs key that marks an escalated call (its value: when), set by gateway/confirm/nudges.py.
+ESCALATED_REF = "escalated_at"
+
+
+def escalated(c: Confirmation) -> bool:
+    """Whether ``c`` was escalated: sent to the approvers after nobody decided in time."""
+    return ESCALATED_REF in c.prompt_refs
+
+
+# prompt_refs key of a copy in a channel's escalation chat: "<channel>_esc:<chat id>".
+_ESC_MARK = "_esc:"
+
+
+def escalation_ref(channel: str, chat_id: str) -> str:
+    """The ``prompt_refs`` key of the copy sent to ``chat_id``, ``channel``'s escalation chat."""
+    return f"{channel}{_ESC_MARK}{chat_id}"
+
+
+def escalation_copies(refs: Mapping[str, str], channel: str) -> dict[str, str]:
+    """Chat id -> ref value of every escalation-chat copy on ``channel``."""
+    prefix = channel + _ESC_MARK
+    return {k[len(prefix) :]: v for k, v in refs.items() if k.startswith(prefix)}
+
+
+def escalation_recipients(c: Confirmation, approvers: Iterable[str]) -> list[str]:
+    """Whose direct chat gets a copy of ``c`` when it is escalated: every one of the
+    channel's approvers but the requester, whatever the call (not only four-eyes)."""
+    return [a for a in dict.fromkeys(approvers) if a and a != c.requester]
+
+
+def mentions_here(
+    mentions: Iterable[str], c: Confirmation | None, approvers: Iterable[str]
+) -> tuple[str, ...]:
+    """Of a reminder's ``mentions``, the ids a channel can mention: the requester (asked on
+    this channel) and the channel's own ``approvers`` (``[confirmation] approvers`` may
+    name people of any platform, and a foreign id in a mention could fail the send)."""
+    ours = set(approvers) | ({c.requester} if c is not None else set())
+    return tuple(m for m in mentions if m in ours)
+
+
+def reminder_mentions(c: Confirmation) -> tuple[str, ...]:
+    """Whom a reminder of ``c`` @-mentions: the requester and, where the call needs an
+    approver (four-eyes, critical), its approvers."""
+    if not asks_approvers_directly(c):
+        return (c.requester,)
+    return tuple(dict.fromkeys((c.requester, *(a for a in c.approvers if a))))

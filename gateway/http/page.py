@@ -33,9 +33,11 @@ from gateway.confirm.model import Status
 from gateway.confirm.replies import ParsedReply
 from gateway.confirm.service import ConfirmationService
 from gateway.confirm.views import (
+    ESCALATED_REF,
     asks_approvers_directly,
     direct_recipients_told,
     effect_tables,
+    escalated,
     grant_offered,
 )
 from gateway.http.admin import MAX_ID_LENGTH, search
@@ -118,6 +120,8 @@ def setup_templates(app: web.Application) -> jinja2.Environment:
         grant_offered=grant_offered,
         effect_tables=effect_tables,
         preview_label=texts.FIELD_PREVIEW,
+        escalated=escalated,
+        escalated_ref=ESCALATED_REF,
     )
     return env
 

@@ -306,6 +306,16 @@ class ConfirmationStore(ABC):
         """The audit trail of one confirmation, oldest first."""
 
     @abstractmethod
+    async def add_event_once(self, event: AuditEvent) -> bool:
+        """Append ``event`` to the trail of a *pending* record that has no event of its
+        ``kind`` yet, in one step: True when this call wrote it.
+
+        The compare-and-set that makes a nudge (a reminder, an escalation) happen once for
+        every replica and restart: of any number of concurrent callers on any number of
+        handles exactly one wins, and none once the record has ended.
+        """
+
+    @abstractmethod
     async def purge(self, *, before: float) -> int:
         """Drop settled records decided before ``before`` and their events; how many."""
 

@@ -66,6 +66,14 @@ WEBCHAT_LABELS: dict[str, tuple[str, str]] = {
     "reason": ("原因（可选）", "reason"),
     "grant": (GRANT_BUTTON.split(" / ")[0], GRANT_BUTTON.split(" / ")[1]),
     "again": (AGAIN_BUTTON.split(" / ")[0], AGAIN_BUTTON.split(" / ")[1]),
+    # a grant of the approver's shape (docs/grants.md, "Shapes an approver chooses")
+    "grant_shape": ("自定授权", "a grant of your shape"),
+    "grant_length": ("时长", "length"),
+    "grant_once": ("仅下一次", "next call only"),
+    "grant_pin": ("限定", "pinned to"),
+    "grant_pin_scope": ("相同表和语句类型", "same tables and kind"),
+    "grant_pin_args": ("完全相同的参数", "exactly these arguments"),
+    "grant_approve_shaped": ("批准并授权", "Approve and grant"),
 }
 
 # Lines app.js writes; {fields} are filled there.

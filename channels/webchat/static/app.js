@@ -131,6 +131,7 @@
       node.dataset.id = c.id;
       node.querySelector(".approve").addEventListener("click", () => decide(c.id, "approve"));
       node.querySelector(".approve-grant").addEventListener("click", () => decide(c.id, "approve", true));
+      node.querySelector(".approve-shaped").addEventListener("click", () => decide(c.id, "approve", "shaped"));
       node.querySelector(".reject").addEventListener("click", () => decide(c.id, "reject"));
       node.querySelector(".undo").addEventListener("click", () => askUndo(c.id));
       node.querySelector(".again").addEventListener("click", () => askAgain(c.id));
@@ -189,6 +190,7 @@
       // Its stage (gateway/texts): approved while it runs, then done, failed or interrupted.
       outcome.className = "outcome outcome-" + entry.words.stage;
       actions.hidden = true;
+      node.querySelector(".grant-shape").hidden = true;
       why.hidden = true;
       showAgain(entry);
       return;
@@ -211,6 +213,10 @@
     const grantButton = node.querySelector(".approve-grant");
     grantButton.hidden = !grant.allowed;
     grantButton.disabled = expired || !grant.allowed || entry.busy === true;
+    // The same offer in the reader's own shape: a length, or the next call only, and
+    // pinned to the scope or the exact arguments (docs/grants.md).
+    node.querySelector(".grant-shape").hidden = !grant.allowed;
+    node.querySelector(".approve-shaped").disabled = expired || !grant.allowed || entry.busy === true;
     node.querySelector(".reject").disabled = expired || !reject.allowed || entry.busy === true;
     node.querySelector(".reason").disabled = expired || !reject.allowed;
     const reasons = [];
@@ -269,7 +275,17 @@
     const entry = state.cards.get(id);
     if (!entry || !state.ws || state.ws.readyState !== WebSocket.OPEN) return;
     const frame = { type: "decide", id: id, decision: decision };
-    if (withGrant && entry.can && entry.can.grant) {
+    if (withGrant === "shaped" && entry.can && entry.can.grant) {
+      const shape = entry.el.querySelector(".grant-shape");
+      const length = shape.querySelector(".grant-length").value;
+      const once = length === "once";
+      frame.grant = {
+        scope: "session",
+        minutes: once ? 480 : Number(length), // a single-use grant lapses after 8 h unused
+        pin: shape.querySelector(".grant-pin").value,
+        single_use: once,
+      };
+    } else if (withGrant && entry.can && entry.can.grant) {
       frame.grant = { scope: entry.can.grant.scope, minutes: entry.can.grant.minutes };
     }
     if (decision === "reject") {

@@ -270,6 +270,15 @@ class MemoryConfirmationStore(ConfirmationStore):
     async def events(self, confirmation_id: str) -> list[AuditEvent]:
         return list(self._events.get(confirmation_id, ()))
 
+    async def add_event_once(self, event: AuditEvent) -> bool:
+        current = self._items.get(event.confirmation_id)
+        if current is None or current.status is not Status.PENDING:
+            return False
+        if any(e.kind == event.kind for e in self._events.get(event.confirmation_id, ())):
+            return False
+        self._add_events((event,))
+        return True
+
     async def purge(self, *, before: float) -> int:
         old = [
             c.id

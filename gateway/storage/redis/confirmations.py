@@ -103,6 +103,7 @@ class RedisConfirmationStore(ConfirmationStore):
         self._adopt = redis.register_script(lua.ADOPT)
         self._heartbeat = redis.register_script(lua.HEARTBEAT)
         self._add_event = redis.register_script(lua.ADD_EVENT)
+        self._add_event_once = redis.register_script(lua.ADD_EVENT_ONCE)
         self._purge = redis.register_script(lua.PURGE)
 
     @classmethod
@@ -512,6 +513,13 @@ class RedisConfirmationStore(ConfirmationStore):
             keys=[self._keys.record(event.confirmation_id)],
             args=[self._keys.prefix, event.confirmation_id, dumps(event.to_dict())],
         )
+
+    async def add_event_once(self, event: AuditEvent) -> bool:
+        done = await self._add_event_once(
+            keys=[self._keys.record(event.confirmation_id)],
+            args=[self._keys.prefix, event.confirmation_id, event.kind, dumps(event.to_dict())],
+        )
+        return bool(done)
 
     async def events(self, confirmation_id: str) -> builtins.list[AuditEvent]:
         rows: list[Any] = await self._redis.lrange(self._keys.events(confirmation_id), 0, -1)

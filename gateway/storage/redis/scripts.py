@@ -235,6 +235,19 @@ return 1
 """
 )
 
+# KEYS: record. ARGV: prefix, id, kind, event JSON. A nudge's line (add_event_once): only on
+# a pending record, once per kind, remembered as the record's field ``once:<kind>``.
+ADD_EVENT_ONCE = (
+    _LIB
+    + """
+local rec = KEYS[1]
+if redis.call('HGET', rec, 'status') ~= 'pending' then return 0 end
+if redis.call('HSETNX', rec, 'once:' .. ARGV[3], '1') == 0 then return 0 end
+add_events(ARGV[1], ARGV[2], rec, ARGV[4])
+return 1
+"""
+)
+
 # ARGV: prefix, before, batch size. Drops settled records decided before ``before`` with
 # their events and index entries; returns {records dropped, members handled}.
 PURGE = """

@@ -398,6 +398,14 @@ class SqliteConfirmationStore(ConfirmationStore):
     async def events(self, confirmation_id: str) -> builtins.list[AuditEvent]:
         return await self._db.run(lambda conn: rows.select_events(conn, confirmation_id))
 
+    async def add_event_once(self, event: AuditEvent) -> bool:
+        # One statement: SQLite runs it alone, so its checks and its insert are one step.
+        params = (*rows.event_values(event), event.confirmation_id, event.kind)
+        written: int = await self._db.run(
+            lambda conn: conn.execute(rows.ADD_EVENT_ONCE, params).rowcount
+        )
+        return written == 1
+
     async def purge(self, *, before: float) -> int:
         # decided_at >= created_at, so `created_at < before` (indexed) bounds the scan.
         def purge(conn: sqlite3.Connection) -> int:
