@@ -175,8 +175,9 @@ class ReplyIntercept:
             record=target,
             before=(read,),
         )
-        if result.outcome is not DecideOutcome.DECIDED:
-            # A decision is announced by the update message; anything else is told here.
+        if result.outcome not in (DecideOutcome.DECIDED, DecideOutcome.VOTED):
+            # A decision (or a counted vote) is announced by the update message; anything
+            # else is told here.
             await self._reply_to(msg, result.message)
 
     def _read_line(

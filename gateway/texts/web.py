@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.confirm.model import Confirmation
+from gateway.texts import votes
 from gateway.texts.channels import APPROVE_BUTTON, REJECT_BUTTON
 from gateway.texts.confirm import (
     FIELD_ARGS,
@@ -103,7 +104,10 @@ def web_card(c: Confirmation) -> dict[str, Any]:
         fields.append(("asked", FIELD_ASKED, c.edit_note.get("args_before") or {}, True))
     fields.append(("requester", FIELD_REQUESTER, c.requester, False))
     if c.four_eyes:
-        fields.append(("four-eyes", FIELD_FOUR_EYES, FOUR_EYES, False))
+        four_eyes = votes.needed(c) if c.takes_votes else FOUR_EYES
+        fields.append(("four-eyes", FIELD_FOUR_EYES, four_eyes, False))
+    if c.takes_votes:  # 1/2 已批准：alice, redrawn on every vote
+        fields.append(("votes", votes.FIELD_VOTES, votes.tally(c), False))
     return {
         "risk": f"风险 {RISK_LABELS[c.risk]}",
         "fields": [

@@ -204,6 +204,7 @@ class ToolRunner:
                     risk=decision.risk,
                     approvers=turn.approvers,
                     four_eyes=decision.four_eyes,
+                    approvals=decision.approvals,
                     metadata=turn.metadata,
                     idempotent=tool.idempotent,
                     continuation=turn.continuation,
