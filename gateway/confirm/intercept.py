@@ -21,6 +21,7 @@ from gateway.confirm.model import (
     GrantAsk,
 )
 from gateway.confirm.replies import ParsedReply, ReplyIntent
+from gateway.confirm.several import decide_named
 from gateway.storage.confirmations import StoreUnavailableError
 
 if TYPE_CHECKING:
@@ -62,6 +63,9 @@ class ReplyIntercept:
                 await self._reply_to(msg, texts.WEBCHAT_UNVERIFIED_DECISION)
                 return True
             return False  # ordinary chat: to the agent, never feedback that rejects a call
+        if parsed.names_several and parsed.intent is not ReplyIntent.NONE:
+            await self._on_several(msg, parsed)
+            return True
         decidable = [c for c in pending if self._may_decide_on(c, msg.sender_id)]
         if parsed.intent in (ReplyIntent.CONFIRM, ReplyIntent.CANCEL):
             await self._on_decision_reply(msg, parsed, pending, decidable)
@@ -98,6 +102,9 @@ class ReplyIntercept:
         parsed = self._service.parser.parse(msg.text)
         if parsed.intent not in (ReplyIntent.CONFIRM, ReplyIntent.CANCEL):
             return False
+        if parsed.names_several:  # e.g. an approver's direct chat: 确认 K7Q2 M3XA
+            await self._on_several(msg, parsed)
+            return True
         if not parsed.confirmation_id:
             return False
         known = await self._service.store.get(parsed.confirmation_id)
@@ -108,6 +115,21 @@ class ReplyIntercept:
         else:
             await self._reply_to(msg, texts.already_decided(known))
         return True
+
+    async def _on_several(self, msg: InboundMessage, parsed: ParsedReply) -> None:
+        """A reply naming several calls (several.py): each the sender may decide is decided;
+        one answer lists what became of each."""
+        if msg.metadata.get("identity") == SenderIdentity.SELF_DECLARED:
+            await self._reply_to(msg, texts.WEBCHAT_UNVERIFIED_DECISION)
+            return
+        said = await decide_named(
+            self._service,
+            msg,
+            parsed,
+            reachable=lambda c: c.session_key == msg.session_key or self._from_direct_chat(c, msg),
+            read_line=lambda c, how: self._read_line(c, msg, parsed, how),
+        )
+        await self._reply_to(msg, said)
 
     def _from_direct_chat(self, c: Confirmation, msg: InboundMessage) -> bool:
         """An approver answering by id from their one-to-one chat, where a copy of the
