@@ -29,6 +29,13 @@ if TYPE_CHECKING:
 
 # Longer texts after every confirmation ended are conversation, not a late decision.
 _LATE_REPLY_MAX = 64
+# The command that lists what waits (gateway/agent/commands.py): never a reply.
+_LIST_PENDING = "/pending"
+
+
+def _asks_what_is_pending(text: str) -> bool:
+    words = text.split(maxsplit=1)
+    return bool(words) and words[0].lower() == _LIST_PENDING
 
 
 class ReplyIntercept:
@@ -248,6 +255,10 @@ class ReplyIntercept:
         """A message that is no reply at all, from someone who may decide: the configured policy."""
         if not decidable:
             # Other members' chat is not a decision: it goes to the agent as usual.
+            return False
+        if _asks_what_is_pending(msg.text):
+            # "/pending" is how a person finds the ids to answer with (issue 25): it must
+            # not reject, cancel or nag about the very calls it lists.
             return False
         policy = self._service.settings.on_other_message
         if policy == "keep_pending":

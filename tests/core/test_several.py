@@ -7,7 +7,7 @@ not yours, already decided, unknown); a call not named is never touched.
 from __future__ import annotations
 
 from gateway import texts
-from gateway.bus import OutboundKind
+from gateway.bus import OutboundKind, PublishResult
 from gateway.confirm.model import Decision, Status
 from gateway.texts import several as several_texts
 from gateway.texts import votes as vote_texts
@@ -108,3 +108,13 @@ async def test_pending_lists_ids_summaries_time_left_and_how_to_decide_several()
     assert f"[{c2.id}] DELETE t" in listing
     assert f"确认 {c1.id} {c2.id}" in listing
     assert several_texts.pending_list([], 0) == texts.NO_PENDING
+
+
+async def test_asking_what_is_pending_leaves_the_calls_waiting() -> None:
+    # Before issue 25 "/pending" was "another message" and rejected the calls it asks about.
+    h = Harness()
+    t1, _ = await h.ask()
+    assert await h.reply("/pending") is PublishResult.QUEUED
+    [queued] = h.drain_inbound()
+    assert queued.text == "/pending"
+    assert not t1.done()
