@@ -46,6 +46,8 @@ class PolicyReport(Protocol):
     @property
     def four_eyes(self) -> bool: ...
     @property
+    def approvals(self) -> int: ...
+    @property
     def matched(self) -> Sequence[str]: ...
     @property
     def refused(self) -> str | None: ...
@@ -267,6 +269,11 @@ def policy_reading(report: PolicyReport) -> list[str]:
         f"{FIELD_RULE}: {report.rule}",
         risk,
         f"{FIELD_FOUR_EYES}: {YES_NO[report.four_eyes]}",
+        *(
+            [f"审批人数 Approvals: {report.approvals}"]
+            if report.approvals > 1
+            else []  # four-eyes says it for one
+        ),
         f"{FIELD_MATCHED_RULES}: {', '.join(report.matched) if report.matched else NO_RULE}",
     ]
 
