@@ -321,14 +321,10 @@ class ConfirmationService:
         shown on every copy of the prompt."""
         now = self.clock()
         vote = Vote(actor=a.actor, person=_folded(a.actor), at=now, via=a.via)
-        counted = len(current.votes) + 1
+        # The record, not this line, says how many are in: a vote racing this one may
+        # land first, and the line is written in the same step as the vote.
         voted = self.audit.event(
-            current.id,
-            "voted",
-            actor=a.actor,
-            at=now,
-            via=a.via,
-            tally=f"{counted}/{current.approvals}",
+            current.id, "voted", actor=a.actor, at=now, via=a.via, approvals=current.approvals
         )
         decided = self.audit.decision_events(
             current.id, Status.APPROVED, by=a.actor, via=a.via, at=now, edit=None

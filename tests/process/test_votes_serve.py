@@ -55,6 +55,9 @@ async def test_two_approvers_one_vote_shown_then_the_second_approves(tmp_path: A
             assert [v["actor"] for v in first["confirmation"]["votes"]] == ["carol"]
             assert "1/2 已批准：carol / approved 1 of 2: carol" in first["text"]
             assert order_exists(daemon.data_dir, 3)
+            # The admin page's card shows the tally too.
+            async with http.get("/admin/part/pending") as resp:
+                assert "1/2 已批准：carol" in await resp.text()
             # Carol again: told, not counted twice.
             await say(http, "ops", "carol", f"确认 {cid}")
             await text_with(http, "ops", "您已批准过")
