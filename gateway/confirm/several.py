@@ -21,6 +21,10 @@ from gateway.texts import several as several_texts
 if TYPE_CHECKING:
     from gateway.confirm.lifecycle import Lifecycle
 
+# How many calls one reply may name: each is a store read and a decision (DESIGN.md,
+# invariant 13: everything a client can send is bounded). More is refused, none decided.
+MAX_NAMED = 20
+
 # Whether a record may be decided from the chat a reply came from: asked there, or a copy
 # was sent to the sender's direct chat.
 Reachable = Callable[[Confirmation], bool]
@@ -39,6 +43,8 @@ async def decide_named(
     """Decide each call ``parsed`` names that ``msg``'s sender may decide; the answer."""
     if parsed.intent not in (ReplyIntent.CONFIRM, ReplyIntent.CANCEL):
         return several_texts.unclear(parsed.confirmation_ids)
+    if len(parsed.confirmation_ids) > MAX_NAMED:
+        return several_texts.too_many(len(parsed.confirmation_ids), MAX_NAMED)
     decision = Decision.APPROVE if parsed.intent is ReplyIntent.CONFIRM else Decision.REJECT
     lines = []
     for cid in parsed.confirmation_ids:

@@ -52,6 +52,13 @@ def unclear(ids: Sequence[str]) -> str:
     )
 
 
+def too_many(count: int, limit: int) -> str:
+    return (
+        f"一次最多处理 {limit} 项（这次 {count} 项），未处理任何操作 / at most {limit} calls "
+        f"at once ({count} named): nothing decided"
+    )
+
+
 def _left(seconds: float) -> str:
     s = int(seconds)
     return f"{s // 60}:{s % 60:02d}"

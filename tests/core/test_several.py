@@ -9,6 +9,7 @@ from __future__ import annotations
 from gateway import texts
 from gateway.bus import OutboundKind, PublishResult
 from gateway.confirm.model import Decision, Status
+from gateway.confirm.several import MAX_NAMED
 from gateway.texts import several as several_texts
 from gateway.texts import votes as vote_texts
 from tests.core.harness import Harness
@@ -117,4 +118,14 @@ async def test_asking_what_is_pending_leaves_the_calls_waiting() -> None:
     assert await h.reply("/pending") is PublishResult.QUEUED
     [queued] = h.drain_inbound()
     assert queued.text == "/pending"
+    assert not t1.done()
+
+
+async def test_naming_more_than_the_limit_decides_nothing() -> None:
+    h = Harness()
+    t1, c1 = await h.ask()
+    others = [f"{n}A" + "B" * 2 for n in range(2, 2 + MAX_NAMED)]  # ids that are not there
+    await h.reply(" ".join(["确认", c1.id, *others]))
+    told = await h.next_out(OutboundKind.TEXT)
+    assert told.text == several_texts.too_many(MAX_NAMED + 1, MAX_NAMED)
     assert not t1.done()
