@@ -190,7 +190,7 @@ class ConfirmationService:
         where approvals are votes, each person approves once."""
         if self_approval(c, actor, decision):
             return False, texts.FOUR_EYES
-        if already_voted(c, actor, decision):
+        if c.votes and already_voted(c, actor, decision):
             return False, vote_texts.already_voted(c)
         if actor == c.requester:
             return True, ""
@@ -265,7 +265,7 @@ class ConfirmationService:
             return DecideResult(
                 DecideOutcome.ALREADY_DECIDED, settled, texts.already_decided(settled)
             )
-        if already_voted(current, a.actor, a.decision):
+        if current.votes and already_voted(current, a.actor, a.decision):
             await self.audit.add_all(before)
             return DecideResult(
                 DecideOutcome.ALREADY_DECIDED, current, vote_texts.already_voted(current)
