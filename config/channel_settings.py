@@ -56,6 +56,9 @@ class PlatformReceiveSettings(Section):
     max_message_age_seconds: float = Field(default=600.0, ge=0)
     # Sends that failed after every retry, kept for /api/channels/<name>/failed.
     dead_letter_size: int = Field(default=200, ge=1)
+    # A chat (Feishu chat_id, DingTalk openConversationId) that also gets the prompt of a
+    # call still undecided after [confirmation] escalate_after_seconds; None: approvers only.
+    escalation_chat: str | None = None
 
 
 class FeishuSettings(PlatformReceiveSettings):

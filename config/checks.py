@@ -64,6 +64,36 @@ def channel_warnings(settings: Settings) -> list[str]:
     return warnings
 
 
+def nudge_warnings(settings: Settings) -> list[str]:
+    """Reminder and escalation settings that can never take effect (gateway/confirm/nudges.py)."""
+    c = settings.confirmation
+    warnings: list[str] = []
+    if 0 < c.timeout_seconds <= c.remind_before_seconds:
+        warnings.append(
+            f"confirmation.remind_before_seconds ({c.remind_before_seconds:g}) is not less than"
+            f" confirmation.timeout_seconds ({c.timeout_seconds:g}): no call is ever reminded"
+            " (a call asked with a longer timeout still is); lower it, or 0 to turn it off"
+        )
+    if c.escalate_after_seconds > 0:
+        if c.escalate_after_seconds >= c.timeout_seconds:
+            warnings.append(
+                f"confirmation.escalate_after_seconds ({c.escalate_after_seconds:g}) is not less"
+                f" than confirmation.timeout_seconds ({c.timeout_seconds:g}): calls expire"
+                " before they are escalated"
+            )
+        ch = settings.channels
+        if not any(
+            x.enabled and (x.approvers or x.escalation_chat) for x in (ch.feishu, ch.dingtalk)
+        ):
+            warnings.append(
+                "confirmation.escalate_after_seconds is set but no enabled Feishu or DingTalk"
+                " channel has approvers or an escalation_chat: an escalation only tells the"
+                " chat that asked; set [channels.feishu] / [channels.dingtalk] approvers or"
+                " escalation_chat"
+            )
+    return warnings
+
+
 # A value written to be replaced: the ids `gateway init`'s template writes
 # (cli_xxxxxxxxxxxxxxxx, dingxxxxxxxxxxxxxxxx), the docs' examples (ou_xxxxxxxx, cli_...,
 # xxx), and the usual words for "fill me in".

@@ -126,6 +126,12 @@ class ConfirmationSettings(Section):
     # record: exact over every replica.
     max_pending_per_session: int = Field(default=20, ge=1)
     max_pending: int = Field(default=1000, ge=1)
+    # Nudges (gateway/confirm/nudges.py): once, this long before a pending call expires, its
+    # chat is told it still waits, mentioning who may decide; 0: never.
+    remind_before_seconds: float = Field(default=60.0, ge=0)
+    # A call still undecided this long after it was asked also goes to every approver's
+    # direct chat and to each channel's ``escalation_chat``; 0: never.
+    escalate_after_seconds: float = Field(default=0.0, ge=0)
 
 
 class KeywordsSettings(Section):
@@ -157,6 +163,10 @@ class SqlToolSettings(Section):
     # Functions that queries and previews may call before approval, added to the built-in
     # list for the database (gateway/tools/sql_functions.py); any other function is held.
     allowed_functions: list[str] = Field(default_factory=list)
+    # An approved change runs only if the rows it changes are still the ones the approver
+    # saw: at most this many rows of difference in the count (and in the keys, when the
+    # preview kept them). 0: exactly what was approved (docs/model.md, "Drift").
+    drift_tolerance: int = Field(default=0, ge=0)
 
 
 class ToolsSettings(Section):

@@ -28,6 +28,7 @@ from config.checks import (
     channel_warnings,
     check_channel_settings,
     data_dir_problem,
+    nudge_warnings,
     open_file_warnings,
     sql_url_problem,
 )
@@ -213,7 +214,11 @@ async def build(
     problems = check_settings(settings, serve_http=serve_http)
     if problems:
         raise ConfigError("\n".join(problems))
-    for warning in [*channel_warnings(settings), *open_file_warnings(settings)]:
+    for warning in [
+        *channel_warnings(settings),
+        *nudge_warnings(settings),
+        *open_file_warnings(settings),
+    ]:
         log.warning("config.warning", detail=warning)
     http = None
     if serve_http:
@@ -248,6 +253,7 @@ async def build(
             max_rows=settings.tools.sql.max_rows,
             timeout_seconds=settings.tools.sql.statement_timeout_seconds,
             allowed_functions=settings.tools.sql.allowed_functions,
+            drift_tolerance=settings.tools.sql.drift_tolerance,
         )
         opened.push_async_callback(sql_db.close)
         if settings.uses_demo_database:

@@ -94,6 +94,10 @@ class OutboundKind(StrEnum):
     TEXT = "text"
     CONFIRMATION = "confirmation"
     CONFIRMATION_UPDATE = "confirmation_update"
+    # A call undecided for [confirmation] escalate_after_seconds: ``text`` tells the chat it
+    # was asked; a platform channel also sends the prompt to its approvers' direct chats and
+    # its escalation_chat (gateway/confirm/nudges.py). Others show ``text`` alone.
+    ESCALATION = "escalation"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -114,6 +118,9 @@ class OutboundMessage:
     reply_to: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     copies_only: bool = False
+    # User ids to @-mention (a reminder): each platform channel writes its own mention
+    # markup; ``text`` reads whole without it.
+    mentions: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.session_key:

@@ -21,8 +21,9 @@ from channels.payloads import MalformedEvent, read
 from gateway import texts
 from gateway.confirm.ids import canonical_id
 from gateway.confirm.model import Confirmation, Decision, Status
-from gateway.confirm.views import grant_offered
+from gateway.confirm.views import card_view, grant_offered
 from gateway.http.jsonapi import DEFAULT_MAX_JSON_DEPTH, JsonInputError, parse_json
+from gateway.texts import again as again_texts
 from gateway.texts import approvers as approver_texts
 
 OUT_TRACK_PREFIX = "gwconf-"
@@ -41,6 +42,8 @@ _ACTIONS = {
     ACTION_REJECT: Decision.REJECT,
     ACTION_APPROVE_GRANT: Decision.APPROVE,
 }
+# 重新发起 / Ask again on an ended card (gateway/confirm/again.py): its requester only.
+ACTION_AGAIN = "again"
 # Between the confirmation id and the approver's digest in a direct copy's outTrackId.
 _DIRECT_MARK = "_dm_"
 
@@ -73,6 +76,7 @@ class CardClick:
     user_id: str
     out_track_id: str
     grant_minutes: int | None = None  # the grant button: approve and skip asking this long
+    again: bool = False  # 重新发起 / Ask again pressed (no decision)
 
 
 def parse_card_callback(data: object) -> CardClick:
@@ -99,6 +103,7 @@ def parse_card_callback(data: object) -> CardClick:
         user_id=callback.user_id or "",
         out_track_id=track,
         grant_minutes=texts.GRANT_MINUTES_BUTTON if action == ACTION_APPROVE_GRANT else None,
+        again=action is None and ACTION_AGAIN in candidates,
     )
 
 
@@ -123,6 +128,20 @@ def _buttons(c: Confirmation, *, direct: bool) -> list[dict[str, Any]]:
             approve.append(_button(texts.GRANT_BUTTON, ACTION_APPROVE_GRANT, "blue", c.id))
         buttons[:0] = approve
     return buttons
+
+
+def _again_buttons(c: Confirmation) -> list[dict[str, Any]]:
+    """An ended card's 重新发起 / Ask again, while offered (the click is judged when it
+    comes: only the requester)."""
+    if not card_view(c).again_offer()["offered"]:
+        return []
+    return [_button(again_texts.AGAIN_BUTTON, ACTION_AGAIN, "blue", c.id)]
+
+
+def _again_went(c: Confirmation) -> str:
+    """Once asked again: where the call went, after the card's outcome ("" before)."""
+    went = card_view(c).again_offer()["went"]
+    return f"\n{went}" if went else ""
 
 
 # What starts markup anywhere in a line: links and images ([x](url), ![x](url)), <at>
@@ -195,8 +214,9 @@ def card_params(
         buttons = _buttons(c, direct=direct)
     else:
         title = texts.status_line(c)
-        tips = texts.outcome(c)
-        buttons = []
+        tips = texts.outcome(c) + _again_went(c)
+        # Not on an approver's direct copy: the requester asks again where they asked.
+        buttons = [] if direct else _again_buttons(c)
     markdown = prompt_markdown(c, direct=direct)
     return {
         # The standard (MarkdownButton) template.

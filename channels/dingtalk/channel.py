@@ -238,6 +238,8 @@ class DingTalkChannel(Channel):
         if click.confirmation_id is None:
             log.info("dingtalk.card_click_foreign", out_track_id=click.out_track_id)
             return {}
+        if click.again and click.user_id:
+            return await self._on_again_click(click, click.confirmation_id)
         if click.decision is None or not click.user_id:
             log.warning("dingtalk.card_click_unreadable", confirmation_id=click.confirmation_id)
             return {}
@@ -271,6 +273,29 @@ class DingTalkChannel(Channel):
                     channel=CHANNEL,
                     chat_id=conf.chat_id,
                     session_key=conf.session_key,
+                    text=texts.to_person(click.user_id, result.message),
+                )
+            )
+        return response
+
+    async def _on_again_click(self, click: CardClick, cid: str) -> dict[str, Any]:
+        """重新发起 / Ask again pressed: the service judges (only the requester, once); the
+        clicker reads what came of it, the chat gets the new card, the first card the link."""
+        result = await self._service.ask_again(cid, actor=click.user_id, via="card")
+        log.info("dingtalk.card_again", confirmation_id=cid, done=result.done)
+        response: dict[str, Any] = {
+            "privateData": {click.user_id: {"cardParamMap": {"tips": result.message}}},
+        }
+        now = await self._service.get(cid)
+        if result.done and now is not None:
+            response["cardData"] = {"cardParamMap": card_params(now)}
+        elif now is not None:
+            # Private card data may not show on every client: say it in the chat too.
+            await self._bus.publish_outbound(
+                OutboundMessage(
+                    channel=CHANNEL,
+                    chat_id=now.chat_id,
+                    session_key=now.session_key,
                     text=texts.to_person(click.user_id, result.message),
                 )
             )

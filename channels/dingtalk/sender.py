@@ -9,7 +9,7 @@ are interactive cards whose clicks arrive on the stream; updates rewrite the car
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,16 @@ from gateway import texts
 from gateway.bus import OutboundKind, OutboundMessage
 from gateway.confirm.model import Confirmation, Status
 from gateway.confirm.service import ConfirmationService
-from gateway.confirm.views import TEXT_COPY, direct_copies, direct_recipients, dm_ref
+from gateway.confirm.views import (
+    TEXT_COPY,
+    direct_copies,
+    direct_recipients,
+    dm_ref,
+    escalation_copies,
+    escalation_recipients,
+    escalation_ref,
+    mentions_here,
+)
 from gateway.texts import approvers as approver_texts
 
 log = structlog.get_logger(__name__)
@@ -110,8 +119,11 @@ class DingTalkSender:
                 await self._send_direct_copies(msg, msg.confirmation)
             elif msg.kind is OutboundKind.CONFIRMATION_UPDATE and msg.confirmation is not None:
                 await self._send_update(msg, msg.confirmation)
+            elif msg.kind is OutboundKind.ESCALATION and msg.confirmation is not None:
+                await self._escalate(msg, msg.confirmation)
             else:
-                await self._send_text(msg.chat_id, msg.text, msg.metadata, None)
+                mentions = mentions_here(msg.mentions, msg.confirmation, self._settings.approvers)
+                await self._send_text(msg.chat_id, msg.text, msg.metadata, None, mentions=mentions)
         except DingTalkApiError as exc:
             self.dead_letters.add(
                 chat_id=msg.chat_id,
@@ -169,14 +181,22 @@ class DingTalkSender:
         conf: Confirmation | None,
         *,
         markdown_title: str | None = None,
+        mentions: Sequence[str] = (),
     ) -> None:
         route = self._route_for(chat_id, metadata, conf)
+        if mentions:
+            # DingTalk highlights and notifies "@<staff id>" in the text of a message whose
+            # ``at.atUserIds`` lists that id (session webhook). The robot OpenAPI has no
+            # ``at``: there the line reads as names only.
+            text = " ".join(f"@{m}" for m in mentions) + "\n" + text
         msg_key, msg_param = robot_message(text, markdown_title)
         hook_payload: dict[str, Any]
         if markdown_title is not None:
             hook_payload = {"msgtype": "markdown", "markdown": msg_param}
         else:
             hook_payload = {"msgtype": "text", "text": msg_param}
+        if mentions:
+            hook_payload["at"] = {"atUserIds": list(mentions), "isAtAll": False}
         if (
             route.webhook is not None
             and route.webhook_usable
@@ -259,15 +279,22 @@ class DingTalkSender:
 
     # ------------------------------------------------- approvers' direct chats
 
-    async def _send_direct_copies(self, msg: OutboundMessage, conf: Confirmation) -> None:
-        """Four-eyes and critical calls: a copy in each approver's one-to-one chat with the
-        robot (a card with its own outTrackId, or the prompt as text through
-        ``oToMessages/batchSend``); each copy's ref is stored on the record."""
-        staff = [
-            s
-            for s in direct_recipients(conf, self._settings.approvers)
-            if dm_ref(CHANNEL, s) not in conf.prompt_refs  # a restart's repost: still works
-        ]
+    async def _send_direct_copies(
+        self, msg: OutboundMessage, conf: Confirmation, to: list[str] | None = None
+    ) -> None:
+        """Four-eyes and critical calls (or ``to``, an escalation's): a copy in each
+        approver's one-to-one chat with the robot (a card with its own outTrackId, or the
+        prompt as text through ``oToMessages/batchSend``); each copy's ref is stored on the
+        record."""
+        staff = (
+            [
+                s
+                for s in direct_recipients(conf, self._settings.approvers)
+                if dm_ref(CHANNEL, s) not in conf.prompt_refs  # a restart's repost: still works
+            ]
+            if to is None
+            else to
+        )
         if not staff:
             return
         as_text = staff
@@ -320,6 +347,58 @@ class DingTalkSender:
                 msg_param=param,
             )
 
+    # ---------------------------------------------------------------- escalation
+
+    async def _escalate(self, msg: OutboundMessage, conf: Confirmation) -> None:
+        """An escalated call: the chat that asked is told; every approver gets a copy in
+        their one-to-one chat (four-eyes or not), the escalation chat one too."""
+        await self._send_text(msg.chat_id, msg.text, msg.metadata, conf)
+        staff = [
+            s
+            for s in escalation_recipients(conf, self._settings.approvers)
+            if dm_ref(CHANNEL, s) not in conf.prompt_refs  # a four-eyes call's copy is there
+        ]
+        await self._send_direct_copies(msg, conf, staff)
+        chat = self._settings.escalation_chat
+        if chat and chat != conf.chat_id:
+            await self._send_escalation_copy(conf, chat)
+
+    async def _send_escalation_copy(self, conf: Confirmation, chat: str) -> None:
+        """A card in the escalation group (its own outTrackId), or the prompt as text."""
+        key = escalation_ref(CHANNEL, chat)
+        if self._cards:
+            track = out_track_id(conf.id, direct_to=key)
+            try:
+                await self._api.create_and_deliver_card(
+                    {
+                        "cardTemplateId": self._settings.card_template_id or STANDARD_TEMPLATE_ID,
+                        "outTrackId": track,
+                        "cardData": {"cardParamMap": card_params(conf, direct=True)},
+                        "callbackType": "STREAM",
+                        "userIdType": 1,
+                        "imGroupOpenSpaceModel": {"supportForward": False},
+                        "openSpaceId": f"dtv1.card//IM_GROUP.{chat}",
+                        "imGroupOpenDeliverModel": {"robotCode": self._robot_code},
+                    }
+                )
+            except DingTalkApiError as exc:
+                log.warning(
+                    "dingtalk.escalation_card_failed", confirmation_id=conf.id, error=str(exc)
+                )
+            else:
+                await self._keep_card(conf, key, track)
+                await self._send_group_text(chat, approver_texts.direct_reply_hint(conf))
+                return
+        prompt = prompt_markdown(conf, direct=True, as_text=True)
+        await self._send_group_text(chat, prompt, title=texts.confirmation_title(conf))
+        await self._service.set_prompt_ref(conf.id, key, TEXT_COPY)
+
+    async def _send_group_text(self, chat: str, text: str, *, title: str | None = None) -> None:
+        msg_key, param = robot_message(text, title)
+        await self._api.send_group(
+            robot_code=self._robot_code, conversation_id=chat, msg_key=msg_key, msg_param=param
+        )
+
     # ---------------------------------------------------------------- updates
 
     async def _send_update(self, msg: OutboundMessage, conf: Confirmation) -> None:
@@ -336,6 +415,11 @@ class DingTalkSender:
         told = [staff_id for staff_id, ref in copies.items() if ref == TEXT_COPY]
         if told:
             await self._send_direct_text(told, msg.text)
+        for chat, ref in escalation_copies(conf.prompt_refs, CHANNEL).items():
+            if ref == TEXT_COPY:
+                await self._send_group_text(chat, msg.text)
+            else:
+                await self._update_card(conf, ref)
         if msg.copies_only:
             return  # the chat hears it from the turn
         if card_updated and conf.decided_via == "card" and conf.status is not Status.PENDING:

@@ -94,6 +94,7 @@ class FeishuChannel(Channel):
             outbox=self.outbox,
             confirmations=context.confirmations,
             approvers=settings.approvers,
+            escalation_chat=settings.escalation_chat,
         )
         self.rules = ReceiveRules(
             channel=CHANNEL,
@@ -283,6 +284,8 @@ class FeishuChannel(Channel):
     async def handle_card_action(self, action: CardAction) -> dict[str, Any]:
         """A button click: decide, answer with a toast and the card as it now is."""
         cid = action.value.get("confirmation_id")
+        if action.value.get(render.AGAIN) is True and isinstance(cid, str):
+            return await self._ask_again(cid, action)
         raw_decision = action.value.get("decision")
         # Values come from the card JSON as clicked: any JSON at all, not only strings.
         decision = next((d for d in Decision if d.value == raw_decision), None)
@@ -328,6 +331,26 @@ class FeishuChannel(Channel):
         return render.callback_response(
             toast=result.message, kind=_TOASTS.get(result.outcome, "info"), card=card
         )
+
+    async def _ask_again(self, cid: str, action: CardAction) -> dict[str, Any]:
+        """重新发起 / Ask again pressed on an ended card: the service judges (only the
+        requester, once); the toast says what came of it, the new card follows in the chat."""
+        again = self._tasks.spawn(
+            self._service.ask_again(cid, actor=action.operator_open_id, via="card"),
+            name=f"feishu-again-{cid}",
+        )
+        try:
+            result = await asyncio.wait_for(asyncio.shield(again), CARD_BUDGET_SECONDS)
+        except TimeoutError:
+            return render.callback_response(toast=texts.FEISHU_CARD_WORKING, kind="info")
+        except Exception:  # the clicker gets an answer; the task logs the error
+            return render.callback_response(toast=texts.FEISHU_CARD_UNAVAILABLE, kind="error")
+        log.info("feishu.card_again", confirmation_id=cid, done=result.done)
+        if not result.done:
+            return render.callback_response(toast=result.message, kind="warning")
+        now = await self._service.get(cid)
+        card = render.confirmation_card(now) if now is not None else None
+        return render.callback_response(toast=result.message, kind="success", card=card)
 
     # ------------------------------------------------------------------ sending
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from gateway import texts
 from gateway.confirm.model import Confirmation, Decision, Risk
-from gateway.confirm.views import grant_offered
+from gateway.confirm.views import card_view, grant_offered
 from gateway.texts import Stage
+from gateway.texts import again as again_texts
 from gateway.texts import approvers as approver_texts
 
 # Card header colours (Feishu template names) for the risk of a pending confirmation.
@@ -66,6 +68,19 @@ def plain_content(text: str) -> tuple[str, str]:
     """
     lines = [[{"tag": "text", "text": line}] for line in text.split("\n")]
     return "post", json.dumps({"zh_cn": {"title": "", "content": lines}}, ensure_ascii=False)
+
+
+def mention_content(text: str, mentions: Sequence[str]) -> tuple[str, str]:
+    """(msg_type, content) of ``plain_content`` with a first line that @-mentions each of
+    ``mentions`` (open_ids): a post's ``at`` elements, the one way a mention is made here,
+    so nothing in ``text`` can mention anyone."""
+    msg_type, content = plain_content(text)
+    post = json.loads(content)
+    ats: list[dict[str, str]] = []
+    for open_id in mentions:
+        ats += [{"tag": "at", "user_id": open_id}, {"tag": "text", "text": " "}]
+    post["zh_cn"]["content"].insert(0, ats)
+    return msg_type, json.dumps(post, ensure_ascii=False)
 
 
 def _text(content: str, *, element_id: str | None = None, **style: str) -> dict[str, Any]:
@@ -157,6 +172,7 @@ def confirmation_card(
         template = STAGE_TEMPLATES[stage]
         title = texts.status_line(c)
         elements.append(_text(texts.outcome(c), text_size="heading"))
+        elements.extend(_again_elements(c, direct=direct))
     return {
         "schema": "2.0",
         # update_multi: one shared card for everyone in the chat, so a patch reaches all.
@@ -167,6 +183,29 @@ def confirmation_card(
         },
         "body": {"elements": elements},
     }
+
+
+# What the 重新发起 / Ask again button's callback value says (gateway/confirm/again.py).
+AGAIN = "again"
+
+
+def _again_elements(c: Confirmation, *, direct: bool) -> list[dict[str, Any]]:
+    """An ended card's 重新发起 / Ask again button (the click is judged when it comes: only
+    the requester), or, once asked again, where the call went. Not on an approver's
+    direct copy: the requester asks again in the chat where they asked."""
+    offer = card_view(c).again_offer()
+    if offer["went"]:
+        return [_text(str(offer["went"]))]
+    if not offer["offered"] or direct:
+        return []
+    button = {
+        "tag": "button",
+        "element_id": "btn_again",
+        "text": {"tag": "plain_text", "content": again_texts.AGAIN_BUTTON},
+        "type": "primary",
+        "behaviors": [{"type": "callback", "value": {"confirmation_id": c.id, AGAIN: True}}],
+    }
+    return [_row([button]), _text(again_texts.AGAIN_HINT.format(id=c.id))]
 
 
 def card_content(c: Confirmation, *, now: float | None = None, direct: bool = False) -> str:

@@ -24,7 +24,16 @@ from gateway import texts
 from gateway.bus import OutboundKind, OutboundMessage
 from gateway.confirm.model import Confirmation
 from gateway.confirm.service import ConfirmationService
-from gateway.confirm.views import TEXT_COPY, direct_copies, direct_recipients, dm_ref
+from gateway.confirm.views import (
+    TEXT_COPY,
+    direct_copies,
+    direct_recipients,
+    dm_ref,
+    escalation_copies,
+    escalation_recipients,
+    escalation_ref,
+    mentions_here,
+)
 from gateway.texts import approvers as approver_texts
 
 log = structlog.get_logger(__name__)
@@ -44,11 +53,14 @@ class FeishuSender:
         outbox: Outbox,
         confirmations: ConfirmationService,
         approvers: Sequence[str] = (),
+        escalation_chat: str | None = None,
     ) -> None:
         self.outbox = outbox
         self._service = confirmations
         # open_ids whose direct chat gets a copy of four-eyes and critical prompts.
         self._approvers = tuple(approvers)
+        # The chat_id that also gets a copy of an escalated call (nudges.py).
+        self._escalation_chat = escalation_chat
         # Confirmation id -> {ref key: message id} of its cards, for updates racing the
         # stored refs (a click can arrive before the ref is written).
         self._cards: TTLCache[str, dict[str, str]] = TTLCache(maxsize=10_000, ttl=24 * 3600)
@@ -66,8 +78,73 @@ class FeishuSender:
             await self._send_direct_copies(msg, conf)
         elif msg.kind is OutboundKind.CONFIRMATION_UPDATE and conf is not None:
             await self._update_cards(msg, conf)
+        elif msg.kind is OutboundKind.ESCALATION and conf is not None:
+            await self._escalate(msg, conf)
+        elif msg.mentions:
+            await self._send_mentioning(msg)
         else:
             await self._send_text(msg)
+
+    async def _send_mentioning(self, msg: OutboundMessage) -> None:
+        """A reminder: its text as written, under a line of real @-mentions."""
+        mentions = mentions_here(msg.mentions, msg.confirmation, self._approvers)
+        msg_type, content = render.mention_content(msg.text, mentions)
+        result = await self.outbox.send(
+            chat_id=msg.chat_id,
+            msg_type=msg_type,
+            content=content,
+            kind=msg.kind.value,
+            text=msg.text,
+            confirmation_id=msg.confirmation.id if msg.confirmation else None,
+        )
+        if not result.ok:
+            raise ChannelSendError(
+                f"feishu send failed: HTTP {result.status}, code {result.code}: {result.msg}",
+                retryable=False,
+            )
+
+    async def _escalate(self, msg: OutboundMessage, conf: Confirmation) -> None:
+        """An escalated call: the chat that asked is told; every approver gets a copy in
+        their direct chat (four-eyes or not), the escalation chat one too."""
+        await self._text_to(msg.chat_id, msg.text, msg)
+        failed = []
+        for open_id in escalation_recipients(conf, self._approvers):
+            key = dm_ref(CHANNEL, open_id)
+            if key in conf.prompt_refs:
+                continue  # a four-eyes call's copy is there already
+            try:
+                await self._send_direct_copy(msg, conf, open_id, key)
+            except ChannelSendError as exc:  # one approver unreachable: the others still are
+                log.warning("feishu.direct_copy_failed", confirmation_id=conf.id, error=str(exc))
+                failed.append(open_id)
+        chat = self._escalation_chat
+        if chat and chat != conf.chat_id:
+            await self._send_escalation_copy(msg, conf, chat)
+        if failed:
+            raise ChannelSendError(
+                f"feishu: no copy reached {len(failed)} approver(s)", retryable=False
+            )
+
+    async def _send_escalation_copy(
+        self, msg: OutboundMessage, conf: Confirmation, chat: str
+    ) -> None:
+        key = escalation_ref(CHANNEL, chat)
+        result = await self.outbox.send(
+            chat_id=chat,
+            msg_type="interactive",
+            content=render.card_content(conf, direct=True),
+            kind=msg.kind.value,
+            text=msg.text,
+            confirmation_id=conf.id,
+            dead_letter=False,
+        )
+        if result.ok and result.message_id:
+            await self._keep_copy(conf, key, result.message_id, chat, direct=True)
+            log.info("feishu.escalation_copy_sent", confirmation_id=conf.id, chat_id=chat)
+            return
+        log.warning("feishu.escalation_card_fallback_to_text", code=result.code, error=result.msg)
+        await self._text_to(chat, approver_texts.direct_prompt(conf, self._service.clock()), msg)
+        await self._service.set_prompt_ref(conf.id, key, TEXT_COPY)
 
     async def _send_text(self, msg: OutboundMessage) -> None:
         await self._text_to(msg.chat_id, msg.text, msg, reply_to=msg.reply_to)
@@ -200,6 +277,14 @@ class FeishuSender:
                     failed += 1
             else:
                 failed += not await self._patch_card(open_id, ref, conf, direct=True)
+        for chat, ref in escalation_copies(cards, CHANNEL).items():
+            if ref == TEXT_COPY:
+                try:
+                    await self._text_to(chat, msg.text, msg)
+                except ChannelSendError:  # dead-lettered; the other copies still go
+                    failed += 1
+            else:
+                failed += not await self._patch_card(chat, ref, conf, direct=True)
         for key, message_id in cards.items():
             if key.startswith(EARLIER_REF) or (
                 key.startswith("clicked:") and message_id not in conf.prompt_refs.values()

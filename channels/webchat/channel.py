@@ -52,6 +52,7 @@ from gateway.storage.rooms import (
     RoomStore,
     as_shown,
 )
+from gateway.texts import nudges as nudge_texts
 
 if TYPE_CHECKING:
     from config.channel_settings import WebChatSettings
@@ -186,10 +187,13 @@ class WebChatChannel(Channel):
             kind = "confirmation"
         elif msg.confirmation is not None and msg.kind is OutboundKind.CONFIRMATION_UPDATE:
             kind = "confirmation_update"
+        text = msg.text
+        if msg.mentions:  # a reminder: the page has no mention markup, names are enough
+            text = nudge_texts.mention_line(msg.mentions) + "\n" + text
         entry = RoomEntry(
             room=msg.chat_id,
             kind=kind,
-            text=msg.text,
+            text=text,
             at=self.clock(),
             confirmation=as_shown(msg.confirmation) if msg.confirmation else None,
         )

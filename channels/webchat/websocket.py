@@ -184,10 +184,12 @@ class ChatSockets:
                 await channel.send_frame(sock, {"type": "error", "error": error})
         elif kind == "decide":
             await self._on_decide(room, sock, data)
+        elif kind == "again":
+            await self._on_again(room, sock, data)
         elif kind == "ping":
             await channel.send_frame(sock, {"type": "pong", "now": channel.clock()})
         else:
-            raise FrameError("unknown frame type: use message, decide or ping")
+            raise FrameError("unknown frame type: use message, decide, again or ping")
 
     async def _on_decide(self, room: Room, sock: Socket, data: dict[str, Any]) -> None:
         channel = self.channel
@@ -199,7 +201,7 @@ class ChatSockets:
         if reason is not None and not isinstance(reason, str):
             raise FrameError("decide.reason must be a string")
         reason = (reason or "").strip()[:MAX_REASON_LENGTH] or None
-        grant_minutes = _grant_minutes(data.get("grant"), decision)
+        grant = _grant_ask(data.get("grant"), decision)
         if sock.identity is SenderIdentity.SELF_DECLARED:
             message = texts.WEBCHAT_UNVERIFIED_DECISION
             frame = {"type": "decision", "id": cid, "outcome": "forbidden", "message": message}
@@ -226,7 +228,7 @@ class ChatSockets:
                 actor=sock.user,
                 via="web",
                 reason=reason,
-                grant=None if grant_minutes is None else GrantAsk("session", grant_minutes),
+                grant=grant,
             )
         )
         await channel.send_frame(
@@ -239,9 +241,36 @@ class ChatSockets:
             },
         )
 
+    async def _on_again(self, room: Room, sock: Socket, data: dict[str, Any]) -> None:
+        """重新发起 / Ask again on an ended card: the service judges (only the requester,
+        once); the answer frame says what came of it, the cards' updates the rest."""
+        channel = self.channel
+        cid = data.get("id")
+        if not isinstance(cid, str) or not 0 < len(cid) <= MAX_ID_LENGTH:
+            raise FrameError("again.id must be a confirmation id")
+        if sock.identity is SenderIdentity.SELF_DECLARED:
+            message = texts.WEBCHAT_UNVERIFIED_DECISION
+            await channel.send_frame(
+                sock, {"type": "again", "id": cid, "done": False, "message": message}
+            )
+            return
+        current = await channel.confirmations.get(cid)
+        # Only this room's calls, as for a decision.
+        if current is None or current.session_key != channel.session_key(room):
+            message = texts.unknown_id(cid)
+            await channel.send_frame(
+                sock, {"type": "again", "id": cid, "done": False, "message": message}
+            )
+            return
+        result = await channel.confirmations.ask_again(current.id, actor=sock.user, via="web")
+        frame = {"type": "again", "id": current.id, "done": result.done, "message": result.message}
+        await channel.send_frame(sock, frame)
 
-def _grant_minutes(grant: object, decision: object) -> int | None:
-    """The minutes of a card's grant button (``{"scope": "session", "minutes": 30}``)."""
+
+def _grant_ask(grant: object, decision: object) -> GrantAsk | None:
+    """The grant a card asks for: its button (``{"scope": "session", "minutes": 30}``), or
+    the shape its reader chose (``"pin": "scope" | "args"``, ``"single_use": true``; the
+    lengths a shape may have are GrantBook's to refuse, as on every path)."""
     if grant is None:
         return None
     if decision != "approve":
@@ -251,7 +280,15 @@ def _grant_minutes(grant: object, decision: object) -> int | None:
     minutes = grant.get("minutes")
     if type(minutes) is not int:  # not a bool, a float or a string
         raise FrameError("decide.grant.minutes must be a whole number")
-    return minutes
+    pin = grant.get("pin", "scope")
+    if pin not in ("scope", "args"):
+        raise FrameError('decide.grant.pin must be "scope" or "args"')
+    single_use = grant.get("single_use", False)
+    if type(single_use) is not bool:
+        raise FrameError("decide.grant.single_use must be true or false")
+    return GrantAsk(
+        "session", minutes, pin="args" if pin == "args" else "scope", single_use=single_use
+    )
 
 
 def _json_but_refused(exc: JsonInputError) -> bool:

@@ -17,6 +17,7 @@ the tool's result.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, Literal
@@ -34,6 +35,7 @@ from gateway.agent.llm import (
     parse_arguments,
 )
 from gateway.bus import InboundMessage, MessageBus
+from gateway.confirm.again import asked_again
 from gateway.confirm.model import Confirmation, ToolCall
 from gateway.confirm.service import ConfirmationService
 from gateway.storage.conversations import (
@@ -136,6 +138,10 @@ class ModelAgent:
         call a model turn asked, the turn goes on from its stored continuation."""
         model = confirmation.continues_a_model_turn
         outcome = await self.runner.settle(confirmation, say, report=not model)
+        if outcome is not None and asked_again(confirmation):
+            # Its requester asked it again after the turn went on (gateway/confirm/again.py):
+            # the result line is said; the conversation gets the call and its result.
+            await self._keep(confirmation.session_key, self._again_exchange(confirmation, outcome))
         if outcome is None or not model:
             return
         log.info("agent.tool_outcome", tool=confirmation.tool_call.name, status=outcome.status)
@@ -175,6 +181,19 @@ class ModelAgent:
         finally:
             if not parked:
                 await self._keep(confirmation.session_key, added)
+
+    def _again_exchange(
+        self, confirmation: Confirmation, outcome: ToolOutcome
+    ) -> list[dict[str, Any]]:
+        """A call asked again, as the model reads it next time: its call and its result."""
+        call = confirmation.tool_call
+        arguments = json.dumps(dict(call.args), ensure_ascii=False)
+        function = {"name": call.name, "arguments": arguments}
+        asked = {"id": call.call_id, "type": "function", "function": function}
+        return [
+            {"role": "assistant", "content": None, "tool_calls": [asked]},
+            {"role": "tool", "tool_call_id": call.call_id, "content": self._for_model(outcome)},
+        ]
 
     def _user_content(self, msg: InboundMessage) -> str:
         if msg.is_group:

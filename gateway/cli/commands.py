@@ -15,6 +15,7 @@ import structlog
 from config.checks import (
     channel_warnings,
     environment_problems,
+    nudge_warnings,
     open_file_warnings,
     placeholder_problems,
 )
@@ -161,6 +162,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         if not problems:  # the store's server, only once everything else is right
             problems += asyncio.run(_store_problems(settings))
         warnings += channel_warnings(settings)
+        warnings += nudge_warnings(settings)
         warnings += open_file_warnings(settings)
         if settings.admin.token is None:
             warnings.append(

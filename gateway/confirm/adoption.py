@@ -159,6 +159,7 @@ class Adoption:
         if c.id not in self.adopted:
             return False  # decided while it waited: its update went out instead
         service.deadlines.arm(c.id, c.expires_at)
+        service.nudges.arm(c)  # sent once whoever owned it: the store says if it was
         # The person may not know the call still waits: show its prompt again, once.
         await service.bus.publish_outbound(
             OutboundMessage(

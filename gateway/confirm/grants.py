@@ -9,6 +9,11 @@ Two scopes, both with an expiry:
   Any arguments of a tool whose preview gives no scope.
 - ``call``: exactly this call (same tool, same normalised arguments) in any session.
 
+An approver may shape a grant (the admin page, the API, the web chat card): pinned to the
+call's exact arguments (``args_key`` on a ``session`` grant too), or single use — ended,
+as it lets its one call run, by the store's first-wins revoke (``SINGLE_USED``) — for 5
+minutes to 8 hours (docs/grants.md, "Shapes an approver chooses").
+
 A grant never covers a ``critical`` call, a four-eyes call (a second person must look at
 each one), another tool, other arguments (``call``), or a call of higher risk than the
 one it was given on. Grants are stored (memory, SQLite, Redis: one contract suite),
@@ -33,6 +38,7 @@ from gateway.confirm.model import (
     Confirmation,
     Grant,
     GrantEvent,
+    Pin,
     Risk,
     Scope,
     ToolCall,
@@ -46,6 +52,10 @@ log = structlog.get_logger(__name__)
 RISK_ORDER = {Risk.LOW: 0, Risk.MEDIUM: 1, Risk.HIGH: 2, Risk.CRITICAL: 3}
 # Longest grants: a day for a session, thirty days for one exact call.
 MAX_MINUTES: Mapping[str, int] = {"session": 24 * 60, "call": 30 * 24 * 60}
+# A grant an approver shapes (pinned to arguments, or single use): 5 minutes to 8 hours.
+SHAPED_MINUTES = (5, 8 * 60)
+# ``revoked_by`` of a single-use grant once a call used it.
+SINGLE_USED = "(used once)"
 
 
 def args_key(args: Mapping[str, Any]) -> str:
@@ -88,11 +98,21 @@ class GrantRefusedError(ValueError):
 
 
 async def grant_sentence(
-    book: GrantBook, c: Confirmation, *, scope: Scope, minutes: int, by: str, via: str
+    book: GrantBook,
+    c: Confirmation,
+    *,
+    scope: Scope,
+    minutes: int,
+    by: str,
+    via: str,
+    pin: Pin = "scope",
+    single_use: bool = False,
 ) -> tuple[Grant | None, str]:
     """Give a grant on approved ``c``; the grant (or None) and the sentence for its chat."""
     try:
-        grant = await book.give(c, scope=scope, minutes=minutes, by=by, via=via)
+        grant = await book.give(
+            c, scope=scope, minutes=minutes, by=by, via=via, pin=pin, single_use=single_use
+        )
     except GrantRefusedError as exc:
         return None, texts.grant_refused(str(exc))
     return grant, texts.grant_given(grant)
@@ -106,15 +126,28 @@ class GrantBook:
         self.clock = clock
 
     async def give(
-        self, c: Confirmation, *, scope: Scope, minutes: int, by: str, via: str
+        self,
+        c: Confirmation,
+        *,
+        scope: Scope,
+        minutes: int,
+        by: str,
+        via: str,
+        pin: Pin = "scope",
+        single_use: bool = False,
     ) -> Grant:
-        """A grant on approved confirmation ``c``; GrantRefusedError when it may not cover it."""
+        """A grant on approved confirmation ``c``; GrantRefusedError when it may not cover it.
+
+        ``pin="args"``: it covers only calls with exactly ``c``'s arguments (a ``session``
+        grant so pinned: in this session, by this person, too); ``single_use``: the first
+        call it covers ends it. A grant so shaped lasts 5 minutes to 8 hours."""
         if c.risk is Risk.CRITICAL:
             raise GrantRefusedError(texts.GRANT_NOT_CRITICAL)
         if c.four_eyes:
             raise GrantRefusedError(texts.GRANT_NOT_FOUR_EYES)
-        if not 1 <= minutes <= MAX_MINUTES[scope]:
-            raise GrantRefusedError(texts.grant_length(scope, MAX_MINUTES[scope]))
+        low, high = SHAPED_MINUTES if (pin == "args" or single_use) else (1, MAX_MINUTES[scope])
+        if not low <= minutes <= high:
+            raise GrantRefusedError(texts.grant_length(scope, high, least=low))
         now = self.clock()
         grant = Grant(
             id=f"g{secrets.token_hex(4)}",
@@ -124,7 +157,7 @@ class GrantBook:
             channel=c.channel,
             chat_id=c.chat_id,
             requester=c.requester,
-            args_key=args_key(c.tool_call.args) if scope == "call" else None,
+            args_key=args_key(c.tool_call.args) if scope == "call" or pin == "args" else None,
             args=dict(c.tool_call.args),
             risk=c.risk,
             covers=c.details.get("grant_scope"),
@@ -133,6 +166,7 @@ class GrantBook:
             confirmation_id=c.id,
             created_at=now,
             expires_at=now + minutes * 60,
+            single_use=single_use,
         )
         await self.store.add(grant)
         await self.store.record(
@@ -176,18 +210,33 @@ class GrantBook:
                 continue
             if not _same_scope(grant.covers, scope):
                 continue
-            if grant.scope == "call" and grant.args_key != key:
-                continue
+            if grant.args_key is not None and grant.args_key != key:
+                continue  # a call grant, or one pinned to its arguments
             if grant.scope == "session" and (
                 grant.session_key != session_key or grant.requester != requester
             ):
                 continue
+            if grant.single_use and not await self._use_up(grant, now):
+                continue  # another call used it first (the store's compare-and-set)
             detail = f"{call_id} in {session_key} by {requester}"
             await self.store.record(
                 GrantEvent(grant_id=grant.id, at=now, kind="used", actor=None, detail=detail)
             )
             return grant
         return None
+
+    async def _use_up(self, grant: Grant, now: float) -> bool:
+        """End a single-use grant as it lets a call run: the store's first-wins revoke, so
+        of two calls at once on any replicas exactly one is covered."""
+        try:
+            return await self.store.revoke(grant.id, by=SINGLE_USED, now=now) is not None
+        except Exception as exc:
+            # As an unreadable store in ``covering``: not covered, so the call is asked for
+            # as usual. A store outage must never let a call through unasked.
+            log.warning(
+                "grants.not_used_up", grant_id=grant.id, error=f"{type(exc).__name__}: {exc}"
+            )
+            return False
 
     async def live(self) -> list[Grant]:
         return await self.store.live(self.clock())

@@ -22,6 +22,7 @@ from gateway.confirm.model import (
 )
 from gateway.confirm.replies import ParsedReply, ReplyIntent
 from gateway.confirm.several import decide_named
+from gateway.confirm.views import escalation_ref
 from gateway.storage.confirmations import StoreUnavailableError
 
 if TYPE_CHECKING:
@@ -139,11 +140,12 @@ class ReplyIntercept:
         await self._reply_to(msg, said)
 
     def _from_direct_chat(self, c: Confirmation, msg: InboundMessage) -> bool:
-        """An approver answering by id from their one-to-one chat, where a copy of the
-        prompt went (gateway/confirm/views.py): the platform vouches for who they are.
+        """An approver answering by id from their one-to-one chat, or from the escalation
+        chat, where a copy of the prompt went (gateway/confirm/views.py): the platform
+        vouches for who they are.
         (A call already settled gets the usual "already approved by ..." answer.)"""
         return (
-            not msg.is_group
+            (not msg.is_group or escalation_ref(msg.channel, msg.chat_id) in c.prompt_refs)
             and c.channel == msg.channel
             and c.session_key != msg.session_key
             and self._may_decide_on(c, msg.sender_id)

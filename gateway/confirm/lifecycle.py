@@ -27,6 +27,12 @@ if TYPE_CHECKING:
     from gateway.storage.confirmations import ConfirmationStore, FeedKind
 
 
+class NudgeTimers(Protocol):
+    """The reminder and escalation timers (nudges.py), as adoption arms them."""
+
+    def arm(self, c: Confirmation) -> None: ...
+
+
 class Lifecycle(Protocol):
     """The confirmation service, as its helpers see it."""
 
@@ -38,6 +44,9 @@ class Lifecycle(Protocol):
     deadlines: Deadlines
 
     def clock(self) -> float: ...
+
+    @property
+    def nudges(self) -> NudgeTimers: ...
 
     @property
     def lease(self) -> float: ...

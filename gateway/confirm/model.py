@@ -480,14 +480,25 @@ class DecideResult:
 
 # A grant's reach: the same tool for the same person in one session, or one exact call.
 Scope = Literal["session", "call"]
+# What a grant is pinned to (docs/grants.md): the call's scope (SQL: its statement kinds and
+# tables; any arguments of a tool that gives none), or its exact arguments.
+Pin = Literal["scope", "args"]
 
 
 @dataclass(frozen=True, slots=True)
 class GrantAsk:
-    """ "Don't ask again" asked for with an approval: its reach and length."""
+    """ "Don't ask again" asked for with an approval: its reach and length, and the shape
+    an approver may give it on the admin page and API (``pin``, ``single_use``)."""
 
     scope: Scope
     minutes: int
+    pin: Pin = "scope"
+    single_use: bool = False  # covers one call, then ends (consumed by compare-and-set)
+
+    @property
+    def shaped(self) -> bool:
+        """Shaped by an approver (pinned to arguments, or single use): 5 min to 8 h."""
+        return self.pin == "args" or self.single_use
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -530,6 +541,7 @@ class Grant:
     expires_at: float
     revoked_by: str | None = None
     revoked_at: float | None = None
+    single_use: bool = False  # ends when it first lets a call run (revoked_by SINGLE_USED)
 
     def live(self, now: float) -> bool:
         return self.revoked_at is None and now < self.expires_at

@@ -29,6 +29,8 @@ from config.keywords import KeywordSet, KeywordStore
 from config.settings import ConfirmationSettings
 from gateway import texts
 from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessage
+from gateway.confirm.again import FROM as ASKED_AGAIN_FROM
+from gateway.confirm.again import AgainResult, AskAgain, offered
 from gateway.confirm.deadlines import Deadlines
 from gateway.confirm.events import ConfirmationEvent as ConfirmationEvent
 from gateway.confirm.events import Listener as Listener
@@ -53,10 +55,11 @@ from gateway.confirm.model import (
 )
 from gateway.confirm.model import DecideOutcome as DecideOutcome
 from gateway.confirm.model import DecideResult as DecideResult
+from gateway.confirm.nudges import Nudges
 from gateway.confirm.replicas import Replicas, Settled
 from gateway.confirm.replies import ReplyParser
 from gateway.confirm.unsure import UnsureCreates
-from gateway.confirm.views import CardView, card_view
+from gateway.confirm.views import CardView, Offer, card_view
 from gateway.runtime import BackgroundTasks
 from gateway.storage.confirmations import (
     Confirmations,
@@ -67,6 +70,7 @@ from gateway.storage.confirmations import (
     once_store_answers,
 )
 from gateway.storage.grants import MemoryGrantStore
+from gateway.texts import again as again_words
 from gateway.texts import votes as vote_texts
 
 log = structlog.get_logger(__name__)
@@ -135,6 +139,8 @@ class ConfirmationService:
         self.deadlines = Deadlines(
             on_deadline=self._expire_on_time, clock=clock, tasks=self._expiring
         )
+        # Reminders and escalations, beside each deadline (nudges.py).
+        self.nudges = Nudges(self, tasks=self._expiring)
         self._replies = ReplyIntercept(self)
         self._replicas = Replicas(self, tasks=self._tasks)
         # Refused requests whose record may be stored all the same (a stalled store).
@@ -142,6 +148,10 @@ class ConfirmationService:
             self,
             settled=self.go_on,
             announce=lambda final: self._listeners.emit("resolved", final),
+        )
+        # Asking an ended call again (again.py): the runner hands it the evaluation (use).
+        self.again = AskAgain(
+            store=store, bus=bus, audit=self.audit, clock=clock, same_person=same_person
         )
         bus.set_interceptor(self.intercept)
 
@@ -169,6 +179,8 @@ class ConfirmationService:
 
     async def intercept(self, msg: InboundMessage) -> bool:
         """The bus's interceptor: True when ``msg`` was a reply handled here."""
+        if await self.again.read(msg):  # 重新发起 K7Q2 / retry K7Q2, whatever is pending
+            return True
         return await self._replies.read(msg)
 
     @property
@@ -206,8 +218,17 @@ class ConfirmationService:
         if viewer is None:
             return card_view(c)
         if not verified:
-            return card_view(c, lambda _: (False, texts.WEBCHAT_UNVERIFIED_DECISION))
-        return card_view(c, lambda d: self.may_decide(c, viewer, d))
+            view = card_view(c, lambda _: (False, texts.WEBCHAT_UNVERIFIED_DECISION))
+            return replace(view, again=Offer(False, texts.WEBCHAT_UNVERIFIED_DECISION))
+        view = card_view(c, lambda d: self.may_decide(c, viewer, d))
+        if offered(c):
+            view = replace(view, again=Offer(*self.again.may_ask(c, viewer)))
+        return view
+
+    async def ask_again(self, confirmation_id: str, *, actor: str, via: str) -> AgainResult:
+        """The requester's 重新发起 / Ask again (a card button on any channel): a new
+        confirmation for the same call, evaluated again (again.py)."""
+        return await self.again.ask(confirmation_id, actor=actor, via=via)
 
     async def answer(
         self,
@@ -243,6 +264,8 @@ class ConfirmationService:
                 minutes=a.grant.minutes,
                 by=a.actor,
                 via=a.via,
+                pin=a.grant.pin,
+                single_use=a.grant.single_use,
             )
             await self.say_to_chat(result.confirmation, said)
             result = replace(result, grant=grant)
@@ -371,8 +394,7 @@ class ConfirmationService:
             final = await self.expire(final.id) or final
         if final.status is Status.EXPIRED:
             return DecideResult(DecideOutcome.EXPIRED, final, texts.already_decided(final))
-        self.deadlines.disarm(final.id)
-        self._replicas.finished(final)
+        self._ended_elsewhere(final)
         return DecideResult(DecideOutcome.ALREADY_DECIDED, final, texts.already_decided(final))
 
     # ------------------------------------------------------------------ asking
@@ -396,8 +418,14 @@ class ConfirmationService:
         metadata: Mapping[str, Any] | None = None,
         idempotent: bool = False,
         continuation: Mapping[str, Any] | None = None,
+        confirmation_id: str | None = None,
+        asked_again_from: str | None = None,
     ) -> Confirmation:
         """Store a pending confirmation and post its prompt; the record as stored.
+
+        ``confirmation_id``: the id to use (another is drawn only if it is taken);
+        ``asked_again_from``: the call this one asks again (again.py), linked in its
+        details and its audit trail.
 
         Nothing waits for it here: whatever ends it hands it to ``settled``, which goes on
         with ``continuation``. A timeout ends it as ``expired``; a failure to post the
@@ -408,7 +436,24 @@ class ConfirmationService:
         """
         now = self.clock()
         timeout = self.settings.timeout_seconds if timeout is None else timeout
-        cid = new_confirmation_id()
+        cid = confirmation_id or new_confirmation_id()
+        details = dict(details or {})
+        first_lines = [
+            self.audit.event(
+                cid,
+                "requested",
+                actor=requester,
+                at=now,
+                tool=tool_call.name,
+                **_preview_shown(details),
+            )
+        ]
+        if asked_again_from is not None:
+            details[ASKED_AGAIN_FROM] = asked_again_from
+            link = self.audit.event(
+                cid, ASKED_AGAIN_FROM, actor=requester, at=now, id=asked_again_from
+            )
+            first_lines.append(link)
         conf = await create_with_free_id(
             self.store,
             Confirmation(
@@ -422,7 +467,7 @@ class ConfirmationService:
                 summary=summary,
                 created_at=now,
                 expires_at=now + timeout,
-                details=dict(details or {}),
+                details=details,
                 risk=risk,
                 approvers=tuple(dict.fromkeys((*self.settings.approvers, *approvers))),
                 four_eyes=four_eyes or approvals >= 1,
@@ -431,13 +476,12 @@ class ConfirmationService:
                 idempotent=idempotent,
                 continuation=continuation,
             ),
-            events=(
-                self.audit.event(cid, "requested", actor=requester, at=now, tool=tool_call.name),
-            ),
+            events=first_lines,
             limits=self._pending_limits,
             on_error=self.unsure.create_failed,
         )
         self.deadlines.arm(conf.id, conf.expires_at)
+        self.nudges.arm(conf)
         log.info(
             "confirm.requested",
             confirmation_id=conf.id,
@@ -545,13 +589,17 @@ class ConfirmationService:
         if final is None or not changed:
             await self.audit.add_all(before)
             if final is not None and final.status.is_terminal:
-                # Another path (or another replica sharing the store) finished it first,
-                # and goes on with it: here its deadline and its adoption end.
-                self.deadlines.disarm(final.id)
-                self._replicas.finished(final)
+                self._ended_elsewhere(final)
             return final, None
         said = await self._ended(final, by=by, via=via, tell_chat=tell_chat, go_on=go_on)
         return final, said
+
+    def _ended_elsewhere(self, final: Confirmation) -> None:
+        """Another path (or another replica sharing the store) finished ``final`` first,
+        and goes on with it: here its deadline, its nudges and its adoption end."""
+        self.deadlines.disarm(final.id)
+        self.nudges.disarm(final.id)
+        self._replicas.finished(final)
 
     async def _ended(
         self,
@@ -574,8 +622,11 @@ class ConfirmationService:
             via=via,
         )
         self.deadlines.disarm(final.id)
+        self.nudges.disarm(final.id)
         self._replies.forget(final.id)
         said = texts.outcome(final)
+        if offered(final):  # expired, or cancelled by a shutdown: how to ask it again
+            said = f"{said}\n{again_words.AGAIN_HINT.format(id=final.id)}"
         if tell_chat:
             await self.bus.publish_outbound(
                 OutboundMessage(
@@ -667,6 +718,7 @@ class ConfirmationService:
         self._closing = True
         await self._replicas.stop_asking()
         self.deadlines.clear()
+        self.nudges.clear()
         await self._expiring.cancel()
 
     async def close(self) -> None:
@@ -680,3 +732,10 @@ class ConfirmationService:
         """Stop: cancel pending calls, interrupt what still runs, leave (chats are told)."""
         await self.stop_asking()
         await self.close()
+
+
+def _preview_shown(details: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What the approver is shown of a call's effect (issue 24: the SQL preview's rows), kept
+    in the audit trail's ``requested`` line: the record's details can be edited later."""
+    effects = (details or {}).get("effects")
+    return {"effects": effects} if effects is not None else {}

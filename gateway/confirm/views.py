@@ -26,7 +26,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from gateway.confirm.again import link_of, offered, released
 from gateway.confirm.model import Confirmation, Decision, Risk
+from gateway.texts import again as again_words
+from gateway.texts.effects import PreviewTable, preview_tables
 from gateway.texts.grants import GRANT_MINUTES_BUTTON
 
 
@@ -47,6 +50,8 @@ class CardView:
     reject: Offer
     grant: Offer  # "approve and stop asking" beside approve: never where a grant cannot apply
     grant_minutes: int = GRANT_MINUTES_BUTTON  # the button's length, on every channel
+    # 重新发起 / Ask again on an ended card (gateway/confirm/again.py): only its requester.
+    again: Offer = Offer(False)
 
     def can_decide(self) -> dict[str, dict[str, Any]]:
         """The offers as the web chat's frames carry them (``can_decide``)."""
@@ -58,6 +63,22 @@ class CardView:
                 "scope": "session",
                 "minutes": self.grant_minutes,
             },
+            "again": self.again_offer(),
+        }
+
+    def again_offer(self) -> dict[str, Any]:
+        """The Ask again button as frames carry it: ``offered`` (the card shows it) and
+        whether this viewer may press it, and why not."""
+        c = self.confirmation
+        link = link_of(c)
+        return {
+            "offered": offered(c),
+            "allowed": self.again.allowed,
+            "why": self.again.why,
+            # Once asked again: where it went (the first card says so instead of a button).
+            "went": None
+            if link is None or released(link)
+            else again_words.again_outcome(c.id, link),
         }
 
 
@@ -81,7 +102,16 @@ def card_view(
         )
     )
     grant = Offer(approve.allowed and grant_offered(c))
-    return CardView(confirmation=c, approve=approve, reject=reject, grant=grant)
+    # A card everyone sees alike offers it to all; the press is judged when it comes.
+    again = Offer(may is None and offered(c))
+    return CardView(confirmation=c, approve=approve, reject=reject, grant=grant, again=again)
+
+
+def effect_tables(c: Confirmation) -> tuple[PreviewTable, ...]:
+    """The rows ``c`` would change, a table per statement (issue 24: the preview a person
+    approves), for cards and pages that draw tables; text prompts carry the same tables as
+    lines (``texts.detail_lines``). Empty for a call without a preview."""
+    return tuple(preview_tables(c.details))
 
 
 # prompt_refs key of an approver's copy: "<channel>_dm:<user id>".
@@ -116,3 +146,51 @@ def direct_copies(refs: Mapping[str, str], channel: str) -> dict[str, str]:
 def direct_recipients_told(c: Confirmation) -> list[str]:
     """Everyone (any channel) whose direct chat holds a copy of ``c``, for the admin page."""
     return [k.split(_DM_MARK, 1)[1] for k in c.prompt_refs if _DM_MARK in k]
+
+
+# prompt_refs key that marks an escalated call (its value: when), set by gateway/confirm/nudges.py.
+ESCALATED_REF = "escalated_at"
+
+
+def escalated(c: Confirmation) -> bool:
+    """Whether ``c`` was escalated: sent to the approvers after nobody decided in time."""
+    return ESCALATED_REF in c.prompt_refs
+
+
+# prompt_refs key of a copy in a channel's escalation chat: "<channel>_esc:<chat id>".
+_ESC_MARK = "_esc:"
+
+
+def escalation_ref(channel: str, chat_id: str) -> str:
+    """The ``prompt_refs`` key of the copy sent to ``chat_id``, ``channel``'s escalation chat."""
+    return f"{channel}{_ESC_MARK}{chat_id}"
+
+
+def escalation_copies(refs: Mapping[str, str], channel: str) -> dict[str, str]:
+    """Chat id -> ref value of every escalation-chat copy on ``channel``."""
+    prefix = channel + _ESC_MARK
+    return {k[len(prefix) :]: v for k, v in refs.items() if k.startswith(prefix)}
+
+
+def escalation_recipients(c: Confirmation, approvers: Iterable[str]) -> list[str]:
+    """Whose direct chat gets a copy of ``c`` when it is escalated: every one of the
+    channel's approvers but the requester, whatever the call (not only four-eyes)."""
+    return [a for a in dict.fromkeys(approvers) if a and a != c.requester]
+
+
+def mentions_here(
+    mentions: Iterable[str], c: Confirmation | None, approvers: Iterable[str]
+) -> tuple[str, ...]:
+    """Of a reminder's ``mentions``, the ids a channel can mention: the requester (asked on
+    this channel) and the channel's own ``approvers`` (``[confirmation] approvers`` may
+    name people of any platform, and a foreign id in a mention could fail the send)."""
+    ours = set(approvers) | ({c.requester} if c is not None else set())
+    return tuple(m for m in mentions if m in ours)
+
+
+def reminder_mentions(c: Confirmation) -> tuple[str, ...]:
+    """Whom a reminder of ``c`` @-mentions: the requester and, where the call needs an
+    approver (four-eyes, critical), its approvers."""
+    if not asks_approvers_directly(c):
+        return (c.requester,)
+    return tuple(dict.fromkeys((c.requester, *(a for a in c.approvers if a))))

@@ -30,6 +30,7 @@ from gateway.http.jsonapi import (
     ApiError,
     ConfirmationQuery,
     DecisionBody,
+    GrantBody,
     KeywordBody,
     KeywordsBody,
     json_response,
@@ -271,7 +272,11 @@ class AdminApi:
                     actor=actor,
                     via="admin",
                     reason=reason,
-                    grant=None if grant is None else GrantAsk(grant.scope, grant.minutes),
+                    grant=None
+                    if grant is None
+                    else GrantAsk(
+                        grant.scope, grant.minutes, pin=grant.pin, single_use=grant.single_use
+                    ),
                 )
             )
         status = DECISION_STATUS[result.outcome]
@@ -303,7 +308,11 @@ class AdminApi:
                 actor=actor,
                 via="admin",
                 reason=reason,
-                grant=None if grant is None else GrantAsk(grant.scope, grant.minutes),
+                grant=None
+                if grant is None
+                else GrantAsk(
+                    grant.scope, grant.minutes, pin=grant.pin, single_use=grant.single_use
+                ),
             )
         except EditRefusedError as exc:
             if exc.kind == "invalid":
@@ -462,3 +471,10 @@ def _end_stream(queue: asyncio.Queue[ConfirmationEvent | None]) -> None:
         while True:
             queue.get_nowait()
     queue.put_nowait(None)
+
+
+def asked_grant(body: GrantBody | None) -> GrantAsk | None:
+    """The grant a decision's body asks for, shape and all."""
+    if body is None:
+        return None
+    return GrantAsk(body.scope, body.minutes, pin=body.pin, single_use=body.single_use)

@@ -16,9 +16,10 @@ import structlog
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 
+from gateway.confirm.grants import SHAPED_MINUTES
 from gateway.confirm.model import Status
 from gateway.storage.confirmations import StoreUnavailableError
 
@@ -105,10 +106,33 @@ WordList = Annotated[list[Word], Field(max_length=MAX_WORDS)]
 
 
 class GrantBody(JsonBody):
-    """Don't ask again: this session's calls of the tool by the requester, or this exact call."""
+    """Don't ask again: this session's calls of the tool by the requester, or this exact call;
+    shaped (docs/grants.md): pinned to the exact arguments, or for one call only."""
 
     scope: Literal["session", "call"]
-    minutes: int = Field(ge=1, le=30 * 24 * 60, description="session: at most 1440")
+    minutes: int = Field(
+        ge=1,
+        le=30 * 24 * 60,
+        description="session: at most 1440; pinned to the arguments or single use: 5 to 480",
+    )
+    pin: Literal["scope", "args"] = Field(
+        default="scope",
+        description=(
+            "scope: calls on the same scope (SQL: the same statement kinds and tables); "
+            "args: only calls with exactly these arguments"
+        ),
+    )
+    single_use: bool = Field(default=False, description="covers the next such call only")
+
+    @model_validator(mode="after")
+    def _shaped_length(self) -> GrantBody:
+        # One rule with GrantBook.give, which refuses the same: said here before deciding.
+        low, high = SHAPED_MINUTES
+        if (self.pin == "args" or self.single_use) and not low <= self.minutes <= high:
+            raise ValueError(
+                f"a grant pinned to its arguments or for one use lasts {low} to {high} minutes"
+            )
+        return self
 
 
 class RevokeBody(JsonBody):

@@ -32,7 +32,14 @@ from gateway import texts
 from gateway.confirm.model import Status
 from gateway.confirm.replies import ParsedReply
 from gateway.confirm.service import ConfirmationService
-from gateway.confirm.views import asks_approvers_directly, direct_recipients_told, grant_offered
+from gateway.confirm.views import (
+    ESCALATED_REF,
+    asks_approvers_directly,
+    direct_recipients_told,
+    effect_tables,
+    escalated,
+    grant_offered,
+)
 from gateway.http.admin import MAX_ID_LENGTH, search
 from gateway.http.identity import came_over_tls, client_address, identity_of
 from gateway.http.instances import instances_report
@@ -113,6 +120,10 @@ def setup_templates(app: web.Application) -> jinja2.Environment:
         direct_recipients_told=direct_recipients_told,
         grant_offered=grant_offered,
         vote_tally=vote_texts.tally,  # several approvers: "1/2 已批准：alice"
+        effect_tables=effect_tables,
+        preview_label=texts.FIELD_PREVIEW,
+        escalated=escalated,
+        escalated_ref=ESCALATED_REF,
     )
     return env
 

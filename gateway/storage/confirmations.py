@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, replace
-from typing import ClassVar, Literal, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from gateway.confirm.ids import new_confirmation_id
 from gateway.confirm.model import (
@@ -207,6 +207,25 @@ class ConfirmationStore(ABC):
         how each replica's live views (SSE, web chat) learn what the others did.
         """
 
+    @abstractmethod
+    async def swap_detail(
+        self,
+        confirmation_id: str,
+        key: str,
+        *,
+        expected: Mapping[str, Any] | None,
+        value: Mapping[str, Any],
+        events: Sequence[AuditEvent] = (),
+    ) -> tuple[Confirmation | None, bool]:
+        """Compare-and-set ``details[key]``: ``expected`` (None: absent) -> ``value``.
+
+        The one write of a record's details after its create: a link that may be made once
+        (gateway/confirm/again.py: "asked again as M3XA"). Of any number of callers on any
+        number of handles exactly one wins. ``events`` join the audit trail in the same
+        step, only when this call changed the record. Returns the record as it is after the
+        call (None: unknown) and whether this call changed it.
+        """
+
     # ------------------------------------------------------------ the execution ledger
 
     @abstractmethod
@@ -307,6 +326,16 @@ class ConfirmationStore(ABC):
     @abstractmethod
     async def events(self, confirmation_id: str) -> list[AuditEvent]:
         """The audit trail of one confirmation, oldest first."""
+
+    @abstractmethod
+    async def add_event_once(self, event: AuditEvent) -> bool:
+        """Append ``event`` to the trail of a *pending* record that has no event of its
+        ``kind`` yet, in one step: True when this call wrote it.
+
+        The compare-and-set that makes a nudge (a reminder, an escalation) happen once for
+        every replica and restart: of any number of concurrent callers on any number of
+        handles exactly one wins, and none once the record has ended.
+        """
 
     @abstractmethod
     async def purge(self, *, before: float) -> int:

@@ -8,6 +8,7 @@ sent, so the copy asks for the id.
 from __future__ import annotations
 
 from gateway.confirm.model import Confirmation, Risk
+from gateway.confirm.views import escalated
 from gateway.texts import confirmation_title, detail_lines, time_left
 
 
@@ -16,6 +17,8 @@ def _why(c: Confirmation) -> tuple[str, str]:
         return "四眼：发起人不能自己批准", "four-eyes: the requester may not approve it"
     if c.risk is Risk.CRITICAL:
         return "严重风险", "critical risk"
+    if escalated(c):
+        return "无人及时决定，已升级", "escalated: nobody decided in time"
     return "需要审批人", "needs an approver"
 
 

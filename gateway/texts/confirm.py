@@ -9,6 +9,7 @@ from typing import Any
 
 from gateway.confirm.model import Confirmation, ExecState, Risk, Status
 from gateway.texts import votes
+from gateway.texts.effects import effect_lines
 
 # A risk's word, (Chinese, English), on the cards, in the chat and on the admin page.
 RISK_WORDS: dict[Risk, tuple[str, str]] = {
@@ -143,6 +144,7 @@ FIELD_ROWS = "影响行数 Rows affected"
 FIELD_NOTE = "注意 Note"
 FIELD_RISK = "风险 Risk"
 FIELD_RULE = "规则 Rule"
+FIELD_ASKED_AGAIN_FROM = "重新发起自 Asked again from"
 FIELD_REQUESTER = "发起人 Requested by"
 FIELD_FOUR_EYES = "双人审批 Four-eyes"
 FIELD_ASKED = "修改前 Asked"
@@ -180,6 +182,7 @@ def detail_lines(c: Confirmation, *, statement: bool = True) -> list[str]:
     if not d.get("statement"):
         args = ", ".join(f"{k}={v!r}" for k, v in c.tool_call.args.items())
         lines.append(f"{FIELD_ARGS}: {args}")
+    lines += effect_lines(d)  # the rows it changes (issue 24)
     if d.get("warning"):
         lines.append(f"{FIELD_NOTE}: {d['warning']}")
     lines.append(f"{FIELD_RISK}: {RISK_LABELS[c.risk]}")
@@ -187,6 +190,8 @@ def detail_lines(c: Confirmation, *, statement: bool = True) -> list[str]:
         lines.append(f"{FIELD_RULE}: {d['policy_rule']}")
     if c.approvals > 1:  # takes votes: on every card and prompt, updated with each vote
         lines.append(f"{votes.FIELD_VOTES}: {votes.tally(c)}")
+    if d.get("asked_again_from"):  # a call asked again (gateway/confirm/again.py)
+        lines.append(f"{FIELD_ASKED_AGAIN_FROM}: {d['asked_again_from']}")
     return lines
 
 

@@ -44,6 +44,8 @@ def _covers(grant: Grant) -> str:
 
 def grant_given(grant: Grant) -> str:
     until = _until(grant.expires_at, grant.created_at)
+    if grant.scope == "session" and (grant.single_use or grant.args_key is not None):
+        return _shaped_given(grant, until)
     if grant.scope == "session":
         return (
             f"🔓 {grant.granted_by} 授权：{until} 前 "
@@ -59,12 +61,33 @@ def grant_given(grant: Grant) -> str:
     )
 
 
+def _shaped_given(grant: Grant, until: str) -> str:
+    """A session grant an approver shaped: pinned to the exact arguments, or single use."""
+    what_zh = "参数完全相同的 " if grant.args_key is not None else ""
+    what_en = " with exactly these arguments" if grant.args_key is not None else ""
+    how_zh = "下一次" if grant.single_use else ""
+    how_en = "the next" if grant.single_use else ""
+    if grant.single_use:
+        return (
+            f"🔓 {grant.granted_by} 授权：{until} 前 {grant.requester} 在本会话{how_zh}"
+            f"{what_zh}{grant.tool}{_covers(grant)} 调用免确认（仅一次）/ "
+            f"{grant.granted_by} granted: {how_en} {grant.tool}{_covers(grant)} call"
+            f"{what_en} by {grant.requester} here runs without asking (once, until {until})"
+        )
+    return (
+        f"🔓 {grant.granted_by} 授权：{until} 前 {grant.requester} 在本会话"
+        f"{what_zh}{grant.tool}{_covers(grant)} 调用免确认 / {grant.granted_by} granted: "
+        f"{grant.requester}'s {grant.tool}{_covers(grant)} calls{what_en} here run without "
+        f"asking until {until}"
+    )
+
+
 GRANT_NOT_CRITICAL = "critical 操作每次都要确认 / critical calls are always asked for, one by one"
 GRANT_NOT_FOUR_EYES = "四眼操作每次都要第二人确认 / four-eyes calls need a second person each time"
 
 
-def grant_length(scope: str, most: int) -> str:
-    return f"授权时长须为 1 到 {most} 分钟 / a {scope} grant lasts 1 to {most} minutes"
+def grant_length(scope: str, most: int, *, least: int = 1) -> str:
+    return f"授权时长须为 {least} 到 {most} 分钟 / a {scope} grant lasts {least} to {most} minutes"
 
 
 def grant_refused(why: str) -> str:

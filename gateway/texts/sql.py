@@ -3,7 +3,8 @@ its risk), and why it did not run by itself (docs/model.md, docs/sql-safety.md).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from gateway.texts.confirm import rows
 
@@ -116,3 +117,55 @@ def sql_volatile(kind: str, source: str) -> str:
         f"which rows {kind} changes depends on {source} (clock, randomness or session "
         "state): it may change other rows than the preview counted"
     )
+
+
+# -- the preview's rows and the drift check (issue 24; gateway/tools/sql_effect.py) -------------
+
+
+def effect_not_previewed(kind: str) -> str:
+    """Why a held statement shows no rows: the preview cannot read it back as a query."""
+    return (
+        f"无法预览此 {kind} 语句将改变的行，批准前不执行 / cannot show the rows this {kind} "
+        "statement changes; nothing runs before approval"
+    )
+
+
+EFFECT_AFTER_EARLIER = (
+    "无法预览：同一批中前面的语句先改动了此表，批准前不执行 / cannot preview: an earlier "
+    "statement of the same batch changes this table first; nothing runs before approval"
+)
+
+
+def effect_read_refused(why: str) -> str:
+    """A preview the database stopped or refused (a timeout, a write in the read-only
+    transaction): ``why`` is that sentence."""
+    return f"无法预览 / cannot preview — {why}"
+
+
+EFFECT_READ_FAILED = (
+    "无法预览：读取将改变的行时数据库报错，批准前不执行 / cannot preview: the database refused "
+    "to read the rows it changes; nothing runs before approval"
+)
+
+
+def effect_changed(changes: Sequence[Mapping[str, Any]]) -> str:
+    """Why an approved statement did not run: its rows are not the ones approved (the drift
+    check's findings, gateway/tools/sql_effect.drift); the new numbers beside the old."""
+    zh, en = [], []
+    for c in changes:
+        what, was, now, differ = f"{c.get('kind')} {c.get('table')}", c["approved"], c["now"], ""
+        zh_now = f"现在 {now} 行" if now is not None else "现在无法统计"
+        en_now = f"{now} now" if now is not None else "cannot be counted now"
+        zh_differ = f"，{c['keys_differ']} 行不同" if c.get("keys_differ") else ""
+        differ = f", {c['keys_differ']} rows differ" if c.get("keys_differ") else ""
+        zh.append(f"{what}：批准时 {was} 行，{zh_now}{zh_differ}")
+        en.append(f"{what}: {was} rows approved, {en_now}{differ}")
+    return (
+        f"{EFFECT_CHANGED_ZH}（{'；'.join(zh)}），未执行 / "
+        f"{EFFECT_CHANGED_EN} ({'; '.join(en)}); nothing ran"
+    )
+
+
+# The sentence a record whose rows changed after approval fails with (and "again" matches).
+EFFECT_CHANGED_ZH = "数据在批准后已变化"
+EFFECT_CHANGED_EN = "the data changed since approval"

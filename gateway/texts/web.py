@@ -11,10 +11,12 @@ from typing import Any
 
 from gateway.confirm.model import Confirmation
 from gateway.texts import votes
+from gateway.texts.again import AGAIN_BUTTON
 from gateway.texts.channels import APPROVE_BUTTON, REJECT_BUTTON
 from gateway.texts.confirm import (
     FIELD_ARGS,
     FIELD_ASKED,
+    FIELD_ASKED_AGAIN_FROM,
     FIELD_FOUR_EYES,
     FIELD_KIND,
     FIELD_NOTE,
@@ -33,6 +35,7 @@ from gateway.texts.confirm import (
     stage,
     stage_label,
 )
+from gateway.texts.effects import FIELD_PREVIEW, preview_tables
 from gateway.texts.grants import GRANT_BUTTON
 
 # (Chinese, English): the page shows 中文 with the English beside it, set apart.
@@ -62,6 +65,15 @@ WEBCHAT_LABELS: dict[str, tuple[str, str]] = {
     "reject": (REJECT_BUTTON.split()[0], REJECT_BUTTON.split()[1]),
     "reason": ("原因（可选）", "reason"),
     "grant": (GRANT_BUTTON.split(" / ")[0], GRANT_BUTTON.split(" / ")[1]),
+    "again": (AGAIN_BUTTON.split(" / ")[0], AGAIN_BUTTON.split(" / ")[1]),
+    # a grant of the approver's shape (docs/grants.md, "Shapes an approver chooses")
+    "grant_shape": ("自定授权", "a grant of your shape"),
+    "grant_length": ("时长", "length"),
+    "grant_once": ("仅下一次", "next call only"),
+    "grant_pin": ("限定", "pinned to"),
+    "grant_pin_scope": ("相同表和语句类型", "same tables and kind"),
+    "grant_pin_args": ("完全相同的参数", "exactly these arguments"),
+    "grant_approve_shaped": ("批准并授权", "Approve and grant"),
 }
 
 # Lines app.js writes; {fields} are filled there.
@@ -102,6 +114,8 @@ def web_card(c: Confirmation) -> dict[str, Any]:
     if c.edit_note is not None:
         # Approved with edited arguments (docs/edits.md): what was asked, beside what runs.
         fields.append(("asked", FIELD_ASKED, c.edit_note.get("args_before") or {}, True))
+    if d.get("asked_again_from"):  # a call asked again (gateway/confirm/again.py)
+        fields.append(("asked-again-from", FIELD_ASKED_AGAIN_FROM, d["asked_again_from"], False))
     fields.append(("requester", FIELD_REQUESTER, c.requester, False))
     if c.four_eyes:
         four_eyes = votes.needed(c) if c.takes_votes else FOUR_EYES
@@ -119,4 +133,22 @@ def web_card(c: Confirmation) -> dict[str, Any]:
         # Settled, the header says the stage in its word; the outcome line how it got there.
         "title": None if at is Stage.PENDING else f"{STAGE_ICONS[at]} {stage_label(at)}",
         "outcome": None if at is Stage.PENDING else outcome(c),
+        **_web_effects(c),
+    }
+
+
+def _web_effects(c: Confirmation) -> dict[str, Any]:
+    """The rows the call changes (issue 24), as tables the page draws (app.js renderEffects)."""
+    tables = preview_tables(c.details)
+    return {
+        "effects_label": FIELD_PREVIEW,
+        "effects": [
+            {
+                "caption": t.caption,
+                "columns": list(t.columns),
+                "rows": [list(r) for r in t.rows],
+                "notes": list(t.notes),
+            }
+            for t in tables
+        ],
     }

@@ -6,7 +6,7 @@ import asyncio
 import importlib
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any, ClassVar, Literal, get_type_hints, overload
@@ -66,11 +66,11 @@ class EffectChangedError(ToolFailedError):
     is not what the approver saw. The run's transaction is rolled back, the record says the
     run failed with ``message``, and the call is asked again with a fresh preview.
 
-    ``effect`` is the effect found at run time, in the shape of the preview's
-    ``details["effect"]`` (gateway/tools/sql_effect.py), so the new question can show it.
+    ``effect`` is the effect found at run time: entries in the shape of the preview's
+    ``details["effects"]`` (gateway/tools/sql_effect.py), so the new question can show it.
     """
 
-    def __init__(self, message: str, *, detail: str, effect: Mapping[str, Any]) -> None:
+    def __init__(self, message: str, *, detail: str, effect: Sequence[Mapping[str, Any]]) -> None:
         super().__init__(message, detail=detail)
         self.effect = effect
 
@@ -81,6 +81,24 @@ def failure(exc: Exception) -> tuple[str, str]:
     if isinstance(exc, ToolFailedError):
         return str(exc), exc.detail
     return raw, raw
+
+
+async def _not_noted(_kind: str, _detail: Mapping[str, Any]) -> None:
+    return
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovedRun:
+    """What a person approved, handed to the tool that runs it (``Tool.run_approved``).
+
+    ``details`` are the record's (the preview the approver saw), so a tool can check that
+    what it is about to do is still that (issue 24: the SQL drift check) rather than
+    trusting a new preview. ``note`` adds a line to the record's audit trail.
+    """
+
+    confirmation_id: str
+    details: Mapping[str, Any]
+    note: Callable[[str, Mapping[str, Any]], Awaitable[None]] = _not_noted
 
 
 class ToolArgumentsError(ValueError):
@@ -136,6 +154,11 @@ class Tool(ABC):
     @abstractmethod
     async def run(self, args: BaseModel) -> Any:
         """Do the thing. Only ever called after the policy (and a person, if asked) allowed it."""
+
+    async def run_approved(self, args: BaseModel, approved: ApprovedRun) -> Any:
+        """Run a call a person approved (the executor's one way in). A tool that can check
+        its effect against what was approved overrides this; others just run."""
+        return await self.run(args)
 
 
 class FunctionTool(Tool):

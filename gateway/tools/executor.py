@@ -10,9 +10,9 @@ What the call came to is written to the record's execution ledger
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Literal
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 import structlog
 from pydantic import BaseModel
@@ -24,7 +24,13 @@ from gateway.confirm.service import ConfirmationService
 from gateway.runtime import BackgroundTasks
 from gateway.stop_budget import INTERRUPT_RECORD_SECONDS
 from gateway.storage.confirmations import StoreUnavailableError, once_store_answers
-from gateway.tools.base import ToolArgumentsError, ToolRegistry, failure
+from gateway.tools.base import (
+    ApprovedRun,
+    EffectChangedError,
+    ToolArgumentsError,
+    ToolRegistry,
+    failure,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -40,6 +46,9 @@ class Ran:
     status: Literal["succeeded", "failed", "lost"]
     output: str  # the tool's whole output or the error text ("" when lost)
     record: Confirmation  # the record as this process last saw it
+    # It failed because the data changed since the approval (EffectChangedError, issue 24):
+    # the runner asks it again (gateway/confirm/again.py).
+    effect_changed: bool = False
 
 
 @dataclass(slots=True)
@@ -122,8 +131,9 @@ class Executor:
         running = _Running(asyncio.current_task(), asyncio.Event())
         self._running[record.id] = running
         error: str | None = None  # the raw failure, for the audit trail only
+        changed = False
         try:
-            result = await tool.run(parsed)
+            result = await tool.run_approved(parsed, self._approved(started))
         except asyncio.CancelledError:
             # Stopped mid-run (stop timeout, or the turn was cancelled): it may or may not
             # have taken effect, so it is reported interrupted, never retried by itself.
@@ -137,14 +147,25 @@ class Executor:
         except Exception as exc:  # a tool's failure is the call's outcome, told to the chat
             output, error = failure(exc)
             log.warning("tool.failed", tool=call.name, error=error)
-            state = ExecState.FAILED
+            state, changed = ExecState.FAILED, isinstance(exc, EffectChangedError)
         else:
             log.info("tool.ran", tool=call.name, confirmation_id=record.id)
             state, output = ExecState.SUCCEEDED, str(result)
         finally:
             del self._running[record.id]
             running.done.set()
-        return await self._finish(started, state, output, say=say, report=report, error=error)
+        ran = await self._finish(started, state, output, say=say, report=report, error=error)
+        return replace(ran, effect_changed=True) if changed else ran
+
+    def _approved(self, record: Confirmation) -> ApprovedRun:
+        """What the record approved, for the tool to check its effect against; its notes go
+        to the record's audit trail as this instance."""
+        audit, me = self.confirmations.audit, self.confirmations.instance.id
+
+        async def note(kind: str, detail: Mapping[str, Any]) -> None:
+            await audit.add(record.id, kind, actor=me, **detail)
+
+        return ApprovedRun(confirmation_id=record.id, details=record.details, note=note)
 
     async def refuse(self, record: Confirmation, reason: str, *, say: Say) -> Ran:
         """Settle an approved call as failed without running it (the policy now refuses

@@ -14,17 +14,20 @@ import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 import structlog
 
 from gateway import texts
+from gateway.confirm.again import AgainRequest, Reasked
 from gateway.confirm.grants import GrantBook, covered_call
 from gateway.confirm.model import Confirmation, ExecState, Status, ToolCall
 from gateway.confirm.service import ConfirmationService
 from gateway.logs import RateLimitedLine
 from gateway.storage.confirmations import PendingLimitReached, StoreUnavailableError
 from gateway.storage.grants import MemoryGrantStore
+from gateway.texts import again as words_again
 from gateway.tools.base import ToolArgumentsError, ToolPreview, ToolRegistry, failure
 from gateway.tools.executor import Executor, Ran
 from gateway.tools.policy import Policy, PolicyDecision
@@ -71,6 +74,9 @@ class TurnContext:
     # one marks the turn's message taken, so a crash from then on does not process it
     # again, while one during the model's first answer does (gateway/storage/inbox.py).
     before_effect: Callable[[], Awaitable[None]] = _nothing
+    # Set when this "turn" asks an ended call again (gateway/confirm/again.py): the new
+    # question takes the id the link reserved and is linked to the first.
+    again: AgainRequest | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +150,37 @@ class ToolRunner:
         self.executor = executor
         self._on_tool_run = on_tool_run
         self._pending_limit_log = RateLimitedLine("confirm.pending_limit", interval=60.0)
+        confirmations.again.use(self.ask_again)
+
+    async def ask_again(self, again: AgainRequest) -> Reasked:
+        """Evaluate an ended call again as when the model first asked it (gateway/confirm/
+        again.py): the tool's preview and the policy, a grant, then asked, run or refused —
+        ``invoke``, for the requester, in the chat where it was first asked."""
+        first = again.first
+        turn = TurnContext(
+            session_key=first.session_key,
+            channel=first.channel,
+            chat_id=first.chat_id,
+            sender_id=first.requester,
+            is_group=first.is_group,
+            say=partial(self.confirmations.say_to_chat, first),
+            approvers=first.approvers,
+            continuation=again.continuation,
+            again=again,
+        )
+        outcome = await self.invoke(again.call, turn)
+        log.info("tool.asked_again", confirmation_id=first.id, status=outcome.status)
+        if outcome.status == "waiting":
+            return Reasked("asked", outcome.confirmation)
+        if outcome.status == "ok":
+            await turn.say(texts.tool_result(again.call.name, outcome.output))
+            return Reasked("ran", output=outcome.output)
+        if outcome.status in ("denied", "manual", "cancelled"):
+            # Said by invoke, or by the cancel's update (the gateway was stopping).
+            return Reasked(outcome.status, outcome.confirmation)
+        if outcome.status == "error" and outcome.decision is not None:
+            await turn.say(texts.tool_failed(again.call.name, outcome.output))
+        return Reasked("failed", outcome.confirmation)
 
     async def invoke(self, call: ToolCall, turn: TurnContext) -> ToolOutcome:
         await turn.before_effect()
@@ -208,6 +245,7 @@ class ToolRunner:
                     metadata=turn.metadata,
                     idempotent=tool.idempotent,
                     continuation=turn.continuation,
+                    **_again_link(turn.again),
                 )
             except StoreUnavailableError as exc:  # fail closed, and say so (issue 13)
                 await turn.say(texts.STORE_UNAVAILABLE.format(tool=call.name))
@@ -294,9 +332,31 @@ class ToolRunner:
             self._observe_ran(ran, started)
         if ran.status == "lost":
             return None
+        if ran.effect_changed:
+            return await self._after_drift(ran, say, report=report)
         return ToolOutcome(
             "ok" if ran.status == "succeeded" else "error", ran.output, ran.record, decision
         )
+
+    async def _after_drift(
+        self, ran: Ran, say: Callable[[str], Awaitable[None]], *, report: bool
+    ) -> ToolOutcome | None:
+        """The run found the data changed since the approval (``EffectChangedError``: rolled
+        back, recorded failed): the chat hears the new numbers and the call is asked again
+        with a fresh preview. None while the new question waits: the turn that waited on
+        the first waits on it (its continuation moved there) instead of going on with a
+        failure. Otherwise the outcome of what the policy now made of it."""
+        first = ran.record
+        numbers = "" if report else ran.output  # reported: the executor said them already
+        await say(words_again.effect_changed(first.tool_call.name, first.id, numbers).rstrip())
+        result = await self.confirmations.again.after_drift(first, ran.output)
+        await say(result.message)
+        reasked = result.reasked
+        if reasked is not None and reasked.outcome == "asked":
+            return None
+        if reasked is not None and reasked.outcome == "ran":
+            return ToolOutcome("ok", reasked.output, first)
+        return ToolOutcome("error", ran.output, first)
 
     def _observe_ran(self, ran: Ran, started: float) -> None:
         if ran.status != "lost":
@@ -309,6 +369,13 @@ def _ended(status: Status) -> OutcomeStatus:
     if status is Status.REJECTED:
         return "rejected"
     return "expired" if status is Status.EXPIRED else "cancelled"
+
+
+def _again_link(again: AgainRequest | None) -> dict[str, Any]:
+    """What ``request`` takes to ask a call again: the reserved id and the first id."""
+    if again is None:
+        return {}
+    return {"confirmation_id": again.new_id, "asked_again_from": again.first.id}
 
 
 def _edit_note(c: Confirmation | None) -> str:

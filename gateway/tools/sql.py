@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -17,14 +18,27 @@ import structlog
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, CursorResult, make_url
-from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import (
+    DataError,
+    DBAPIError,
+    IntegrityError,
+    NoSuchTableError,
+    OperationalError,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import PoolResetState
 from sqlglot import exp
 
 from gateway import texts
 from gateway.confirm.model import Risk
-from gateway.tools.base import Level, Tool, ToolFailedError, ToolPreview
+from gateway.tools.base import (
+    ApprovedRun,
+    EffectChangedError,
+    Level,
+    Tool,
+    ToolFailedError,
+    ToolPreview,
+)
 from gateway.tools.sql_analysis import (
     SQL_DIALECTS,
     SqlAnalysis,
@@ -33,6 +47,7 @@ from gateway.tools.sql_analysis import (
     analyze_sql,
     batch_problem,
 )
+from gateway.tools.sql_effect import Effect, EffectReader, checkable, drift, not_previewed
 from gateway.tools.sql_functions import FunctionAllowList
 
 log = structlog.get_logger(__name__)
@@ -67,6 +82,7 @@ class SqlDatabase:
         timeout_seconds: float = 30.0,
         estimate_rows_above: int = ESTIMATE_ROWS_ABOVE,
         allowed_functions: Iterable[str] = (),
+        drift_tolerance: int = 0,
     ) -> None:
         self.url = url
         self.engine: AsyncEngine = create_async_engine(url)
@@ -80,6 +96,9 @@ class SqlDatabase:
         self.estimate_rows_above = estimate_rows_above
         # What auto queries and previews may call (sql_functions.py, docs/sql-safety.md).
         self.functions = FunctionAllowList(self.dialect, allowed_functions)
+        # Rows of difference between the approved effect and the one at run time that
+        # still run (docs/model.md, "Drift"); 0: exactly what was approved.
+        self.drift_tolerance = drift_tolerance
 
     async def close(self) -> None:
         await self.engine.dispose()
@@ -169,64 +188,40 @@ class SqlDatabase:
                 ) from exc
             raise _failed(exc) from exc
 
-    async def count_affected(self, statement: SqlStatement) -> int | None:
-        """Rows an UPDATE/DELETE would touch: SELECT COUNT(*) with the same table and WHERE.
+    def _effect_reader(self, conn: AsyncConnection) -> EffectReader:
+        return EffectReader(
+            conn=conn,
+            read=self._read,
+            dialect=self.dialect,
+            estimate_rows_above=self.estimate_rows_above,
+        )
 
-        Runs read-only, so a WHERE with side effects (``nextval()``) fails to count rather
-        than changing anything before a person has approved. ``None`` means "unknown".
+    async def read_effects(self, statement: SqlStatement, index: int) -> list[Effect]:
+        """What ``statement`` (number ``index`` of its call) would change, read before anyone
+        approved it: its rows, their total, the columns that go (gateway/tools/sql_effect.py).
+
+        Runs read-only like every preview, so an expression with side effects fails to read
+        rather than changing anything. A statement it cannot read says so in its entry.
         """
-        e = statement.target if statement.target is not None else statement.expression
-        if not isinstance(e, exp.Update | exp.Delete):
-            return None
-        table = e.this
-        # Joins, USING, UPDATE ... FROM or MySQL's multi-table DELETE make a single-table
-        # count wrong: say "unknown" rather than show a wrong number.
-        if not isinstance(table, exp.Table) or any(
-            e.args.get(key) for key in ("joins", "using", "from", "from_", "tables")
-        ):
-            return None
-        query = exp.select("COUNT(*)").from_(table.copy())
-        where = e.args.get("where")
-        if where is not None:
-            query = query.where(where.this.copy())
-        if e is statement.expression:
-            # WITH ... DELETE: the WHERE may name the CTEs, so the count needs them too.
-            with_ = e.args.get("with_") or e.args.get("with")
-            if with_ is not None:
-                query.set("with_", with_.copy())
-        limit: int | None = None
-        if e.args.get("limit") is not None:
-            literal = e.args["limit"].args.get("expression")
-            if not (isinstance(literal, exp.Literal) and literal.is_int):
-                return None
-            limit = int(literal.this)
-        sql = query.sql(dialect=self.dialect)
-        async with self.read_only() as conn:
-            value = int((await self._read(conn, sql)).scalar_one())
-        return value if limit is None else min(value, limit)
+        try:
+            async with self.read_only() as conn:
+                return await self._effect_reader(conn).effects(statement, index)
+        except ToolFailedError as exc:  # a timeout or a refusal, in a sentence of its own
+            log.info("sql.preview_failed", error=exc.detail.splitlines()[0])
+            return [not_previewed(index, statement, texts.effect_read_refused(str(exc)))]
+        except Exception as exc:  # any driver or catalog error just means "cannot preview"
+            log.info("sql.preview_failed", error=(str(exc).splitlines() or [""])[0])
+            return [not_previewed(index, statement, texts.EFFECT_READ_FAILED)]
 
     async def table_rows(self, statement: SqlStatement) -> tuple[int, bool] | None:
-        """Rows in the table an UPDATE/DELETE changes, and whether that is an estimate.
-
-        COUNT(*), except on PostgreSQL for a table the planner estimates above
-        ``estimate_rows_above`` rows: then the estimate (counting would read it all).
-        ``None`` for what count_affected does not count either.
-        """
+        """Rows in the table an UPDATE/DELETE changes, and whether that is an estimate
+        (EffectReader.table_rows). ``None`` for a statement that is not on one table."""
         e = statement.target if statement.target is not None else statement.expression
         table = e.this if isinstance(e, exp.Update | exp.Delete) else None
         if not isinstance(table, exp.Table):
             return None
-        table = table.copy()
-        table.set("alias", None)
         async with self.read_only() as conn:
-            if self.backend == "postgresql":
-                name = exp.Literal.string(table.sql(dialect=self.dialect)).sql(self.dialect)
-                sql = f"SELECT reltuples FROM pg_class WHERE oid = to_regclass({name})"
-                reltuples = (await self._read(conn, sql)).scalar_one_or_none()
-                if reltuples is not None and reltuples > self.estimate_rows_above:
-                    return int(reltuples), True
-            count = exp.select("COUNT(*)").from_(table).sql(dialect=self.dialect)
-            return int((await self._read(conn, count)).scalar_one()), False
+            return await self._effect_reader(conn).table_rows(table)
 
     async def query(self, analysis: SqlAnalysis) -> str:
         """Run read-only statements inside a read-only transaction; a text table back."""
@@ -239,20 +234,65 @@ class SqlDatabase:
                 outputs.append(_format_rows(columns, rows, self.max_rows))
         return "\n\n".join(outputs)
 
-    async def modify(self, analysis: SqlAnalysis) -> str:
-        """Run every statement in one transaction; all or nothing."""
+    async def modify(self, analysis: SqlAnalysis, approved: ApprovedRun | None = None) -> str:
+        """Run every statement in one transaction; all or nothing.
+
+        With ``approved`` (a call a person approved), each statement first reads its effect
+        again in the same transaction and compares it with the one the approver saw
+        (``details["effects"]``); a difference beyond ``drift_tolerance`` rolls everything
+        back and raises EffectChangedError (docs/model.md, "Drift").
+        """
         counts = []
+        checks: list[dict[str, Any]] = []
+        seen = list(approved.details.get("effects") or []) if approved is not None else []
         try:
             async with self.engine.begin() as conn:
-                for s in analysis.statements:
+                for index, s in enumerate(analysis.statements):
+                    if approved is not None:
+                        await self._check_drift(conn, s, index, seen, checks)
                     result = await asyncio.wait_for(
                         conn.exec_driver_sql(s.sql), timeout=self.timeout_seconds
                     )
                     n = result.rowcount if s.kind in _ROW_COUNTED and result.rowcount >= 0 else None
                     counts.append(texts.statement_done(s.kind, n))
+        except EffectChangedError:
+            if approved is not None:
+                await approved.note("drift_checked", {"outcome": "changed", "checks": checks})
+            raise
         except DBAPIError as exc:
             raise _failed(exc) from exc
+        if approved is not None:
+            # "not_checked": the approver saw no rows to hold the run to (cannot preview).
+            outcome = "ok" if checks else "not_checked"
+            await approved.note("drift_checked", {"outcome": outcome, "checks": checks})
         return "; ".join(counts)
+
+    async def _check_drift(
+        self,
+        conn: AsyncConnection,
+        statement: SqlStatement,
+        index: int,
+        approved: Sequence[Mapping[str, Any]],
+        checks: list[dict[str, Any]],
+    ) -> None:
+        """Read statement ``index``'s effect again, just before it runs, and raise
+        EffectChangedError if it is not what was approved (``checks`` gets what was found)."""
+        was = [e for e in approved if e.get("statement") == index and checkable(e)]
+        if not was:
+            return  # nothing was shown to compare with: the approver saw "cannot preview"
+        try:
+            now = await self._effect_reader(conn).effects(statement, index)
+        except NoSuchTableError:  # gone since approval: nothing to compare is a change too
+            now = [not_previewed(index, statement, texts.EFFECT_READ_FAILED)]
+        found = [drift(a, b, self.drift_tolerance) for a, b in zip_longest(was, now)]
+        checks += [c for c in found if c is not None]
+        changed = [c for c in found if c is not None and c["changed"]]
+        if changed:
+            raise EffectChangedError(
+                texts.effect_changed(changed),
+                detail=f"statement {index}: {changed}",
+                effect=now,
+            )
 
 
 def _hold(blocked: Sequence[str], analysis: SqlAnalysis) -> str | None:
@@ -467,24 +507,31 @@ class SqlModifyTool(_SqlTool):
             (s.expression for s in analysis.statements), analysis.source
         )
         not_counted: dict[str, None] = {}
-        for s in analysis.statements:
+        effects: list[Effect] = []
+        for index, s in enumerate(analysis.statements):
             n: int | None = None
             sweeping: str | None = texts.sql_uncounted(s.kind)  # until it is counted
-            # A count taken before the batch runs is wrong for a table an earlier statement
-            # of the same batch changes: say "unknown" rather than show a wrong number.
-            if s.kind in ("UPDATE", "DELETE") and not written.intersection(s.tables):
-                # The count runs before anyone approved: not when the statement calls a
-                # function outside the allow-list (pg_terminate_backend in a WHERE would
-                # run in the COUNT).
-                calls = self.db.functions.disallowed([s.expression], analysis.source)
+            # The preview runs before anyone approved: not when the statement calls a
+            # function outside the allow-list (pg_terminate_backend in a WHERE would run in
+            # the SELECT that reads its rows).
+            calls = self.db.functions.disallowed([s.expression], analysis.source)
+            if calls:
                 not_counted.update(dict.fromkeys(calls))
-                try:
-                    n = None if calls else await self.db.count_affected(s)
-                    if n is not None:
-                        sweeping = await self._every_row(s, n)
-                except Exception as exc:  # any driver error just means "unknown"
-                    log.info("sql.count_failed", error=str(exc).splitlines()[0])
+                found = [not_previewed(index, s, texts.not_previewed(calls))]
+            elif written.intersection(s.tables):
+                # Read before the batch runs, the rows are wrong for a table an earlier
+                # statement of the same batch changes: say "unknown", not a wrong number.
+                found = [not_previewed(index, s, texts.EFFECT_AFTER_EARLIER)]
+            else:
+                found = await self.db.read_effects(s, index)
+            effects += found
             if s.kind in ("UPDATE", "DELETE"):
+                n = found[0]["total"]
+                if n is not None:
+                    try:
+                        sweeping = await self._every_row(s, n)
+                    except Exception as exc:  # any driver error just means "unknown"
+                        log.info("sql.count_failed", error=str(exc).splitlines()[0])
                 rows = None if (n is None or rows is None) else rows + n
                 effect = effect or sweeping
             written.update(s.tables)
@@ -500,6 +547,8 @@ class SqlModifyTool(_SqlTool):
                 s.has_where for s in analysis.statements if s.kind in ("UPDATE", "DELETE")
             ),
             "grant_scope": analysis.grant_scope,
+            # The rows a person approves; checked again when the call runs (issue 24).
+            "effects": effects,
         }
         notes = [w for w in (analysis.warning or effect,) if w]
         if blocked:
@@ -530,9 +579,16 @@ class SqlModifyTool(_SqlTool):
         return texts.sql_every_row(s.kind, table, total, estimated=estimated)
 
     async def run(self, args: BaseModel) -> str:
+        return await self._modify(args, None)
+
+    async def run_approved(self, args: BaseModel, approved: ApprovedRun) -> str:
+        """Run what a person approved, only if its rows are still the ones they saw."""
+        return await self._modify(args, approved)
+
+    async def _modify(self, args: BaseModel, approved: ApprovedRun | None) -> str:
         analysis = self.analyze(args)
         # preview refuses these first; checked again so run() is safe on its own.
         problem = analysis.error or batch_problem(analysis, self.db.dialect)
         if problem:
             raise ValueError(problem)
-        return await self.db.modify(analysis)
+        return await self.db.modify(analysis, approved)

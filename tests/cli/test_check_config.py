@@ -231,3 +231,36 @@ def test_a_misspelt_key_gets_the_nearest_one(tmp_path: Path) -> None:
         "llm.max_step: unknown setting from environment variable GATEWAY_LLM__MAX_STEP; "
         "did you mean GATEWAY_LLM__MAX_STEPS?"
     ) in out.stderr
+
+
+def test_reminder_and_escalation_keys_are_known_and_warned_of_when_they_cannot_work(
+    tmp_path: Path,
+) -> None:
+    """``[confirmation] remind_before_seconds`` / ``escalate_after_seconds`` and a channel's
+    ``escalation_chat`` (gateway/confirm/nudges.py): read, shown, and warned of when they
+    could never take effect."""
+    env = {
+        "GATEWAY_CONFIRMATION__TIMEOUT_SECONDS": "60",
+        "GATEWAY_CONFIRMATION__REMIND_BEFORE_SECONDS": "90",
+        "GATEWAY_CONFIRMATION__ESCALATE_AFTER_SECONDS": "120",
+        "GATEWAY_CHANNELS__FEISHU__ESCALATION_CHAT": "oc_oncall",
+    }
+    out = gateway("check-config", cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stderr
+    shown = json.loads(out.stdout)
+    assert shown["confirmation"]["remind_before_seconds"] == 90
+    assert shown["confirmation"]["escalate_after_seconds"] == 120
+    assert shown["channels"]["feishu"]["escalation_chat"] == "oc_oncall"
+    assert "warning: confirmation.remind_before_seconds (90) is not less than" in out.stderr
+    assert "calls expire before they are escalated" in out.stderr
+    assert "no enabled Feishu or DingTalk channel has approvers" in out.stderr  # feishu is off
+
+    out = gateway("check-config", cwd=tmp_path)  # the defaults: a reminder, no escalation
+    assert json.loads(out.stdout)["confirmation"]["remind_before_seconds"] == 60
+    assert "remind_before_seconds" not in out.stderr and "escalat" not in out.stderr
+
+    bad = gateway(
+        "check-config", cwd=tmp_path, env={"GATEWAY_CONFIRMATION__REMIND_BEFORE_SECONDS": "-1"}
+    )
+    assert bad.returncode != 0
+    assert "remind_before_seconds" in bad.stderr

@@ -29,6 +29,7 @@ class Harness:
         store: ConfirmationStore | None = None,
         clock: Callable[[], float] | None = None,
         max_pending: int = 1000,
+        settings: dict[str, Any] | None = None,  # more [confirmation] settings
     ) -> None:
         self.bus = MessageBus()
         self.store = store or MemoryConfirmationStore()
@@ -41,6 +42,7 @@ class Harness:
                 approvers=list(approvers),
                 on_other_message=on_other,  # type: ignore[arg-type]
                 max_pending=max_pending,
+                **(settings or {}),
             ),
             keywords=load_keywords(DEFAULT_KEYWORDS_FILE),
             **kwargs,

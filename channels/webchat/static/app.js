@@ -95,6 +95,32 @@
     return true;
   }
 
+  // The rows the call would change (issue 24): per statement a caption, a small table that
+  // scrolls sideways on a narrow screen, and notes (first 5 of N, columns that go).
+  function renderEffects(box, label, effects) {
+    box.replaceChildren();
+    if (!effects.length) return;
+    box.appendChild(el("p", "effects-label", label));
+    for (const e of effects) {
+      const part = el("section", "effect");
+      part.appendChild(el("p", "effect-caption", e.caption));
+      if (e.rows.length) {
+        const table = el("table", "effect-rows");
+        const head = el("tr");
+        for (const c of e.columns) head.appendChild(el("th", null, c));
+        table.appendChild(el("thead")).appendChild(head);
+        const body = table.appendChild(el("tbody"));
+        for (const row of e.rows) {
+          const tr = body.appendChild(el("tr"));
+          for (const cell of row) tr.appendChild(el("td", null, cell));
+        }
+        part.appendChild(el("div", "effect-scroll")).appendChild(table);
+      }
+      for (const note of e.notes) part.appendChild(el("p", "effect-note", note));
+      box.appendChild(part);
+    }
+  }
+
   function renderCard(c, can, words) {
     let entry = state.cards.get(c.id);
     const arrived = !entry;
@@ -105,7 +131,9 @@
       node.dataset.id = c.id;
       node.querySelector(".approve").addEventListener("click", () => decide(c.id, "approve"));
       node.querySelector(".approve-grant").addEventListener("click", () => decide(c.id, "approve", true));
+      node.querySelector(".approve-shaped").addEventListener("click", () => decide(c.id, "approve", "shaped"));
       node.querySelector(".reject").addEventListener("click", () => decide(c.id, "reject"));
+      node.querySelector(".again").addEventListener("click", () => askAgain(c.id));
       const wrap = el("div", "msg bot card-row");
       wrap.appendChild(node);
       log.appendChild(wrap);
@@ -128,6 +156,7 @@
       const value = typeof f.value === "object" ? JSON.stringify(f.value, null, 2) : f.value;
       if (field(dl, f.label, value, f.mono)) dl.lastElementChild.classList.add("field-" + f.key);
     }
+    renderEffects(node.querySelector(".effects"), w.effects_label, w.effects || []);
     updateCardState(entry);
     if (arrived) showCard(entry.el.parentElement);
     else scrollDown();
@@ -159,9 +188,13 @@
       // Its stage (gateway/texts): approved while it runs, then done, failed or interrupted.
       outcome.className = "outcome outcome-" + entry.words.stage;
       actions.hidden = true;
+      node.querySelector(".grant-shape").hidden = true;
       why.hidden = true;
+      showAgain(entry);
       return;
     }
+    node.querySelector(".again-row").hidden = true;
+    node.querySelector(".went").hidden = true;
     countdown.hidden = false;
     const m = Math.floor(left / 60);
     const s = Math.floor(left % 60);
@@ -178,6 +211,10 @@
     const grantButton = node.querySelector(".approve-grant");
     grantButton.hidden = !grant.allowed;
     grantButton.disabled = expired || !grant.allowed || entry.busy === true;
+    // The same offer in the reader's own shape: a length, or the next call only, and
+    // pinned to the scope or the exact arguments (docs/grants.md).
+    node.querySelector(".grant-shape").hidden = !grant.allowed;
+    node.querySelector(".approve-shaped").disabled = expired || !grant.allowed || entry.busy === true;
     node.querySelector(".reject").disabled = expired || !reject.allowed || entry.busy === true;
     node.querySelector(".reason").disabled = expired || !reject.allowed;
     const reasons = [];
@@ -185,6 +222,24 @@
     if (!reject.allowed && reject.why && reject.why !== approve.why) reasons.push(reject.why);
     why.hidden = reasons.length === 0;
     why.textContent = reasons.join(T.reasons_joiner);
+  }
+
+  // The Ask again button on an ended card: shown when the server offers it (expired, or
+  // cancelled by a shutdown, not asked again yet); only its requester may press it, the
+  // others read why not. Once asked again, the card says where the call went.
+  function showAgain(entry) {
+    const node = entry.el;
+    const again = (entry.can || {}).again || { offered: false };
+    const row = node.querySelector(".again-row");
+    row.hidden = !again.offered;
+    const button = node.querySelector(".again");
+    button.disabled = !again.allowed || entry.busy === true;
+    const why = node.querySelector(".again-why");
+    why.hidden = again.allowed || !again.why;
+    why.textContent = again.why || "";
+    const went = node.querySelector(".went");
+    went.hidden = !again.went;
+    went.textContent = again.went || "";
   }
 
   function secondsLeft(c) {
@@ -218,7 +273,17 @@
     const entry = state.cards.get(id);
     if (!entry || !state.ws || state.ws.readyState !== WebSocket.OPEN) return;
     const frame = { type: "decide", id: id, decision: decision };
-    if (withGrant && entry.can && entry.can.grant) {
+    if (withGrant === "shaped" && entry.can && entry.can.grant) {
+      const shape = entry.el.querySelector(".grant-shape");
+      const length = shape.querySelector(".grant-length").value;
+      const once = length === "once";
+      frame.grant = {
+        scope: "session",
+        minutes: once ? 480 : Number(length), // a single-use grant lapses after 8 h unused
+        pin: shape.querySelector(".grant-pin").value,
+        single_use: once,
+      };
+    } else if (withGrant && entry.can && entry.can.grant) {
       frame.grant = { scope: entry.can.grant.scope, minutes: entry.can.grant.minutes };
     }
     if (decision === "reject") {
@@ -228,6 +293,14 @@
     entry.busy = true;
     updateCardState(entry);
     state.ws.send(JSON.stringify(frame));
+  }
+
+  function askAgain(id) {
+    const entry = state.cards.get(id);
+    if (!entry || !state.ws || state.ws.readyState !== WebSocket.OPEN) return;
+    entry.busy = true;
+    updateCardState(entry);
+    state.ws.send(JSON.stringify({ type: "again", id: id }));
   }
 
   function onDecision(frame) {
@@ -299,6 +372,9 @@
         onMessage(frame);
       } else if (frame.type === "decision") {
         onDecision(frame);
+      } else if (frame.type === "again") {
+        // Asked again: the card's update says where it went; a refusal says why here.
+        onDecision({ id: frame.id, outcome: frame.done ? "decided" : "refused", message: frame.message });
       } else if (frame.type === "error") {
         systemLine(frame.error, "error");
       }

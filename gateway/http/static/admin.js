@@ -197,6 +197,17 @@ async function decide(button, decision) {
   const body = { decision };
   if (button.dataset.scope) {
     body.grant = { scope: button.dataset.scope, minutes: Number(button.dataset.minutes) };
+  } else if (button.classList.contains("approve-shaped")) {
+    // A grant of the approver's shape: 5 min to 8 h, or the next call only (valid 8 h).
+    const shape = button.closest("details.grant-shape");
+    const length = $(".grant-length", shape).value;
+    const once = length === "once";
+    body.grant = {
+      scope: "session",
+      minutes: once ? 480 : Number(length),
+      pin: $(".grant-pin", shape).value,
+      single_use: once,
+    };
   }
   if (reasonBox && reasonBox.value.trim()) body.reason = reasonBox.value.trim();
   for (const b of card ? card.querySelectorAll("button") : [button]) b.disabled = true;
@@ -308,6 +319,7 @@ document.addEventListener("click", (event) => {
   if (!target) return;
   if (target.classList.contains("approve")) decide(target, "approve");
   else if (target.classList.contains("approve-grant")) decide(target, "approve");
+  else if (target.classList.contains("approve-shaped")) decide(target, "approve");
   else if (target.classList.contains("approve-edited")) approveEdited(target);
   else if (target.classList.contains("reject")) decide(target, "reject");
   else if (target.classList.contains("revoke-grant")) revoke(target);

@@ -6,9 +6,10 @@ Operations never await between read and write, so each is atomic on the event lo
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
+from typing import Any
 
 from gateway.confirm.model import (
     AuditEvent,
@@ -170,6 +171,25 @@ class MemoryConfirmationStore(ConfirmationStore):
     def lifecycle_feed(self) -> AbstractAsyncContextManager[AsyncIterator[FeedEntry]]:
         return self._feed.feed()
 
+    async def swap_detail(
+        self,
+        confirmation_id: str,
+        key: str,
+        *,
+        expected: Mapping[str, Any] | None,
+        value: Mapping[str, Any],
+        events: Sequence[AuditEvent] = (),
+    ) -> tuple[Confirmation | None, bool]:
+        current = self._items.get(confirmation_id)
+        if current is None:
+            return None, False
+        if current.details.get(key) != (None if expected is None else dict(expected)):
+            return current, False
+        done = replace(current, details={**current.details, key: dict(value)})
+        self._items[confirmation_id] = done
+        self._add_events(events)
+        return done, True
+
     # ------------------------------------------------------------ the execution ledger
 
     async def claim(
@@ -283,6 +303,15 @@ class MemoryConfirmationStore(ConfirmationStore):
 
     async def events(self, confirmation_id: str) -> list[AuditEvent]:
         return list(self._events.get(confirmation_id, ()))
+
+    async def add_event_once(self, event: AuditEvent) -> bool:
+        current = self._items.get(event.confirmation_id)
+        if current is None or current.status is not Status.PENDING:
+            return False
+        if any(e.kind == event.kind for e in self._events.get(event.confirmation_id, ())):
+            return False
+        self._add_events((event,))
+        return True
 
     async def purge(self, *, before: float) -> int:
         old = [

@@ -70,6 +70,10 @@ class RedisKeys:
         return f"{self.prefix}:finished"
 
 
+# Prefix of a hash field holding one entry of ``details`` written after the create.
+DETAIL = "detail:"
+
+
 def text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
@@ -150,6 +154,9 @@ def decode(fields: Mapping[str, str]) -> Confirmation | None:
         data.update(json.loads(fields["edit"]))
     if "decision" in fields:
         data.update(json.loads(fields["decision"]))
+    details = dict(data.get("details") or {})  # fields written after the create (swap_detail)
+    details.update({k[7:]: json.loads(v) for k, v in fields.items() if k.startswith(DETAIL)})
+    data["details"] = details
     refs = dict(data.get("prompt_refs") or {})
     refs.update({k[4:]: v for k, v in fields.items() if k.startswith("ref:")})
     data["prompt_refs"] = refs

@@ -16,7 +16,7 @@ import builtins
 import json
 import math
 import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar, cast
 
@@ -45,6 +45,7 @@ from gateway.storage.confirmations import (
 )
 from gateway.storage.redis import scripts as lua
 from gateway.storage.redis.codec import (
+    DETAIL,
     RedisKeys,
     decode,
     dumps,
@@ -106,12 +107,14 @@ class RedisConfirmationStore(ConfirmationStore):
         self._finish = redis.register_script(lua.FINISH)
         self._vote = redis.register_script(lua.VOTE)
         self._set_ref = redis.register_script(lua.SET_REF)
+        self._swap_detail = redis.register_script(lua.SWAP_DETAIL)
         self._claim = redis.register_script(lua.CLAIM)
         self._start = redis.register_script(lua.START)
         self._finish_execution = redis.register_script(lua.FINISH_EXECUTION)
         self._adopt = redis.register_script(lua.ADOPT)
         self._heartbeat = redis.register_script(lua.HEARTBEAT)
         self._add_event = redis.register_script(lua.ADD_EVENT)
+        self._add_event_once = redis.register_script(lua.ADD_EVENT_ONCE)
         self._purge = redis.register_script(lua.PURGE)
 
     @classmethod
@@ -343,6 +346,31 @@ class RedisConfirmationStore(ConfirmationStore):
     async def set_prompt_ref(self, confirmation_id: str, key: str, value: str) -> None:
         await self._set_ref(keys=[self._keys.record(confirmation_id)], args=[key, value])
 
+    async def swap_detail(
+        self,
+        confirmation_id: str,
+        key: str,
+        *,
+        expected: Mapping[str, Any] | None,
+        value: Mapping[str, Any],
+        events: Sequence[AuditEvent] = (),
+    ) -> tuple[Confirmation | None, bool]:
+        found = await self._swap_detail(
+            keys=[self._keys.record(confirmation_id)],
+            args=[
+                DETAIL + key,
+                "" if expected is None else dumps(dict(expected)),
+                dumps(dict(value)),
+                self._keys.prefix,
+                confirmation_id,
+                event_lines(events),
+            ],
+        )
+        if not found:
+            return None, False
+        code, flat = found
+        return decode(pairs(flat)), int(code) == 1
+
     # -- listing and counting ----------------------------------------------------------------
 
     async def page(
@@ -530,6 +558,13 @@ class RedisConfirmationStore(ConfirmationStore):
             keys=[self._keys.record(event.confirmation_id)],
             args=[self._keys.prefix, event.confirmation_id, dumps(event.to_dict())],
         )
+
+    async def add_event_once(self, event: AuditEvent) -> bool:
+        done = await self._add_event_once(
+            keys=[self._keys.record(event.confirmation_id)],
+            args=[self._keys.prefix, event.confirmation_id, event.kind, dumps(event.to_dict())],
+        )
+        return bool(done)
 
     async def events(self, confirmation_id: str) -> builtins.list[AuditEvent]:
         rows: list[Any] = await self._redis.lrange(self._keys.events(confirmation_id), 0, -1)

@@ -160,6 +160,21 @@ redis.call('HSET', KEYS[1], 'ref:' .. ARGV[1], ARGV[2])
 return 1
 """
 
+# store.swap_detail: compare-and-set one ``detail:<key>`` field of the record's hash (codec
+# merges it into ``details``), the events in the same step. KEYS: record. ARGV: field,
+# expected JSON ('' absent), new JSON, prefix, id, events. Returns {changed, HGETALL} or nil.
+SWAP_DETAIL = (
+    _LIB
+    + """
+if redis.call('EXISTS', KEYS[1]) == 0 then return nil end
+local now = redis.call('HGET', KEYS[1], ARGV[1]) or ''
+if now ~= ARGV[2] then return {0, redis.call('HGETALL', KEYS[1])} end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+add_events(ARGV[4], ARGV[5], KEYS[1], ARGV[6])
+return {1, redis.call('HGETALL', KEYS[1])}
+"""
+)
+
 # store.may_claim in Lua: approved and waiting; or idempotent, in flight, claimed once and
 # its lease ran out (its claimer died): once more.
 # KEYS: record. ARGV: prefix, id, instance, now, lease_until. Returns HGETALL or nil.
@@ -254,6 +269,19 @@ ADD_EVENT = (
     + """
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 add_events(ARGV[1], ARGV[2], KEYS[1], ARGV[3])
+return 1
+"""
+)
+
+# KEYS: record. ARGV: prefix, id, kind, event JSON. A nudge's line (add_event_once): only on
+# a pending record, once per kind, remembered as the record's field ``once:<kind>``.
+ADD_EVENT_ONCE = (
+    _LIB
+    + """
+local rec = KEYS[1]
+if redis.call('HGET', rec, 'status') ~= 'pending' then return 0 end
+if redis.call('HSETNX', rec, 'once:' .. ARGV[3], '1') == 0 then return 0 end
+add_events(ARGV[1], ARGV[2], rec, ARGV[4])
 return 1
 """
 )

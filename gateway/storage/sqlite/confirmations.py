@@ -13,7 +13,7 @@ from __future__ import annotations
 import builtins
 import json
 import sqlite3
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
@@ -298,6 +298,35 @@ class SqliteConfirmationStore(ConfirmationStore):
 
         await self._db.run(lambda conn: transaction(conn, update))
 
+    async def swap_detail(
+        self,
+        confirmation_id: str,
+        key: str,
+        *,
+        expected: Mapping[str, Any] | None,
+        value: Mapping[str, Any],
+        events: Sequence[AuditEvent] = (),
+    ) -> tuple[Confirmation | None, bool]:
+        # Read and write in one BEGIN IMMEDIATE: the write lock serialises racers, also
+        # those of another process on the same file.
+        def swap(conn: sqlite3.Connection) -> tuple[Confirmation | None, bool]:
+            where = (confirmation_id,)
+            row = conn.execute("SELECT details FROM confirmations WHERE id = ?", where).fetchone()
+            if row is None:
+                return None, False
+            details = json.loads(row["details"])
+            changed = details.get(key) == (None if expected is None else dict(expected))
+            if changed:
+                details[key] = dict(value)
+                conn.execute(
+                    "UPDATE confirmations SET details = ? WHERE id = ?",
+                    (rows.to_json(details), confirmation_id),
+                )
+                rows.insert_events(conn, events)
+            return rows.one(conn, f"{rows.SELECT} WHERE id = ?", where), changed
+
+        return await self._db.run(lambda conn: transaction(conn, swap))
+
     # ------------------------------------------------------------ the execution ledger
 
     async def claim(
@@ -415,6 +444,14 @@ class SqliteConfirmationStore(ConfirmationStore):
 
     async def events(self, confirmation_id: str) -> builtins.list[AuditEvent]:
         return await self._db.run(lambda conn: rows.select_events(conn, confirmation_id))
+
+    async def add_event_once(self, event: AuditEvent) -> bool:
+        # One statement: SQLite runs it alone, so its checks and its insert are one step.
+        params = (*rows.event_values(event), event.confirmation_id, event.kind)
+        written: int = await self._db.run(
+            lambda conn: conn.execute(rows.ADD_EVENT_ONCE, params).rowcount
+        )
+        return written == 1
 
     async def purge(self, *, before: float) -> int:
         # decided_at >= created_at, so `created_at < before` (indexed) bounds the scan.

@@ -58,6 +58,14 @@ ADD_EVENT = (
     " SELECT ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM confirmations WHERE id = ?)"
 )
 
+# A nudge's line (add_event_once): only on a pending record whose trail has none of its kind.
+ADD_EVENT_ONCE = (
+    "INSERT INTO confirmation_events (id, at, kind, actor, detail)"
+    " SELECT ?, ?, ?, ?, ? WHERE EXISTS"
+    " (SELECT 1 FROM confirmations WHERE id = ? AND status = 'pending')"
+    " AND NOT EXISTS (SELECT 1 FROM confirmation_events WHERE id = ? AND kind = ?)"
+)
+
 
 def to_json(value: Any) -> str:
     # default=str: details come from tools and may hold a Decimal or a date; the stored

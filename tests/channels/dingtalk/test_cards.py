@@ -46,7 +46,9 @@ async def test_timeout_while_card_open_updates_card_to_expired(
         [put] = await fake.wait_requests("/v1.0/card/instances", method="PUT")
         params = put.body["cardData"]["cardParamMap"]
         assert params["status"] == "expired"
-        assert json.loads(params["sys_full_json_obj"]) == {"msgButtons": []}
+        # No decision left; only 重新发起 / Ask again (gateway/confirm/again.py).
+        buttons = json.loads(params["sys_full_json_obj"])["msgButtons"]
+        assert [b["id"] for b in buttons] == ["again"]
         # The chat is told in words too.
         await fake.wait_until(
             lambda: any("已过期" in t for t in webhook_texts(fake)), what="expiry notice"

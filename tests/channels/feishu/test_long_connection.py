@@ -254,7 +254,8 @@ async def test_timeout_patches_open_card_to_expired(tmp_path, fake: FakeFeishu) 
         patch = await fake.wait_request(
             lambda r: r.op == "patch" and r.message_id == send.message_id, what="card patch"
         )
-        assert buttons(patch.content) == []
+        # No decision left; only 重新发起 / Ask again (gateway/confirm/again.py).
+        assert [b["element_id"] for b in buttons(patch.content)] == ["btn_again"]
         assert "已过期 / expired" in card_text(patch.content)
         assert 6 in order_ids(settings)
 
