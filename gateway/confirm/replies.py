@@ -4,10 +4,11 @@ A reply decides only when it consists of decision words of one kind, optionally 
 ("吧", "thanks", "谢谢") and confirmation ids: one picks that call, several ("确认 K7Q2
 M3XA") decide each of them (gateway/confirm/several.py). Anything else that contains
 decision words is ``unclear`` (ask again); text without decision words is ``none``
-(ordinary chat). Negations, questions, mixed words and conditions therefore never confirm: "不确认" is
-[不, 确认] (mixed), "确认吗" has a question particle, "确认，但只删前10条" has extra words.
-A request form before a confirm word ("请确认", "please confirm") asks someone to confirm,
-so it is ``unclear``; before a cancel word ("请取消") it stays a cancel (fails safe).
+(ordinary chat). Negations, questions, mixed words and conditions therefore never confirm:
+"不确认" is [不, 确认] (mixed), "确认吗" has a question particle, "确认，但只删前10条" has
+extra words. A request form before a confirm word ("请确认", "please confirm") asks someone
+to confirm, so it is ``unclear``; before a cancel word ("请取消") it stays a cancel (fails
+safe).
 """
 
 from __future__ import annotations
