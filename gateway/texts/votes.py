@@ -9,6 +9,7 @@ from __future__ import annotations
 from gateway.confirm.model import Confirmation
 
 FIELD_VOTES = "审批 Approvals"
+FIELD_NEEDED = "多人审批 Approvers"
 
 
 def _names(c: Confirmation) -> str:

@@ -118,8 +118,10 @@ def web_card(c: Confirmation) -> dict[str, Any]:
         fields.append(("asked-again-from", FIELD_ASKED_AGAIN_FROM, d["asked_again_from"], False))
     fields.append(("requester", FIELD_REQUESTER, c.requester, False))
     if c.four_eyes:
-        four_eyes = votes.needed(c) if c.takes_votes else FOUR_EYES
-        fields.append(("four-eyes", FIELD_FOUR_EYES, four_eyes, False))
+        if c.takes_votes:  # several approvers: how many, beside the tally below
+            fields.append(("four-eyes", votes.FIELD_NEEDED, votes.needed(c), False))
+        else:
+            fields.append(("four-eyes", FIELD_FOUR_EYES, FOUR_EYES, False))
     if c.takes_votes:  # 1/2 已批准：alice, redrawn on every vote
         fields.append(("votes", votes.FIELD_VOTES, votes.tally(c), False))
     return {
