@@ -245,6 +245,9 @@ class ConsoleChannel(Channel):
             self._check_answered()
             return
         self._print(f"bot> {msg.text}")
+        counted = msg.confirmation is not None and msg.confirmation.status is Status.PENDING
+        if msg.kind is OutboundKind.CONFIRMATION_UPDATE and counted:
+            return  # a vote counted (approvals = N): the call still waits
         if msg.kind is OutboundKind.CONFIRMATION_UPDATE:
             self._updated = True  # decided: the turn goes on, its result is the answer
         elif msg.reply_to is None:

@@ -40,6 +40,10 @@ def normalize_word(text: str) -> str:
 # Words that add nothing to a decision: "确认吧", "yes please".
 FILLERS_CJK = frozenset({"吧", "了", "啊", "呀", "哦", "噢", "嗯", "哈", "呗", "的", "哟"})
 FILLERS_ASCII = frozenset({"thanks", "thx", "thank", "you"})
+# Thanks (issue 25): ignored before or after a decision word ("确认，谢谢", "谢谢 确认",
+# "取消 辛苦了"), except glued to the front of a confirm word: "谢谢确认" thanks someone for
+# a confirmation and is not one (unclear). The English forms are FILLERS_ASCII.
+THANKS_CJK = frozenset({"谢谢", "多谢", "辛苦了", "辛苦"})
 # Request forms: "请确认" / "please confirm" asks someone (often another member) to confirm;
 # it is not the confirm itself. After the word ("yes please") they are mere politeness.
 REQUESTS_CJK = frozenset({"请", "請", "麻烦", "麻煩", "劳驾", "烦请", "恳请", "敬请", "务必"})
@@ -52,7 +56,9 @@ ASCII_WORD = r"[a-z0-9]+(?:['’][a-z]+)?"
 _ASCII_PHRASE = re.compile(rf"{ASCII_WORD}(?: {ASCII_WORD})*")
 # A configured word equal to one of these would make the bare filler decide ("请" confirming)
 # or turn "请确认" (a request) into two confirms.
-_PARSER_WORDS = FILLERS_CJK | FILLERS_ASCII | REQUESTS_CJK | REQUESTS_ASCII | QUESTION_PARTICLES
+_PARSER_WORDS = (
+    FILLERS_CJK | FILLERS_ASCII | THANKS_CJK | REQUESTS_CJK | REQUESTS_ASCII | QUESTION_PARTICLES
+)
 
 
 def is_cjk(ch: str) -> bool:

@@ -29,6 +29,9 @@ class PolicyRule(Section):
     risk: RiskName | None = None
     # True/False overrides four-eyes for calls this rule matches; None leaves it to risk.
     four_eyes: bool | None = None
+    # N distinct people other than the requester must approve (issue 25); any one
+    # rejection settles it. 1 is four-eyes; None leaves it to four_eyes and the risk.
+    approvals: int | None = Field(default=None, ge=1, le=20)
     when: dict[str, Any] = Field(default_factory=dict)
     sql: dict[str, Any] = Field(default_factory=dict)
 
@@ -41,8 +44,15 @@ class PolicyRule(Section):
 
     @model_validator(mode="after")
     def _sets_something(self) -> PolicyRule:
-        if self.level is None and self.risk is None and self.four_eyes is None:
-            raise ValueError(f"rule {self.name or self.tool!r} sets none of level, risk, four_eyes")
+        if (
+            self.level is None
+            and self.risk is None
+            and self.four_eyes is None
+            and self.approvals is None
+        ):
+            raise ValueError(
+                f"rule {self.name or self.tool!r} sets none of level, risk, four_eyes, approvals"
+            )
         return self
 
     @field_validator("sql")

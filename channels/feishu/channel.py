@@ -57,6 +57,7 @@ def _credentials_refused(exc: TokenError) -> str:
 
 _TOASTS = {
     DecideOutcome.DECIDED: "success",
+    DecideOutcome.VOTED: "success",
     DecideOutcome.ALREADY_DECIDED: "info",
     DecideOutcome.EXPIRED: "warning",
     DecideOutcome.FORBIDDEN: "warning",

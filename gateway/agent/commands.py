@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import time
-
 from gateway import texts
 from gateway.bus import InboundMessage
 from gateway.confirm.ids import new_call_id
 from gateway.confirm.model import Confirmation, ToolCall
 from gateway.confirm.replies import parse_undo
 from gateway.confirm.service import ConfirmationService
+from gateway.texts import several as several_texts
 from gateway.tools.executor import Say
 from gateway.tools.runner import ToolOutcome, ToolRunner, TurnContext
 from gateway.tools.sql_analysis import analyze_sql
@@ -49,7 +48,7 @@ class CommandAgent:
             return await self._sql(rest.strip(), turn)
         if command == "/pending":
             pending = await self.confirmations.list_pending(turn.session_key)
-            await turn.say(texts.pending_list(pending, time.time()))
+            await turn.say(several_texts.pending_list(pending, self.confirmations.clock()))
             return
         if command in ("/help", "/start", "help", "帮助"):
             await turn.say(texts.HELP_NO_MODEL)

@@ -99,5 +99,7 @@ async def _test(settings: Settings, name: str, call_args: dict[str, Any], *, as_
     )
     print(f"rule:      {report.rule}")
     print(f"four-eyes: {'yes' if report.four_eyes else 'no'}")
+    if report.approvals > 1:
+        print(f"approvals: {report.approvals} people other than the requester")
     print(f"matched:   {', '.join(matched) if matched else '(no rule)'}")
     return 0

@@ -21,8 +21,9 @@ log = structlog.get_logger(__name__)
 
 
 # requested, resolved (a status end), executed (an execution end: succeeded, failed,
-# interrupted; the record's ``execution`` says which)
-EventKind = Literal["requested", "resolved", "executed"]
+# interrupted; the record's ``execution`` says which), voted (an approval of a call that
+# takes votes was counted; the record is still pending, with the vote on it)
+EventKind = Literal["requested", "resolved", "executed", "voted"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from gateway.confirm.model import (
     GrantAsk,
 )
 from gateway.confirm.replies import ParsedReply, ReplyIntent, parse_undo
+from gateway.confirm.several import decide_named
 from gateway.confirm.views import escalation_ref
 from gateway.storage.confirmations import StoreUnavailableError
 
@@ -29,6 +30,13 @@ if TYPE_CHECKING:
 
 # Longer texts after every confirmation ended are conversation, not a late decision.
 _LATE_REPLY_MAX = 64
+# The command that lists what waits (gateway/agent/commands.py): never a reply.
+_LIST_PENDING = "/pending"
+
+
+def _asks_what_is_pending(text: str) -> bool:
+    words = text.split(maxsplit=1)
+    return bool(words) and words[0].lower() == _LIST_PENDING
 
 
 class ReplyIntercept:
@@ -65,6 +73,9 @@ class ReplyIntercept:
             return False  # ordinary chat: to the agent, never feedback that rejects a call
         if _asks_undo(parsed, msg):
             return False
+        if parsed.names_several and parsed.intent is not ReplyIntent.NONE:
+            await self._on_several(msg, parsed)
+            return True
         decidable = [c for c in pending if self._may_decide_on(c, msg.sender_id)]
         if parsed.intent in (ReplyIntent.CONFIRM, ReplyIntent.CANCEL):
             await self._on_decision_reply(msg, parsed, pending, decidable)
@@ -101,6 +112,9 @@ class ReplyIntercept:
         parsed = self._service.parser.parse(msg.text)
         if parsed.intent not in (ReplyIntent.CONFIRM, ReplyIntent.CANCEL):
             return False
+        if parsed.names_several:  # e.g. an approver's direct chat: 确认 K7Q2 M3XA
+            await self._on_several(msg, parsed)
+            return True
         if not parsed.confirmation_id:
             return False
         known = await self._service.store.get(parsed.confirmation_id)
@@ -111,6 +125,21 @@ class ReplyIntercept:
         else:
             await self._reply_to(msg, texts.already_decided(known))
         return True
+
+    async def _on_several(self, msg: InboundMessage, parsed: ParsedReply) -> None:
+        """A reply naming several calls (several.py): each the sender may decide is decided;
+        one answer lists what became of each."""
+        if msg.metadata.get("identity") == SenderIdentity.SELF_DECLARED:
+            await self._reply_to(msg, texts.WEBCHAT_UNVERIFIED_DECISION)
+            return
+        said = await decide_named(
+            self._service,
+            msg,
+            parsed,
+            reachable=lambda c: c.session_key == msg.session_key or self._from_direct_chat(c, msg),
+            read_line=lambda c, how: self._read_line(c, msg, parsed, how),
+        )
+        await self._reply_to(msg, said)
 
     def _from_direct_chat(self, c: Confirmation, msg: InboundMessage) -> bool:
         """An approver answering by id from their one-to-one chat, or from the escalation
@@ -179,8 +208,9 @@ class ReplyIntercept:
             record=target,
             before=(read,),
         )
-        if result.outcome is not DecideOutcome.DECIDED:
-            # A decision is announced by the update message; anything else is told here.
+        if result.outcome not in (DecideOutcome.DECIDED, DecideOutcome.VOTED):
+            # A decision (or a counted vote) is announced by the update message; anything
+            # else is told here.
             await self._reply_to(msg, result.message)
 
     def _read_line(
@@ -229,6 +259,10 @@ class ReplyIntercept:
         """A message that is no reply at all, from someone who may decide: the configured policy."""
         if not decidable:
             # Other members' chat is not a decision: it goes to the agent as usual.
+            return False
+        if _asks_what_is_pending(msg.text):
+            # "/pending" is how a person finds the ids to answer with (issue 25): it must
+            # not reject, cancel or nag about the very calls it lists.
             return False
         policy = self._service.settings.on_other_message
         if policy == "keep_pending":

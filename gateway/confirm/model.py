@@ -37,6 +37,7 @@ class DecideOutcome(StrEnum):
     NOT_FOUND = "not_found"
     FORBIDDEN = "forbidden"
     EXPIRED = "expired"
+    VOTED = "voted"  # an approval counted; the call waits for more (``approvals = N``)
 
 
 class ExecState(StrEnum):
@@ -171,6 +172,59 @@ class AuditEvent:
         )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Vote:
+    """One approval of a call that needs several people (``approvals = N``).
+
+    ``person`` is the name folded (NFKC, case, spaces: ``service.same_person``), which the
+    store compares so that ``Alice`` on the admin API and ``alice`` in a chat are one vote.
+    """
+
+    actor: str
+    person: str
+    at: float
+    via: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"actor": self.actor, "person": self.person, "at": self.at, "via": self.via}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Vote:
+        return cls(
+            actor=str(data["actor"]),
+            person=str(data["person"]),
+            at=float(data["at"]),
+            via=str(data["via"]),
+        )
+
+
+class VoteOutcome(StrEnum):
+    """What a store's ``vote`` came to."""
+
+    COUNTED = "counted"  # written; the call still waits for more
+    APPROVED = "approved"  # the last vote needed: the record is approved
+    ALREADY_VOTED = "already_voted"  # this person's vote is already on the record
+    REFUSED = "refused"  # not pending any more, or past its deadline: nothing written
+    NOT_FOUND = "not_found"
+
+
+def vote_on(current: Confirmation, vote: Vote) -> tuple[Confirmation | None, VoteOutcome]:
+    """The rule of a vote, for every backend (the Redis script repeats it in Lua): the record
+    with ``vote`` added (approved by the ``approvals``-th), or None and why nothing changes.
+
+    Only a pending record before its deadline takes a vote, one per person.
+    """
+    if current.status is not Status.PENDING or vote.at >= current.expires_at:
+        return None, VoteOutcome.REFUSED
+    if any(v.person == vote.person for v in current.votes):
+        return None, VoteOutcome.ALREADY_VOTED
+    voted = replace(current, votes=(*current.votes, vote))
+    if len(voted.votes) < current.approvals:
+        return voted, VoteOutcome.COUNTED
+    done = voted.finished(Status.APPROVED, by=vote.actor, at=vote.at, via=vote.via, reason=None)
+    return done, VoteOutcome.APPROVED
+
+
 class Risk(StrEnum):
     LOW = "low"
     MEDIUM = "medium"
@@ -243,6 +297,11 @@ class Confirmation:
     risk: Final[Risk] = Risk.MEDIUM
     approvers: Final[tuple[str, ...]] = ()
     four_eyes: Final[bool] = False
+    # How many distinct people other than the requester must approve (a policy rule's
+    # ``approvals``); 0 or 1: one decision settles it. From 2 on, approvals are ``votes``
+    # (the store's ``vote``): the last one needed approves, any rejection settles at once.
+    approvals: Final[int] = 0
+    votes: Final[tuple[Vote, ...]] = ()
     status: Final[Status] = Status.PENDING
     decided_by: Final[str | None] = None
     decided_at: Final[float | None] = None
@@ -261,6 +320,15 @@ class Confirmation:
 
     def seconds_left(self, now: float) -> float:
         return max(0.0, self.expires_at - now)
+
+    @property
+    def takes_votes(self) -> bool:
+        """Whether approvals are counted votes (``approvals`` of 2 or more people)."""
+        return self.approvals >= 2
+
+    def voted(self, person: str) -> bool:
+        """Whether ``person`` (folded, as ``Vote.person``) has approved already."""
+        return any(v.person == person for v in self.votes)
 
     @property
     def continues_a_model_turn(self) -> bool:
@@ -296,6 +364,8 @@ class Confirmation:
             risk=self.risk,
             approvers=self.approvers,
             four_eyes=self.four_eyes,
+            approvals=self.approvals,
+            votes=self.votes,
             status=status,
             decided_by=by,
             decided_at=at,
@@ -347,6 +417,8 @@ class Confirmation:
             "risk": self.risk.value,
             "approvers": list(self.approvers),
             "four_eyes": self.four_eyes,
+            "approvals": self.approvals,
+            "votes": [v.to_dict() for v in self.votes],
             "created_at": self.created_at,
             "expires_at": self.expires_at,
             "status": self.status.value,
@@ -377,6 +449,8 @@ class Confirmation:
             risk=Risk(data.get("risk", "medium")),
             approvers=tuple(data.get("approvers") or ()),
             four_eyes=bool(data.get("four_eyes", False)),
+            approvals=int(data.get("approvals") or 0),
+            votes=tuple(Vote.from_dict(v) for v in data.get("votes") or ()),
             created_at=float(data["created_at"]),
             expires_at=float(data["expires_at"]),
             status=Status(data.get("status", "pending")),

@@ -1,17 +1,20 @@
 """Text -> reply intent, by whole configured words only (never substrings).
 
 A reply decides only when it consists of decision words of one kind, optionally fillers
-("吧", "thanks") and one confirmation id. Anything else that contains decision words is
-``unclear`` (ask again); text without decision words is ``none`` (ordinary chat).
-Negations, questions, mixed words and conditions therefore never confirm: "不确认" is
-[不, 确认] (mixed), "确认吗" has a question particle, "确认，但只删前10条" has extra words.
-A request form before a confirm word ("请确认", "please confirm") asks someone to confirm,
-so it is ``unclear``; before a cancel word ("请取消") it stays a cancel (fails safe).
+("吧", "thanks", "谢谢") and confirmation ids: one picks that call, several ("确认 K7Q2
+M3XA") decide each of them (gateway/confirm/several.py). Anything else that contains
+decision words is ``unclear`` (ask again); text without decision words is ``none``
+(ordinary chat). Negations, questions, mixed words and conditions therefore never confirm:
+"不确认" is [不, 确认] (mixed), "确认吗" has a question particle, "确认，但只删前10条" has
+extra words. A request form before a confirm word ("请确认", "please confirm") asks someone
+to confirm, so it is ``unclear``; before a cancel word ("请取消") it stays a cancel (fails
+safe).
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -24,6 +27,7 @@ from config.keywords import (
     QUESTION_PARTICLES,
     REQUESTS_ASCII,
     REQUESTS_CJK,
+    THANKS_CJK,
     TRAILING,
     KeywordSet,
     is_cjk,
@@ -47,6 +51,14 @@ class ParsedReply:
     reason: str | None = None
     why: str = ""
     grant_minutes: int | None = None  # "确认 30分钟": approve, and skip asking for 30 min
+    # Every id the reply names, in order. Two or more ("确认 K7Q2 M3XA"): the decision is
+    # for each of them and ``confirmation_id`` is None — never a bare decision (several.py).
+    confirmation_ids: tuple[str, ...] = ()
+
+    @property
+    def names_several(self) -> bool:
+        """A decision that names two or more calls: it decides each of those, nothing else."""
+        return len(self.confirmation_ids) > 1
 
 
 # A separator after a cancel word that introduces a reason: "取消，太危险了" / "no: wrong table".
@@ -76,7 +88,8 @@ def _looks_like_id(token: str) -> bool:
 @dataclass(slots=True)
 class _Token:
     text: str
-    kind: str  # "confirm" | "cancel" | "id" | "filler" | "request" | "question" | "unknown"
+    # "confirm" | "cancel" | "id" | "filler" | "thanks" | "request" | "question" | "unknown"
+    kind: str
     start: int
     end: int
 
@@ -92,7 +105,7 @@ class ReplyParser:
         self._confirm = frozenset(words.confirm)
         self._cancel = frozenset(words.cancel)
         cjk = {w for w in (*words.confirm, *words.cancel) if w and is_cjk(w[0])}
-        self._cjk_vocab = cjk | FILLERS_CJK | REQUESTS_CJK | QUESTION_PARTICLES
+        self._cjk_vocab = cjk | FILLERS_CJK | THANKS_CJK | REQUESTS_CJK | QUESTION_PARTICLES
         self._cjk_max = max((len(w) for w in self._cjk_vocab), default=1)
         # Multi-word ASCII phrases ("go ahead") are matched over token runs.
         self._ascii_max_words = max(
@@ -109,6 +122,8 @@ class ReplyParser:
             return "cancel"
         if word in FILLERS_CJK or word in FILLERS_ASCII:
             return "filler"
+        if word in THANKS_CJK:
+            return "thanks"
         if word in REQUESTS_CJK or word in REQUESTS_ASCII:
             return "request"
         if word in QUESTION_PARTICLES:
@@ -225,6 +240,8 @@ class ReplyParser:
                 return replace(parsed, intent=ReplyIntent.UNCLEAR, why="a duration after 取消")
             if parsed.intent is not ReplyIntent.CONFIRM:
                 return parsed
+            if parsed.names_several:  # a grant is given on one call
+                return replace(parsed, intent=ReplyIntent.UNCLEAR, why="a duration after ids")
             number = duration.group(1) or duration.group(3)
             unit = 60 if (duration.group(2) or duration.group(4)) in _HOURS else 1
             return replace(parsed, grant_minutes=int(number) * unit)
@@ -234,20 +251,27 @@ class ReplyParser:
         if not stripped:
             return ParsedReply(ReplyIntent.NONE, why="empty")
         tokens = self._tokenize(stripped)
+        named = tuple(dict.fromkeys(canonical_id(t.text) for t in tokens if t.kind == "id"))
+        parsed = self._read_tokens(tokens, stripped, named)
+        return replace(parsed, confirmation_ids=named) if named else parsed
+
+    def _read_tokens(
+        self, tokens: list[_Token], stripped: str, named: tuple[str, ...]
+    ) -> ParsedReply:
+        """The intent of a reply's words; the ids it names are read the same whether it
+        names one or several (``named``: each once, as typed first)."""
         ids = [t for t in tokens if t.kind == "id"]
         confirms = [t for t in tokens if t.kind == "confirm"]
         cancels = [t for t in tokens if t.kind == "cancel"]
         unknown = [t for t in tokens if t.kind == "unknown"]
         question = any(t.kind == "question" for t in tokens)
         matched = tuple(t.text for t in (*confirms, *cancels))
-        conf_id = canonical_id(ids[0].text) if len(ids) == 1 else None
+        conf_id = named[0] if len(named) == 1 else None
 
         if not confirms and not cancels:
             if ids and not unknown:
                 return ParsedReply(ReplyIntent.UNCLEAR, conf_id, why="an id without 确认 or 取消")
             return ParsedReply(ReplyIntent.NONE, why="no decision words")
-        if len(ids) > 1:
-            return ParsedReply(ReplyIntent.UNCLEAR, None, matched, why="more than one id")
         if question:
             return ParsedReply(ReplyIntent.UNCLEAR, conf_id, matched, why="a question")
         if confirms and cancels:
@@ -270,16 +294,28 @@ class ReplyParser:
             return ParsedReply(
                 ReplyIntent.UNCLEAR, conf_id, matched, why="a request to confirm, not a confirm"
             )
+        if _thanks_for_a_confirm(tokens):
+            return ParsedReply(
+                ReplyIntent.UNCLEAR, conf_id, matched, why="thanks for a confirm, not a confirm"
+            )
         intent = ReplyIntent.CONFIRM if confirms else ReplyIntent.CANCEL
         return ParsedReply(intent, conf_id, matched, why="clean decision")
 
     def _cancel_reason(self, tokens: list[_Token], text: str) -> str | None:
         """'取消，太危险了' -> '太危险了'; only when the reply starts with a cancel word."""
-        meaningful = [t for t in tokens if t.kind not in ("filler", "request", "id")]
+        meaningful = [t for t in tokens if t.kind not in ("filler", "thanks", "request", "id")]
         if not meaningful or meaningful[0].kind != "cancel":
             return None
         first = meaningful[0]
-        after = text[first.end :]
+        # The ids right after the word belong to it: "cancel K7Q2 M3XA: wrong table".
+        end = first.end
+        for t in tokens:
+            if t.start < end:
+                continue
+            if t.kind != "id" or text[end : t.start].strip(" " + "".join(REASON_SEPARATORS)):
+                break
+            end = t.end
+        after = text[end:]
         gap = after[: len(after) - len(after.lstrip(" " + "".join(REASON_SEPARATORS)))]
         has_separator = any(c in REASON_SEPARATORS for c in gap)
         cjk_space = is_cjk(first.text[0]) and gap.startswith(" ")
@@ -290,7 +326,8 @@ class ReplyParser:
         for t in tokens:
             if t.kind == "id" and t.start >= first.end:
                 rest = rest.replace(t.text, "", 1)
-        reason = " ".join(rest.split())
+        # What separated the ids from the reason goes with them ("取消，K7Q2，原因").
+        reason = " ".join(rest.split()).lstrip("".join(REASON_SEPARATORS) + " ")
         return reason or None
 
 
@@ -307,3 +344,12 @@ def parse_undo(text: str) -> str | None:
     if len(words) != 2 or words[0] not in UNDO_WORDS or not _looks_like_id(words[1]):
         return None
     return canonical_id(words[1])
+
+
+def _thanks_for_a_confirm(tokens: list[_Token]) -> bool:
+    """ "谢谢确认": thanks glued to the front of a confirm word thanks someone for confirming.
+    With a space or a comma between ("谢谢，确认") it is politeness, as after the word."""
+    return any(
+        t.kind == "thanks" and nxt.kind == "confirm" and t.end == nxt.start
+        for t, nxt in itertools.pairwise(tokens)
+    )

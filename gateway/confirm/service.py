@@ -50,6 +50,8 @@ from gateway.confirm.model import (
     Risk,
     Status,
     ToolCall,
+    Vote,
+    VoteOutcome,
 )
 from gateway.confirm.model import DecideOutcome as DecideOutcome
 from gateway.confirm.model import DecideResult as DecideResult
@@ -69,6 +71,7 @@ from gateway.storage.confirmations import (
 )
 from gateway.storage.grants import MemoryGrantStore
 from gateway.texts import again as again_words
+from gateway.texts import votes as vote_texts
 
 log = structlog.get_logger(__name__)
 
@@ -86,6 +89,11 @@ def _folded(name: str) -> str:
 def self_approval(c: Confirmation, actor: str, decision: Decision) -> bool:
     """The requester approving their own four-eyes call: refused on every path."""
     return c.four_eyes and decision is Decision.APPROVE and same_person(actor, c.requester)
+
+
+def already_voted(c: Confirmation, actor: str, decision: Decision) -> bool:
+    """An approval by someone whose vote is already on a call that takes votes."""
+    return decision is Decision.APPROVE and c.takes_votes and c.voted(_folded(actor))
 
 
 class ConfirmationService:
@@ -190,9 +198,12 @@ class ConfirmationService:
     # ------------------------------------------------------------------ deciding
 
     def may_decide(self, c: Confirmation, actor: str, decision: Decision) -> tuple[bool, str]:
-        """Requester and approvers may decide; with four-eyes the requester may only reject."""
+        """Requester and approvers may decide; with four-eyes the requester may only reject;
+        where approvals are votes, each person approves once."""
         if self_approval(c, actor, decision):
             return False, texts.FOUR_EYES
+        if c.votes and already_voted(c, actor, decision):
+            return False, vote_texts.already_voted(c)
         if actor == c.requester:
             return True, ""
         if actor in c.approvers or actor in self.settings.approvers:
@@ -277,6 +288,11 @@ class ConfirmationService:
             return DecideResult(
                 DecideOutcome.ALREADY_DECIDED, settled, texts.already_decided(settled)
             )
+        if current.votes and already_voted(current, a.actor, a.decision):
+            await self.audit.add_all(before)
+            return DecideResult(
+                DecideOutcome.ALREADY_DECIDED, current, vote_texts.already_voted(current)
+            )
         if a.via == "admin":
             # The token vouches for an operator, not for a second person: four-eyes holds,
             # judged on the person the admin API named (gateway/http/server.person_behind).
@@ -293,6 +309,11 @@ class ConfirmationService:
             )
             await self.audit.add_all(before)
             return DecideResult(DecideOutcome.FORBIDDEN, current, why)
+        if current.takes_votes and a.decision is Decision.APPROVE:
+            if a.edit is not None:  # the others would approve a call they never saw
+                await self.audit.add_all(before)
+                return DecideResult(DecideOutcome.FORBIDDEN, current, vote_texts.NO_EDIT_WITH_VOTES)
+            return await self._vote(current, a, before)
         final, said = await self._finish(
             current.id,
             a.decision.status,
@@ -315,6 +336,67 @@ class ConfirmationService:
             return DecideResult(DecideOutcome.EXPIRED, final, texts.already_decided(final))
         return DecideResult(DecideOutcome.ALREADY_DECIDED, final, texts.already_decided(final))
 
+    async def _vote(
+        self, current: Confirmation, a: Answer, before: Sequence[AuditEvent]
+    ) -> DecideResult:
+        """An approval of a call that takes votes: written by the store's compare-and-set;
+        the last one needed approves it (and ends it as ``_finish`` would), any other is
+        shown on every copy of the prompt."""
+        now = self.clock()
+        vote = Vote(actor=a.actor, person=_folded(a.actor), at=now, via=a.via)
+        # The record, not this line, says how many are in: a vote racing this one may
+        # land first, and the line is written in the same step as the vote.
+        voted = self.audit.event(
+            current.id, "voted", actor=a.actor, at=now, via=a.via, approvals=current.approvals
+        )
+        decided = self.audit.decision_events(
+            current.id, Status.APPROVED, by=a.actor, via=a.via, at=now, edit=None
+        )
+        final, outcome = await self.store.vote(
+            current.id, vote, events=(*before, voted), approved_events=decided
+        )
+        if final is None:
+            await self.audit.add_all(before)
+            return DecideResult(DecideOutcome.NOT_FOUND, None, texts.unknown_id(current.id))
+        if outcome is VoteOutcome.APPROVED:
+            said = await self._ended(final, by=a.actor, via=a.via)
+            return DecideResult(DecideOutcome.DECIDED, final, said)
+        if outcome is VoteOutcome.COUNTED:
+            log.info(
+                "confirm.voted",
+                confirmation_id=final.id,
+                actor=a.actor,
+                via=a.via,
+                votes=len(final.votes),
+                approvals=final.approvals,
+            )
+            said = vote_texts.vote_counted(final)
+            # Every copy (cards, direct copies) shows the tally; the chat reads who voted.
+            await self.bus.publish_outbound(
+                OutboundMessage(
+                    channel=final.channel,
+                    chat_id=final.chat_id,
+                    session_key=final.session_key,
+                    kind=OutboundKind.CONFIRMATION_UPDATE,
+                    text=said,
+                    confirmation=final,
+                )
+            )
+            await self._listeners.emit("voted", final)
+            return DecideResult(DecideOutcome.VOTED, final, said)
+        await self.audit.add_all(before)
+        if outcome is VoteOutcome.ALREADY_VOTED:
+            return DecideResult(
+                DecideOutcome.ALREADY_DECIDED, final, vote_texts.already_voted(final)
+            )
+        # REFUSED: settled meanwhile, or past its deadline (then expire it now).
+        if final.status is Status.PENDING:
+            final = await self.expire(final.id) or final
+        if final.status is Status.EXPIRED:
+            return DecideResult(DecideOutcome.EXPIRED, final, texts.already_decided(final))
+        self._ended_elsewhere(final)
+        return DecideResult(DecideOutcome.ALREADY_DECIDED, final, texts.already_decided(final))
+
     # ------------------------------------------------------------------ asking
 
     async def request(
@@ -331,6 +413,7 @@ class ConfirmationService:
         risk: Risk = Risk.MEDIUM,
         approvers: Sequence[str] = (),
         four_eyes: bool = False,
+        approvals: int = 0,
         timeout: float | None = None,
         metadata: Mapping[str, Any] | None = None,
         idempotent: bool = False,
@@ -387,7 +470,8 @@ class ConfirmationService:
                 details=details,
                 risk=risk,
                 approvers=tuple(dict.fromkeys((*self.settings.approvers, *approvers))),
-                four_eyes=four_eyes,
+                four_eyes=four_eyes or approvals >= 1,
+                approvals=approvals,
                 owner=self.instance.id,
                 idempotent=idempotent,
                 continuation=continuation,
@@ -505,23 +589,41 @@ class ConfirmationService:
         if final is None or not changed:
             await self.audit.add_all(before)
             if final is not None and final.status.is_terminal:
-                # Another path (or another replica sharing the store) finished it first,
-                # and goes on with it: here its deadline and its adoption end.
-                self.deadlines.disarm(final.id)
-                self.nudges.disarm(final.id)
-                self._replicas.finished(final)
+                self._ended_elsewhere(final)
             return final, None
+        said = await self._ended(final, by=by, via=via, tell_chat=tell_chat, go_on=go_on)
+        return final, said
+
+    def _ended_elsewhere(self, final: Confirmation) -> None:
+        """Another path (or another replica sharing the store) finished ``final`` first,
+        and goes on with it: here its deadline, its nudges and its adoption end."""
+        self.deadlines.disarm(final.id)
+        self.nudges.disarm(final.id)
+        self._replicas.finished(final)
+
+    async def _ended(
+        self,
+        final: Confirmation,
+        *,
+        by: str | None,
+        via: str,
+        tell_chat: bool = True,
+        go_on: bool = True,
+    ) -> str:
+        """What follows the store's end of a pending record, whatever ended it (a decision,
+        the last vote, the timeout, a cancel): its deadline and reply count go, the chat
+        and every copy are told, it goes on, listeners hear; the sentence told."""
         log.info(
             "confirm.resolved",
-            confirmation_id=confirmation_id,
+            confirmation_id=final.id,
             session=final.session_key,
-            status=status.value,
+            status=final.status.value,
             actor=by,
             via=via,
         )
         self.deadlines.disarm(final.id)
         self.nudges.disarm(final.id)
-        self._replies.forget(confirmation_id)
+        self._replies.forget(final.id)
         said = texts.outcome(final)
         if offered(final):  # expired, or cancelled by a shutdown: how to ask it again
             said = f"{said}\n{again_words.AGAIN_HINT.format(id=final.id)}"
@@ -541,7 +643,7 @@ class ConfirmationService:
             self.go_on(final)
         await self._listeners.emit("resolved", final)
         self._replicas.finished(final)
-        return final, said
+        return said
 
     async def interrupt(self, confirmation_id: str, *, claimer: str) -> Confirmation | None:
         """Mark an in-flight call of ``claimer`` interrupted and tell its chat and the admin

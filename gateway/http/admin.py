@@ -64,6 +64,7 @@ ACTOR_REQUIRED = (
 # Seen after a decision: HTTP status for each outcome of ConfirmationService.decide.
 DECISION_STATUS = {
     DecideOutcome.DECIDED: 200,
+    DecideOutcome.VOTED: 200,  # counted; the call waits for more approvals
     DecideOutcome.ALREADY_DECIDED: 409,
     DecideOutcome.EXPIRED: 409,
     DecideOutcome.NOT_FOUND: 404,

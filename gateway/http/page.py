@@ -58,6 +58,7 @@ from gateway.http.openapi import BAD, Reply, Route, serve
 from gateway.http.openapi_models import Error
 from gateway.http.server import ADMIN_COOKIE, admin_person
 from gateway.http.sessions import ADMIN_SESSIONS, AdminSessions, LoginLimiter
+from gateway.texts import votes as vote_texts
 from gateway.texts.labels import label_functions
 from gateway.tools.base import ToolArgumentsError, ToolRegistry
 from gateway.tools.policy import Policy
@@ -118,6 +119,7 @@ def setup_templates(app: web.Application) -> jinja2.Environment:
         asks_approvers_directly=asks_approvers_directly,
         direct_recipients_told=direct_recipients_told,
         grant_offered=grant_offered,
+        vote_tally=vote_texts.tally,  # several approvers: "1/2 已批准：alice"
         effect_tables=effect_tables,
         preview_label=texts.FIELD_PREVIEW,
         escalated=escalated,

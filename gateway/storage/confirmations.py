@@ -22,6 +22,8 @@ from gateway.confirm.model import (
     ExecState,
     Instance,
     Status,
+    Vote,
+    VoteOutcome,
 )
 from gateway.runtime import ServiceUnavailable, retrying
 
@@ -161,6 +163,26 @@ class ConfirmationStore(ABC):
         with ``approved``) replaces the call in the same step (``Confirmation.edited``):
         a refused finish leaves the call as it was. ``events`` join the audit trail in the
         same step, only when this call changed the record.
+        """
+
+    @abstractmethod
+    async def vote(
+        self,
+        confirmation_id: str,
+        vote: Vote,
+        *,
+        events: Sequence[AuditEvent] = (),
+        approved_events: Sequence[AuditEvent] = (),
+    ) -> tuple[Confirmation | None, VoteOutcome]:
+        """Compare-and-set: add ``vote`` (an approval) to a pending record that takes votes.
+
+        The rule is ``model.vote_on``: only before ``expires_at``, one vote per
+        ``vote.person``; the ``approvals``-th vote moves the record ``pending -> approved``
+        (decided by that voter) in the same step, exactly as ``finish`` would. Of two last
+        votes at once one approves and the other finds it settled (``REFUSED``); a
+        rejection (``finish``) racing the last vote settles it one way, once. ``events``
+        join the audit trail when the vote is written, ``approved_events`` too when it
+        approves. Returns the record as it is after the call and what became of the vote.
         """
 
     @abstractmethod

@@ -46,6 +46,8 @@ class PolicyReport(Protocol):
     @property
     def four_eyes(self) -> bool: ...
     @property
+    def approvals(self) -> int: ...
+    @property
     def matched(self) -> Sequence[str]: ...
     @property
     def refused(self) -> str | None: ...
@@ -205,7 +207,6 @@ REPLY_WHY: dict[str, tuple[str, str]] = {
         "只有编号，没有确认词或取消词",
         "an id without confirm or cancel",
     ),
-    "more than one id": ("不止一个编号", "more than one id"),
     "a question": ("是个问句", "a question"),
     "both confirm and cancel words": ("确认词和取消词都有", "both confirm and cancel words"),
     "other words besides the decision": ("决定之外还有别的词", "other words besides the decision"),
@@ -214,6 +215,11 @@ REPLY_WHY: dict[str, tuple[str, str]] = {
         "a request to confirm, not one",
     ),
     "a duration after 取消": ("取消后面跟了时长", "a duration after cancel"),
+    "a duration after ids": ("时长只能给单个编号", "a duration with several ids"),
+    "thanks for a confirm, not a confirm": (
+        "是感谢别人确认，不是确认",
+        "thanks for a confirm, not one",
+    ),
 }
 FIELD_WHY = "为何 Why"
 FIELD_MATCHED = "匹配的词 Matched"
@@ -234,7 +240,8 @@ YES_NO = {True: "是 yes", False: "否 no"}
 def reply_reading(parsed: ParsedReply) -> list[str]:
     """How a reply would be read, as lines: the verdict (Chinese, then English), then why
     and the words matched. The person's own words (a reason) follow the sentence."""
-    cid = parsed.confirmation_id
+    # Several ids: the decision is for each of them (gateway/confirm/several.py).
+    cid = " ".join(parsed.confirmation_ids) if parsed.names_several else parsed.confirmation_id
     target_zh, target_en = (f" {cid}", cid) if cid else REPLY_TARGET
     zh, en = REPLY_INTENTS[parsed.intent.value]
     zh, en = zh.format(target=target_zh), en.format(target=target_en)
@@ -274,6 +281,11 @@ def policy_reading(report: PolicyReport) -> list[str]:
         f"{FIELD_RULE}: {report.rule}",
         risk,
         f"{FIELD_FOUR_EYES}: {YES_NO[report.four_eyes]}",
+        *(
+            [f"审批人数 Approvals: {report.approvals}"]
+            if report.approvals > 1
+            else []  # four-eyes says it for one
+        ),
         f"{FIELD_MATCHED_RULES}: {', '.join(report.matched) if report.matched else NO_RULE}",
     ]
 

@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from gateway.confirm.model import Confirmation, ExecState, Risk, Status
+from gateway.texts import votes
 from gateway.texts.effects import effect_lines
 from gateway.texts.undo import FIELD_UNDO, undo_line
 
@@ -191,6 +192,8 @@ def detail_lines(c: Confirmation, *, statement: bool = True) -> list[str]:
     lines.append(f"{FIELD_RISK}: {RISK_LABELS[c.risk]}")
     if d.get("policy_rule"):
         lines.append(f"{FIELD_RULE}: {d['policy_rule']}")
+    if c.approvals > 1:  # takes votes: on every card and prompt, updated with each vote
+        lines.append(f"{votes.FIELD_VOTES}: {votes.tally(c)}")
     if d.get("asked_again_from"):  # a call asked again (gateway/confirm/again.py)
         lines.append(f"{FIELD_ASKED_AGAIN_FROM}: {d['asked_again_from']}")
     return lines
@@ -242,7 +245,9 @@ def prompt(c: Confirmation, now: float) -> str:
     """A confirmation prompt as text."""
     lines = [confirmation_title(c), c.summary, *detail_lines(c)]
     lines.append(time_left(c, now))
-    if c.four_eyes:
+    if c.approvals > 1:  # takes votes
+        lines.append(votes.needed(c))
+    elif c.four_eyes:
         lines.append(FOUR_EYES)
     lines.append(reply_hint(c))
     return "\n".join(lines)
@@ -269,7 +274,7 @@ def outcome(c: Confirmation) -> str:
     Chinese first, then the English; a reason (a person's, or the gateway's own in both
     languages) follows the whole sentence, never inside it."""
     tool = c.tool_call.name
-    by = c.decided_by or "-"
+    by = votes.approved_by(c) if c.votes and c.status is Status.APPROVED else c.decided_by or "-"
     at = stage(c)
     zh, en = STAGE_WORDS[at]
     icon = STAGE_ICONS[at]
@@ -295,7 +300,7 @@ def outcome(c: Confirmation) -> str:
 def run_ended(c: Confirmation, at: Stage) -> str:
     """An approved call's end on its card: who approved it, and how the run ended (the
     result, the failure, or that it may or may not have taken effect)."""
-    tool, by = c.tool_call.name, c.decided_by or "-"
+    tool, by = c.tool_call.name, votes.approved_by(c) if c.votes else c.decided_by or "-"
     approved, approved_en = STAGE_WORDS[Stage.APPROVED]
     zh_by, en_by = f"{by} {approved}", f"{approved_en} by {by}"
     if c.edit_note is not None:
@@ -313,7 +318,7 @@ def run_ended(c: Confirmation, at: Stage) -> str:
 def already_decided(c: Confirmation) -> str:
     """A decision that came too late: how the call was settled, and by whom."""
     zh, en = STAGE_WORDS[Stage(c.status.value)]
-    by = c.decided_by or "-"
+    by = votes.approved_by(c) if c.votes and c.status is Status.APPROVED else c.decided_by or "-"
     return f"[{c.id}] 已处理：{zh}（{by}）/ already {en} by {by}"
 
 

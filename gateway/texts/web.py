@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.confirm.model import Confirmation
+from gateway.texts import votes
 from gateway.texts.again import AGAIN_BUTTON
 from gateway.texts.channels import APPROVE_BUTTON, REJECT_BUTTON
 from gateway.texts.confirm import (
@@ -120,7 +121,12 @@ def web_card(c: Confirmation) -> dict[str, Any]:
         fields.append(("asked-again-from", FIELD_ASKED_AGAIN_FROM, d["asked_again_from"], False))
     fields.append(("requester", FIELD_REQUESTER, c.requester, False))
     if c.four_eyes:
-        fields.append(("four-eyes", FIELD_FOUR_EYES, FOUR_EYES, False))
+        if c.takes_votes:  # several approvers: how many, beside the tally below
+            fields.append(("four-eyes", votes.FIELD_NEEDED, votes.needed(c), False))
+        else:
+            fields.append(("four-eyes", FIELD_FOUR_EYES, FOUR_EYES, False))
+    if c.takes_votes:  # 1/2 已批准：alice, redrawn on every vote
+        fields.append(("votes", votes.FIELD_VOTES, votes.tally(c), False))
     return {
         "risk": f"风险 {RISK_LABELS[c.risk]}",
         "fields": [

@@ -38,6 +38,7 @@ from gateway.confirm.model import (
     ToolCall,
 )
 from gateway.confirm.service import ConfirmationService, self_approval
+from gateway.texts import votes as vote_texts
 from gateway.tools.base import ToolArgumentsError, ToolRegistry
 from gateway.tools.policy import Policy
 
@@ -155,6 +156,10 @@ class CallEditor:
                 texts.edit_refused(call.name, decision.level, decision.rule),
                 confirmation=current,
             )
+        if decision.approvals >= 2 or current.takes_votes:
+            # Several people approve one call they all saw (issue 25): an edit would give
+            # the call to one approver, or change it under the votes already in.
+            raise EditRefusedError("forbidden", vote_texts.NO_EDIT_WITH_VOTES, confirmation=current)
         raised_to_critical = decision.risk is Risk.CRITICAL and current.risk is not Risk.CRITICAL
         edit = CallEdit(
             tool_call=ToolCall(name=call.name, args=dict(arguments), call_id=call.call_id),

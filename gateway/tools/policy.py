@@ -55,6 +55,9 @@ class PolicyDecision:
     rule: str  # what decided the level: "rule 'no-drop'", "levels.sql_modify", "tool default"
     four_eyes: bool = False
     risk_rule: str | None = None  # the rule that set the risk, when one did
+    # People other than the requester who must approve: the most specific rule that sets
+    # ``approvals`` (0: none sets it; four_eyes alone means one).
+    approvals: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,15 +281,26 @@ class Policy:
             if RISK_ORDER[risk] < RISK_ORDER[least]:
                 risk, risk_rule = least, None
             four_eyes = four_eyes or risk in self._four_eyes
+        approvals = next((r.spec.approvals for r in matched if r.spec.approvals is not None), 0)
         return PolicyDecision(
-            level=level, risk=risk, rule=rule, four_eyes=four_eyes, risk_rule=risk_rule
+            level=level,
+            risk=risk,
+            rule=rule,
+            # approvals = N counts people other than the requester: four-eyes and more.
+            four_eyes=four_eyes or approvals >= 1,
+            risk_rule=risk_rule,
+            approvals=approvals,
         )
 
 
 def four_eyes_problem(settings: Settings) -> str | None:
     """Four-eyes with nobody but the requester to approve: such calls can only be rejected."""
     p = settings.policy
-    wanted = p.four_eyes_for_critical or p.four_eyes_risks or any(r.four_eyes for r in p.rules)
+    wanted = (
+        p.four_eyes_for_critical
+        or p.four_eyes_risks
+        or any(r.four_eyes or r.approvals for r in p.rules)
+    )
     channels = settings.channels
     approvers = (
         settings.confirmation.approvers
@@ -298,5 +312,23 @@ def four_eyes_problem(settings: Settings) -> str | None:
         return (
             "policy: four-eyes is on but no approvers are configured, so those calls can only "
             "be rejected; set [confirmation] approvers or a channel's approvers"
+        )
+    return approvals_problem(settings)
+
+
+def approvals_problem(settings: Settings) -> str | None:
+    """A rule asks for more approvers than any list names: its calls can only be rejected."""
+    most = max((r.approvals or 0 for r in settings.policy.rules), default=0)
+    channels = settings.channels
+    people = set(settings.confirmation.approvers)
+    named = max(
+        len(people | set(c.approvers))
+        for c in (channels.webchat, channels.feishu, channels.dingtalk)
+    )
+    if most > 1 and named < most:
+        return (
+            f"policy: a rule needs approvals = {most} but at most {named} approvers are "
+            "configured for a channel, so those calls can only be rejected; name more people "
+            "in [confirmation] approvers or a channel's approvers"
         )
     return None

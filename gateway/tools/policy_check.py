@@ -30,6 +30,7 @@ class PolicyReport:
     rule: str = ""
     risk_rule: str | None = None
     four_eyes: bool = False
+    approvals: int = 0  # a rule's approvals = N: people other than the requester
     matched: tuple[str, ...] = ()
     refused: str | None = None
 
@@ -60,5 +61,6 @@ async def explain(
         rule=decision.rule,
         risk_rule=decision.risk_rule,
         four_eyes=decision.four_eyes,
+        approvals=decision.approvals,
         matched=tuple(r.label for r in policy.matching_rules(tool, dumped, preview)),
     )

@@ -243,6 +243,9 @@ class ToolRunner:
                     # An undo is asked as its change was (gateway/tools/sql_undo.py).
                     four_eyes=decision.four_eyes
                     or preview.details.get("four_eyes_as_original") is True,
+                    approvals=max(
+                        decision.approvals, int(preview.details.get("approvals_as_original") or 0)
+                    ),
                     metadata=turn.metadata,
                     idempotent=tool.idempotent,
                     continuation=turn.continuation,

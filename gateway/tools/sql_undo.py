@@ -596,6 +596,7 @@ class SqlUndoTool(Tool):
             "undo_of": original.id,
             # The undo is asked like the change was: four-eyes if it was (runner.py).
             "four_eyes_as_original": original.four_eyes,
+            "approvals_as_original": original.approvals,
             "effects": [_effect(c) for c in reversed(snapshot.changes)],
         }
         return ToolPreview(

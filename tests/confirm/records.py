@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gateway.confirm.model import Confirmation, Risk, ToolCall
+from gateway.confirm.model import Confirmation, Risk, ToolCall, Vote
 
 T0 = 1_763_000_000.123456  # many significant digits: floats must round-trip exactly
 TIMEOUT = 300.0
@@ -59,6 +59,8 @@ def full_record(cid: str = "K7Q2") -> Confirmation:
         risk=Risk.CRITICAL,
         approvers=("ou_boss", "ou_ops"),
         four_eyes=True,
+        approvals=3,
+        votes=(Vote(actor="ou_boss", person="ou_boss", at=T0 + 1.000001, via="card"),),
         created_at=T0,
         expires_at=T0 + 299.987654321,
         prompt_refs={"feishu.message_id": "om_123", "card": "c-1"},

@@ -4,6 +4,7 @@ and thread hops. The behaviour every backend shares is in the contract suites.""
 from __future__ import annotations
 
 import asyncio
+import re
 import sqlite3
 import sys
 from collections.abc import AsyncIterator, Callable
@@ -12,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from gateway.confirm.model import AuditEvent, ExecState, Instance, Status
+from gateway.confirm.model import AuditEvent, ExecState, Instance, Status, Vote
+from gateway.storage.sqlite import schema
 from gateway.storage.sqlite.confirmations import SqliteConfirmationStore
 from gateway.storage.sqlite.schema import SCHEMA_VERSION
 from tests.confirm.records import T0, full_record, make
@@ -352,3 +354,43 @@ async def test_four_processes_of_fifty_claimers_one_winner(tmp_path: Path) -> No
     winner = wins.index(1)
     assert final.execution.claimed_by is not None
     assert final.execution.claimed_by.startswith(f"p{winner}-")
+
+
+async def test_a_schema_2_file_gains_the_votes_and_keeps_its_records(tmp_path: Path) -> None:
+    """Issue 25: schema 3 adds ``approvals`` and ``votes``; a schema 2 file's records read
+    as needing one decision, and a pending one still takes it."""
+    path = tmp_path / "v2.db"
+    # The tables as a schema 2 gateway made them: no vote columns.
+    v2_tables = re.sub(r"\n\s+(approvals|votes) .*", "", schema._TABLES)
+    v2_tables = v2_tables.replace("continuation TEXT,", "continuation TEXT")
+    assert "approvals" not in v2_tables
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript(v2_tables)
+    conn.execute(
+        "INSERT INTO confirmations (id, session_key, channel, chat_id, requester, is_group,"
+        " tool_call, summary, risk, created_at, expires_at, status) VALUES ('V2P1',"
+        " 'console:alice', 'console', 'alice', 'alice', 0,"
+        ' \'{"name":"sql_modify","args":{"sql":"DELETE FROM t"},"call_id":"c"}\','
+        " 'DELETE t', 'medium', ?, ?, 'pending')",
+        (T0, T0 + 300),
+    )
+    conn.execute("PRAGMA user_version = 2")
+    conn.close()
+    store = await SqliteConfirmationStore.open(path)
+    try:
+        old = await store.get("V2P1")
+        assert old is not None and (old.approvals, old.votes) == (0, ())
+        done, changed = await store.finish(
+            "V2P1", Status.APPROVED, by="bob", via="text", reason=None, now=T0 + 1
+        )
+        assert changed and done is not None and done.status is Status.APPROVED
+        await store.create(make("V3P2", approvals=2))
+        voted, _ = await store.vote("V3P2", Vote(actor="bob", person="bob", at=T0 + 1, via="text"))
+        assert voted is not None and [v.actor for v in voted.votes] == ["bob"]
+    finally:
+        await store.close()
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    finally:
+        conn.close()

@@ -91,6 +91,7 @@ class Harness:
         requester: str = "alice",
         is_group: bool = False,
         four_eyes: bool = False,
+        approvals: int = 0,
         timeout: float | None = None,
         tool: str = "sql_modify",
         model_turn: bool = True,
@@ -110,6 +111,7 @@ class Harness:
                 summary="DELETE t",
                 details={"statement": "DELETE FROM t WHERE id = 1"},
                 four_eyes=four_eyes,
+                approvals=approvals,
                 timeout=timeout,
                 # A model turn goes on from the call's outcome; a command's does not.
                 continuation={"kind": "model", "tool_call_id": call.call_id}

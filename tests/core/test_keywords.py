@@ -41,7 +41,7 @@ def test_words_are_compared_as_the_parser_reads_them(
         KeywordSet.build(confirm, cancel)
 
 
-@pytest.mark.parametrize("word", ["请", "please", "吧", "吗", "thanks", "麻烦"])
+@pytest.mark.parametrize("word", ["请", "please", "吧", "吗", "thanks", "麻烦", "谢谢", "辛苦了"])
 def test_a_filler_or_request_word_is_refused(word: str) -> None:
     # Issue 22: "请" as a confirm word made a bare "请" confirm, and "请确认" (a request
     # to someone else) read as two confirms.

@@ -53,7 +53,10 @@ def test_corpus_reply(parser: ReplyParser, expected: str, text: str, conf_id: st
     if expected != "confirm":
         assert parsed.intent is not ReplyIntent.CONFIRM, f"false confirm: {text!r}"
     assert parsed.intent.value == expected, f"{text!r}: {parsed.why}"
-    if conf_id is not None:
+    if conf_id is not None and " " in conf_id:  # several ids: each, and never a bare one
+        assert parsed.confirmation_ids == tuple(conf_id.split())
+        assert parsed.confirmation_id is None
+    elif conf_id is not None:
         assert parsed.confirmation_id == conf_id
 
 
@@ -127,7 +130,6 @@ _SPOILERS: dict[str, st.SearchStrategy[tuple[str, str]]] = {
             st.sampled_from(["🙂", "ок", "ß"]),
         ),
     ),
-    "second id": _ID,
     "request before": _REQUEST,
 }
 
@@ -145,7 +147,8 @@ def _confirms(draw: st.DrawFn) -> list[tuple[str, str]]:
             draw(st.lists(_CONFIRM, min_size=1, max_size=2)) + draw(st.lists(_FILLER, max_size=2))
         )
     )
-    if draw(st.booleans()):
+    # No id, one, or several (issue 25: "确认 K7Q2 M3XA" decides each it names).
+    for _ in range(draw(st.integers(0, 3))):
         parts.insert(draw(st.integers(0, len(parts))), draw(_ID))
     if draw(st.booleans()):
         parts.insert(draw(st.integers(_last_confirm(parts) + 1, len(parts))), draw(_REQUEST))
@@ -156,22 +159,19 @@ def _confirms(draw: st.DrawFn) -> list[tuple[str, str]]:
 def _spoiled(draw: st.DrawFn, spoiler: str) -> list[tuple[str, str]]:
     """A clean confirm with one ``spoiler`` put in: never a confirm."""
     parts = draw(_confirms())
-    if spoiler == "second id" and not any(kind == "id" for kind, _ in parts):
-        parts.insert(draw(st.integers(0, len(parts))), draw(_ID))
     last = _last_confirm(parts) if spoiler == "request before" else len(parts)
     parts.insert(draw(st.integers(0, last)), draw(_SPOILERS[spoiler]))
     return parts
 
 
 def _is_confirm(parts: list[tuple[str, str]]) -> bool:
-    """The rule (DESIGN.md invariant 4): confirm words, fillers, at most one id, nothing
-    else; a request (请, please) only after the last confirm word."""
+    """The rule (DESIGN.md invariant 4): confirm words, fillers, ids, nothing else; a
+    request (请, please) only after the last confirm word."""
     kinds = [kind for kind, _ in parts]
     confirms = [i for i, kind in enumerate(kinds) if kind == "confirm"]
     return (
         bool(confirms)
         and not {"cancel", "question", "other"} & set(kinds)
-        and kinds.count("id") <= 1
         and not any(kind == "request" and i < confirms[-1] for i, kind in enumerate(kinds))
     )
 
@@ -201,8 +201,10 @@ def test_confirm_exactly_when_the_rule_says(
     assert (parsed.intent is ReplyIntent.CONFIRM) is expected, (text, parts, parsed)
     if expected:
         assert parsed.matched and set(parsed.matched) <= set(_WORDS.confirm), (text, parsed)
-        ids = [word for kind, word in parts if kind == "id"]
-        assert parsed.confirmation_id == (canonical_id(ids[0]) if ids else None), (text, parsed)
+        ids = tuple(dict.fromkeys(canonical_id(word) for kind, word in parts if kind == "id"))
+        assert parsed.confirmation_ids == ids, (text, parsed)
+        # One id picks that call; several are each decided, and none is a bare confirm.
+        assert parsed.confirmation_id == (ids[0] if len(ids) == 1 else None), (text, parsed)
         assert parsed.grant_minutes is None
 
 

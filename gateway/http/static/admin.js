@@ -180,7 +180,8 @@ function connect() {
     recheckDetail();
   };
   source.onerror = () => show(false); // EventSource reconnects by itself
-  for (const kind of ["requested", "resolved", "executed"]) {
+  // voted: an approval counted on a call that needs several (the tally on its card).
+  for (const kind of ["requested", "resolved", "executed", "voted"]) {
     source.addEventListener(`confirmation.${kind}`, (event) => {
       follow(event);
       refreshRecords();

@@ -18,6 +18,9 @@ from gateway.confirm.model import (
     ExecState,
     Instance,
     Status,
+    Vote,
+    VoteOutcome,
+    vote_on,
 )
 from gateway.storage.confirmations import (
     ConfirmationExistsError,
@@ -122,6 +125,37 @@ class MemoryConfirmationStore(ConfirmationStore):
             self._forget(self._finished_order.popleft())
         self._feed.announce(confirmation_id, "resolved")
         return done, True
+
+    async def vote(
+        self,
+        confirmation_id: str,
+        vote: Vote,
+        *,
+        events: Sequence[AuditEvent] = (),
+        approved_events: Sequence[AuditEvent] = (),
+    ) -> tuple[Confirmation | None, VoteOutcome]:
+        current = self._items.get(confirmation_id)
+        if current is None:
+            return None, VoteOutcome.NOT_FOUND
+        done, outcome = vote_on(current, vote)
+        if done is None:
+            return current, outcome
+        if outcome is VoteOutcome.COUNTED:
+            self._items[confirmation_id] = done
+            self._add_events(events)
+            return done, outcome
+        # The last vote: the same end as finish(approved), votes and all.
+        self._items[confirmation_id] = replace(current, votes=done.votes)
+        final, _ = await self.finish(
+            confirmation_id,
+            Status.APPROVED,
+            by=vote.actor,
+            via=vote.via,
+            reason=None,
+            now=vote.at,
+            events=(*events, *approved_events),
+        )
+        return final, outcome
 
     def _forget(self, confirmation_id: str) -> None:
         self._items.pop(confirmation_id, None)

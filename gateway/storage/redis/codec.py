@@ -116,6 +116,13 @@ def hash_fields(c: Confirmation) -> dict[str, str]:
         fields["owner"] = c.owner
     if c.decided_at is not None:
         fields["decided_at"] = number(c.decided_at)
+    if c.approvals:
+        fields["approvals"] = str(c.approvals)
+    for n, vote in enumerate(c.votes, start=1):  # a record created with votes (a copy)
+        fields[f"vote:{n}"] = dumps(vote.to_dict())
+        fields[f"voter:{vote.person}"] = "1"
+    if c.votes:
+        fields["votes_n"] = str(len(c.votes))
     fields.update(_execution_fields(c.execution))
     return fields
 
@@ -154,6 +161,9 @@ def decode(fields: Mapping[str, str]) -> Confirmation | None:
     refs.update({k[4:]: v for k, v in fields.items() if k.startswith("ref:")})
     data["prompt_refs"] = refs
     data["owner"] = fields.get("owner")
+    if "votes_n" in fields:  # the votes in the order they were written (scripts.VOTE)
+        count = int(fields["votes_n"])
+        data["votes"] = [json.loads(fields[f"vote:{n}"]) for n in range(1, count + 1)]
     c = Confirmation.from_dict(data)
     execution = Execution(
         state=ExecState(fields.get("x_state", ExecState.WAITING.value)),

@@ -32,6 +32,8 @@ from gateway.confirm.model import (
     ExecState,
     Instance,
     Status,
+    Vote,
+    VoteOutcome,
 )
 from gateway.storage.confirmations import (
     ConfirmationExistsError,
@@ -64,6 +66,14 @@ DEFAULT_POOL_TIMEOUT_SECONDS = 5.0
 _PING_TIMEOUT_SECONDS = 2.0
 # How many settled records one purge script drops before yielding the server to others.
 _PURGE_BATCH = 500
+# What scripts.VOTE answers.
+_VOTE_CODES = {
+    0: VoteOutcome.NOT_FOUND,
+    1: VoteOutcome.COUNTED,
+    2: VoteOutcome.REFUSED,
+    3: VoteOutcome.APPROVED,
+    4: VoteOutcome.ALREADY_VOTED,
+}
 
 
 @fail_closed
@@ -95,6 +105,7 @@ class RedisConfirmationStore(ConfirmationStore):
         self._writer = secrets.token_hex(8)
         self._create = redis.register_script(lua.CREATE)
         self._finish = redis.register_script(lua.FINISH)
+        self._vote = redis.register_script(lua.VOTE)
         self._set_ref = redis.register_script(lua.SET_REF)
         self._swap_detail = redis.register_script(lua.SWAP_DETAIL)
         self._claim = redis.register_script(lua.CLAIM)
@@ -297,6 +308,40 @@ class RedisConfirmationStore(ConfirmationStore):
             ],
         )
         return decode(pairs(flat)), int(code) == 1
+
+    async def vote(
+        self,
+        confirmation_id: str,
+        vote: Vote,
+        *,
+        events: Sequence[AuditEvent] = (),
+        approved_events: Sequence[AuditEvent] = (),
+    ) -> tuple[Confirmation | None, VoteOutcome]:
+        decision = {
+            "decided_by": vote.actor,
+            "decided_at": vote.at,
+            "decided_via": vote.via,
+            "reason": None,
+            "feedback": False,
+        }
+        code, flat = await self._vote(
+            keys=[self._keys.record(confirmation_id)],
+            args=[
+                self._keys.prefix,
+                confirmation_id,
+                number(vote.at),
+                vote.person,
+                dumps(vote.to_dict()),
+                dumps(decision),
+                self._finished_ttl,
+                self._keys.finished_stream,
+                STREAM_MAXLEN,
+                self._writer,
+                event_lines(events),
+                event_lines(approved_events),
+            ],
+        )
+        return decode(pairs(flat)), _VOTE_CODES[int(code)]
 
     async def set_prompt_ref(self, confirmation_id: str, key: str, value: str) -> None:
         await self._set_ref(keys=[self._keys.record(confirmation_id)], args=[key, value])

@@ -4,7 +4,8 @@ Layout (``P`` = the store's prefix; see ``RedisKeys``):
 
 - ``P:c:{id}`` hash: ``record`` (the JSON at creation), the fields that change (``status``,
   ``decision`` JSON, ``edit`` JSON of an approval that changed the call, ``decided_at``,
-  ``owner``, ``ref:<key>``) and the execution ledger as
+  ``owner``, ``ref:<key>``, the votes ``vote:<n>``, ``voter:<person>``, ``votes_n``, and
+  ``approvals`` as created) and the execution ledger as
   ``x_state``, ``x_by``, ``x_lease``, ``x_attempts``, ``x_started``, ``x_finished``,
   ``x_result``. Floats travel as Python ``repr`` strings and are only compared here
   (``tonumber``), never formatted by Lua, which would round them to 14 digits.
@@ -52,6 +53,27 @@ local function settle(p, rec, id)
   local at = f[3] or f[4]
   redis.call('ZADD', p .. ':settled', at, id .. '|' .. f[1] .. '|' .. f[2])
 end
+-- pending -> new (a decision, the expiry, a cancel, the last vote): the record, its
+-- indexes, the ledger of an end that runs nothing, the TTL, the audit lines, the feed.
+local function end_pending(p, id, rec, new, now, decision, ttl, lines, stream, maxlen,
+                           writer)
+  local f = redis.call('HMGET', rec, 'session_key', 'owner', 'created_at')
+  redis.call('HSET', rec, 'status', new, 'decision', decision, 'decided_at', now)
+  redis.call('ZREM', p .. ':pending:' .. f[1], id)
+  redis.call('ZREM', p .. ':pending-all', id)
+  redis.call('ZADD', p .. ':status:' .. new, f[3], id)
+  if new == 'approved' then
+    redis.call('ZADD', p .. ':approved-waiting', f[3], id)
+  else
+    redis.call('HSET', rec, 'x_state', 'skipped', 'x_finished', now)
+    if f[2] then redis.call('ZREM', p .. ':owned:' .. f[2], id) end
+    settle(p, rec, id)
+  end
+  redis.call('EXPIRE', rec, ttl)
+  add_events(p, id, rec, lines)
+  redis.call('EXPIRE', p .. ':ev:' .. id, ttl)
+  announce(stream, maxlen, id, 'resolved', writer)
+end
 """
 
 # KEYS: record, then every index the new record joins (a pending one: KEYS[4] is
@@ -88,30 +110,46 @@ FINISH = (
     + """
 local p, id, new, now = ARGV[1], ARGV[2], ARGV[3], ARGV[5]
 local rec = KEYS[1]
-local f = redis.call('HMGET', rec, 'status', 'expires_at', 'session_key', 'owner',
-                     'created_at')
+local f = redis.call('HMGET', rec, 'status', 'expires_at')
 if not f[1] then return {0, {}} end
 if f[1] ~= 'pending' then return {2, redis.call('HGETALL', rec)} end
 if ARGV[4] == '1' and not (tonumber(f[2]) > tonumber(now)) then
   return {3, redis.call('HGETALL', rec)}
 end
-redis.call('HSET', rec, 'status', new, 'decision', ARGV[6], 'decided_at', now)
 if ARGV[10] ~= '' then redis.call('HSET', rec, 'edit', ARGV[10]) end
-redis.call('ZREM', p .. ':pending:' .. f[3], id)
-redis.call('ZREM', p .. ':pending-all', id)
-redis.call('ZADD', p .. ':status:' .. new, f[5], id)
-if new == 'approved' then
-  redis.call('ZADD', p .. ':approved-waiting', f[5], id)
-else
-  redis.call('HSET', rec, 'x_state', 'skipped', 'x_finished', now)
-  if f[4] then redis.call('ZREM', p .. ':owned:' .. f[4], id) end
-  settle(p, rec, id)
-end
-redis.call('EXPIRE', rec, ARGV[7])
-add_events(p, id, rec, ARGV[12])
-redis.call('EXPIRE', p .. ':ev:' .. id, ARGV[7])
-announce(ARGV[8], ARGV[9], id, 'resolved', ARGV[11])
+end_pending(p, id, rec, new, now, ARGV[6], ARGV[7], ARGV[12], ARGV[8], ARGV[9], ARGV[11])
 return {1, redis.call('HGETALL', rec)}
+"""
+)
+
+# model.vote_on in Lua. A vote is the hash field ``vote:<n>`` (its JSON, n counted by
+# ``votes_n``) beside ``voter:<person>``, which refuses the same person's second vote; the
+# ``approvals``-th vote ends the record as FINISH does with approved.
+# KEYS: record. ARGV: prefix, id, now, person, vote JSON, decision JSON (of the approval),
+# finished ttl seconds, feed stream, its MAXLEN, writer, audit events of the vote, audit
+# events of the approval (one a line).
+# Returns {code, HGETALL}: 0 missing, 1 counted, 2 not pending or past the deadline,
+# 3 counted and approved, 4 this person voted already.
+VOTE = (
+    _LIB
+    + """
+local p, id, now = ARGV[1], ARGV[2], ARGV[3]
+local rec = KEYS[1]
+local f = redis.call('HMGET', rec, 'status', 'expires_at', 'approvals')
+if not f[1] then return {0, {}} end
+if f[1] ~= 'pending' or not (tonumber(f[2]) > tonumber(now)) then
+  return {2, redis.call('HGETALL', rec)}
+end
+if redis.call('HEXISTS', rec, 'voter:' .. ARGV[4]) == 1 then
+  return {4, redis.call('HGETALL', rec)}
+end
+local n = redis.call('HINCRBY', rec, 'votes_n', 1)
+redis.call('HSET', rec, 'vote:' .. n, ARGV[5], 'voter:' .. ARGV[4], '1')
+add_events(p, id, rec, ARGV[11])
+if n < tonumber(f[3] or '0') then return {1, redis.call('HGETALL', rec)} end
+end_pending(p, id, rec, 'approved', now, ARGV[6], ARGV[7], ARGV[12], ARGV[8], ARGV[9],
+            ARGV[10])
+return {3, redis.call('HGETALL', rec)}
 """
 )
 

@@ -27,6 +27,9 @@ from gateway.confirm.model import (
     ExecState,
     Instance,
     Status,
+    Vote,
+    VoteOutcome,
+    vote_on,
 )
 from gateway.storage.confirmations import (
     ConfirmationExistsError,
@@ -232,6 +235,50 @@ class SqliteConfirmationStore(ConfirmationStore):
         if changed:
             self._feed.announce(confirmation_id, "resolved")
         return current, changed
+
+    async def vote(
+        self,
+        confirmation_id: str,
+        vote: Vote,
+        *,
+        events: Sequence[AuditEvent] = (),
+        approved_events: Sequence[AuditEvent] = (),
+    ) -> tuple[Confirmation | None, VoteOutcome]:
+        # Read, judge (model.vote_on) and write in one IMMEDIATE transaction: the write
+        # lock is held from the read on, so handles and processes on the file take turns.
+        sql = (
+            "UPDATE confirmations SET votes = ?, status = ?, decided_by = ?, decided_at = ?,"
+            " decided_via = ?, reason = NULL, feedback = 0 WHERE id = ? AND status = 'pending' "
+            + rows.RETURNING
+        )
+
+        def cast(conn: sqlite3.Connection) -> tuple[Confirmation | None, VoteOutcome]:
+            current = rows.one(conn, f"{rows.SELECT} WHERE id = ?", (confirmation_id,))
+            if current is None:
+                return None, VoteOutcome.NOT_FOUND
+            done, outcome = vote_on(current, vote)
+            if done is None:
+                return current, outcome
+            written = rows.one(
+                conn,
+                sql,
+                (
+                    rows.to_json([v.to_dict() for v in done.votes]),
+                    done.status.value,
+                    done.decided_by,
+                    done.decided_at,
+                    done.decided_via,
+                    confirmation_id,
+                ),
+            )
+            approved = outcome is VoteOutcome.APPROVED
+            rows.insert_events(conn, (*events, *approved_events) if approved else events)
+            return written, outcome
+
+        current, outcome = await self._db.run(lambda conn: transaction(conn, cast))
+        if outcome is VoteOutcome.APPROVED:
+            self._feed.announce(confirmation_id, "resolved")
+        return current, outcome
 
     def lifecycle_feed(self) -> AbstractAsyncContextManager[AsyncIterator[FeedEntry]]:
         # Not shared (one gateway serves a data dir): its own changes are the whole feed.

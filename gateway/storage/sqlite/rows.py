@@ -43,6 +43,8 @@ COLUMNS = (
     "owner",
     "idempotent",
     "continuation",
+    "approvals",
+    "votes",
 )
 SELECT = f"SELECT seq, {', '.join(COLUMNS)} FROM confirmations"
 INSERT = (
@@ -106,6 +108,8 @@ def values(c: Confirmation) -> tuple[Any, ...]:
         c.owner,
         int(c.idempotent),
         None if c.continuation is None else to_json(dict(c.continuation)),
+        c.approvals,
+        to_json([v.to_dict() for v in c.votes]),
     )
 
 
@@ -146,6 +150,8 @@ def confirmation(row: sqlite3.Row) -> Confirmation:
             "owner": row["owner"],
             "idempotent": bool(row["idempotent"]),
             "continuation": None if continuation is None else json.loads(continuation),
+            "approvals": row["approvals"],
+            "votes": json.loads(row["votes"]),
         }
     )
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # The execution states of a record someone still answers for (ExecState not is_final).
 # Written out, not bound: a partial index is used only when the query repeats its WHERE
@@ -57,7 +57,9 @@ CREATE TABLE IF NOT EXISTS confirmations (
     result       TEXT,
     owner        TEXT,
     idempotent   INTEGER NOT NULL DEFAULT 0,
-    continuation TEXT                        -- JSON object, or NULL
+    continuation TEXT,                       -- JSON object, or NULL
+    approvals    INTEGER NOT NULL DEFAULT 0, -- people who must approve (schema 3)
+    votes        TEXT NOT NULL DEFAULT '[]'  -- JSON list of Vote (schema 3)
 );
 
 CREATE TABLE IF NOT EXISTS confirmation_events (
@@ -143,11 +145,18 @@ DROP TABLE confirmation_events_v1;
 """
 
 
+# Schema 2 -> 3 (issue 25): several approvers; a record of schema 2 needed one decision.
+_FROM_V2 = """
+ALTER TABLE confirmations ADD COLUMN approvals INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE confirmations ADD COLUMN votes TEXT NOT NULL DEFAULT '[]';
+"""
+
+
 def migrate(conn: sqlite3.Connection) -> int:
     """Bring the file to ``SCHEMA_VERSION`` in one transaction; the version found.
 
-    A new file gets the tables; a schema 1 file is rebuilt; a file from a newer gateway
-    is refused (this one would misread it).
+    A new file gets the tables; a schema 1 file is rebuilt; schema 2 gains the votes; a
+    file from a newer gateway is refused (this one would misread it).
     """
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -158,7 +167,9 @@ def migrate(conn: sqlite3.Connection) -> int:
                 f"{SCHEMA_VERSION}: upgrade the gateway or use another data_dir"
             )
         if version == 1:
-            _run(conn, _FROM_V1)
+            _run(conn, _FROM_V1)  # rebuilt with the tables of this version
+        elif version == 2:
+            _run(conn, _FROM_V2)
         _run(conn, _TABLES + _INDEXES)
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
         conn.execute("COMMIT")
