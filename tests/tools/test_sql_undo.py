@@ -443,3 +443,25 @@ async def test_a_batch_is_undone_whole_last_statement_first(start: Start, kind: 
     assert undo.details["rows_affected"] == 4
     assert (await chat.approved(undo)).execution.state is ExecState.SUCCEEDED
     assert values(await chat.rows()) == before
+
+
+@pytest.mark.parametrize("kind", ["sqlite"])
+async def test_an_undo_needs_as_many_approvals_as_its_change(start: Start, kind: str) -> None:
+    # The rule names sql_modify only: the undo still needs the two approvers it needed.
+    chat = await start(
+        kind,
+        confirmation={"approvers": ["bob", "carol"]},
+        policy={"rules": [{"name": "two", "tool": "sql_modify", "approvals": 2}]},
+    )
+    change = await chat.held(f"/sql DELETE FROM {chat.table} WHERE id = 2")
+    assert change.approvals == 2
+    await chat.say(f"确认 {change.id}", sender="bob")
+    await chat.approved(change, by="carol")
+    undo = await chat.held(f"撤销 {change.id}")
+    assert undo.approvals == 2 and undo.four_eyes
+    await chat.say(f"确认 {undo.id}", sender="bob")
+    await wait_record(chat.gw, undo.id, lambda r: len(r.votes) == 1, what="bob's vote")
+    assert len(values(await chat.rows())) == 3  # one approval of two: nothing restored
+    ran = await chat.approved(undo, by="carol")
+    assert ran.execution.state is ExecState.SUCCEEDED
+    assert len(values(await chat.rows())) == 4
