@@ -145,6 +145,8 @@ class GrantBook:
             raise GrantRefusedError(texts.GRANT_NOT_CRITICAL)
         if c.four_eyes:
             raise GrantRefusedError(texts.GRANT_NOT_FOUR_EYES)
+        if c.details.get("hold"):  # covering(held=True) would never use it
+            raise GrantRefusedError(texts.GRANT_NOT_HELD)
         low, high = SHAPED_MINUTES if (pin == "args" or single_use) else (1, MAX_MINUTES[scope])
         if not low <= minutes <= high:
             raise GrantRefusedError(texts.grant_length(scope, high, least=low))

@@ -87,8 +87,9 @@ class CardView:
 
 def grant_offered(c: Confirmation) -> bool:
     """Whether a card or the admin page offers "approve and stop asking" for ``c``: never
-    where a grant could not apply (``GrantBook.give`` refuses those anyway)."""
-    return c.risk is not Risk.CRITICAL and not c.four_eyes
+    where a grant could not apply (``GrantBook.give`` refuses those anyway): a held call
+    (``details["hold"]``, e.g. ``sql_undo``) is never covered by one."""
+    return c.risk is not Risk.CRITICAL and not c.four_eyes and not c.details.get("hold")
 
 
 def card_view(

@@ -84,6 +84,9 @@ def _shaped_given(grant: Grant, until: str) -> str:
 
 GRANT_NOT_CRITICAL = "critical 操作每次都要确认 / critical calls are always asked for, one by one"
 GRANT_NOT_FOUR_EYES = "四眼操作每次都要第二人确认 / four-eyes calls need a second person each time"
+GRANT_NOT_HELD = (
+    "此调用每次都要确认，授权不会覆盖它 / this call is asked for every time: no grant covers it"
+)
 
 
 def grant_length(scope: str, most: int, *, least: int = 1) -> str:

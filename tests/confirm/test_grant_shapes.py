@@ -14,6 +14,7 @@ import pytest
 
 from gateway.confirm.grants import SINGLE_USED, GrantBook, GrantRefusedError
 from gateway.confirm.model import Grant, Risk, ToolCall
+from gateway.confirm.views import card_view, grant_offered
 from gateway.storage.grants import MemoryGrantStore
 from tests.confirm.test_grants_contract import DELETE, Clock, Opener, ask, confirmation
 from tests.confirm.test_grants_contract import opener as opener  # the fixture, every backend
@@ -100,3 +101,17 @@ async def test_a_single_use_grant_the_store_cannot_use_up_covers_nothing() -> No
         confirmation(), scope="session", minutes=60, by="bob", via="admin", single_use=True
     )
     assert await ask(book) is None
+
+
+async def test_a_held_call_offers_no_grant_and_is_given_none(opener: Opener) -> None:
+    """A held call (sql_undo, SQL calling a function off the allow-list) is asked every
+    time: its card must not offer "approve and stop asking" — a grant on it would never be
+    used (GrantBook.covering(held=True)), so the button would lie."""
+    held = confirmation(details={"statement": DELETE["sql"], "hold": "always asked"})
+    assert grant_offered(confirmation())
+    assert not grant_offered(held)
+    assert not card_view(held).grant.allowed
+    book = GrantBook(await opener(), clock=Clock())
+    with pytest.raises(GrantRefusedError, match="no grant covers it"):
+        await book.give(held, scope="session", minutes=30, by="bob", via="card")
+    assert await book.live() == []
