@@ -69,11 +69,20 @@ async def check_fits(page: Page, card: Locator) -> None:
 
 
 async def shoot(what: Locator | Page, name: str) -> None:
+    """A picture of ``what``; a card taller than the chat log is shot whole (the page made
+    taller, the width kept at the phone's), else the log's edge cuts its buttons off."""
+    page = what.page if isinstance(what, Locator) else None
+    box = await what.bounding_box() if isinstance(what, Locator) else None
+    if page is not None and box is not None and box["height"] > PHONE["height"] / 2:
+        await page.set_viewport_size({"width": PHONE["width"], "height": int(box["height"]) + 400})
+        await what.scroll_into_view_if_needed()
     ARTIFACTS.mkdir(exist_ok=True)
     await what.screenshot(path=str(ARTIFACTS / name))
     if os.environ.get("GATEWAY_UPDATE_SCREENSHOTS") == "1":
         DOC_IMAGES.mkdir(parents=True, exist_ok=True)
         await what.screenshot(path=str(DOC_IMAGES / name))
+    if page is not None:
+        await page.set_viewport_size(PHONE)
 
 
 async def test_card_is_readable_at_phone_width(
