@@ -96,8 +96,15 @@ class SqlDatabase:
         self.url = url
         self.engine: AsyncEngine = create_async_engine(url)
         self.backend = make_url(url).get_backend_name()
+        # Where approved changes and undos run. On SQLite a write transaction that reads
+        # first (the drift check, the undo's snapshot) must take the write lock at BEGIN:
+        # two deferred ones that both read, then write, leave one "database is locked" at
+        # once, without waiting (tests/process/test_votes_serve.py: two calls approved by
+        # one reply, the second failed).
+        self.writer: AsyncEngine = self.engine
         if self.backend == "sqlite":
             _transactional_sqlite(self.engine)
+            self.writer = self.engine.execution_options(sqlite_begin="IMMEDIATE")
         self.dialect = SQL_DIALECTS.get(self.backend, self.backend)
         _reset_on_return(self.engine, self.dialect)
         self.max_rows = max_rows
@@ -263,7 +270,7 @@ class SqlDatabase:
         checks: list[dict[str, Any]] = []
         seen = list(approved.details.get("effects") or []) if approved is not None else []
         try:
-            async with self.engine.begin() as conn:
+            async with self.writer.begin() as conn:
                 for index, s in enumerate(analysis.statements):
                     if approved is not None:
                         await self._check_drift(conn, s, index, seen, checks)
@@ -294,7 +301,7 @@ class SqlDatabase:
         """Undo a kept change in one transaction (gateway/tools/sql_undo.restore); rows
         restored. ChangedSinceError, rolled back, when rows changed since."""
         try:
-            async with self.engine.begin() as conn:
+            async with self.writer.begin() as conn:
                 return await restore(conn, snapshot, dialect=self.dialect)
         except DBAPIError as exc:
             raise _failed(exc) from exc
@@ -348,7 +355,9 @@ def _transactional_sqlite(engine: AsyncEngine) -> None:
 
     @event.listens_for(engine.sync_engine, "begin")
     def _begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN")
+        # sqlite_begin="IMMEDIATE" on the writer engine (SqlDatabase.writer).
+        mode = conn.get_execution_options().get("sqlite_begin", "")
+        conn.exec_driver_sql(f"BEGIN {mode}".strip())
 
 
 # What the drivers say when a statement names a table or column that is not there, or does

@@ -8,6 +8,7 @@ with the sentence and the rows are still there.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -199,3 +200,24 @@ async def test_through_the_gateway_a_grown_delete_fails_with_the_sentence(
         [fresh] = again.confirmation.details["effects"]
         assert fresh["total"] == 4 and fresh["keys"] == [["2"], ["3"], ["6"], ["7"]]
     assert await db.rows(f"SELECT COUNT(*) FROM {table} WHERE status = 1") == [(4,)]
+
+
+async def test_two_approved_changes_at_once_both_run(db: Db) -> None:
+    """Two calls approved by one reply run side by side, each reading its rows again first.
+    On SQLite two deferred transactions that read and then write left the second with
+    "database is locked" at once (found by tests/process/test_votes_serve.py); the writer
+    takes the lock at BEGIN, so the second waits its turn."""
+    table = await orders(db)
+    first, second = f"DELETE FROM {table} WHERE id = 2", f"DELETE FROM {table} WHERE id = 3"
+    (t1, a1, _), (t2, a2, _) = await approve(db, first), await approve(db, second)
+    for _ in range(5):  # the race is the point: run the pair a few times
+        outs = await asyncio.gather(
+            t1.run_approved(t1.parse_args({"sql": first}), a1),
+            t2.run_approved(t2.parse_args({"sql": second}), a2),
+            return_exceptions=True,
+        )
+        assert outs == ["DELETE: 1 行 / 1 row"] * 2, outs
+        await db.execute(
+            f"INSERT INTO {table} (id, customer, amount, status) "
+            "VALUES (2, 'Bob', 80, 1), (3, 'Carol', 45.25, 1)"
+        )
