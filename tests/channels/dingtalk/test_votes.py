@@ -68,4 +68,5 @@ async def test_two_approvers_every_card_shows_the_tally_then_the_approval(
             lambda t=track: (fake.card(t) or {}).get("status") == "approved",
             what=f"card {track} approved",
         )
-        assert button_ids(fake.card(track) or {}) == []
+        # No decision is left to make; the group card may offer undo once the run ended.
+        assert set(button_ids(fake.card(track) or {})) <= {"undo"}
