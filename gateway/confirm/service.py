@@ -13,6 +13,9 @@ record goes on with it; adoption does when that process died first (adoption.py)
 
 Around it: replies read from the bus (intercept.py), the expiry timers (deadlines.py), and
 other replicas and restarts (replicas.py).
+
+One module past 600 lines on purpose: it is the one class that judges who may decide and
+ends records (votes included), and splitting it would put a second door beside ``answer``.
 """
 
 from __future__ import annotations

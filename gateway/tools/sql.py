@@ -1,7 +1,10 @@
 """SQL tools: ``sql_query`` (read-only) and ``sql_modify`` (changes, held for a person).
 
 Statements are classified in sql_analysis.py; databases are reached through SQLAlchemy
-async URLs (aiosqlite, asyncpg, aiomysql).
+async URLs (aiosqlite, asyncpg, aiomysql). The rows a change would touch are read in
+sql_effect.py, what a change keeps for its undo in sql_undo.py; this module is the database
+handle (its read-only and write transactions, on three backends) and the two tools, one
+seam: past 600 lines because each backend's transaction rules live beside each other here.
 """
 
 from __future__ import annotations
