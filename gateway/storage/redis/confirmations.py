@@ -43,6 +43,7 @@ from gateway.storage.confirmations import (
     PendingLimits,
     check_edit,
 )
+from gateway.storage.redis import answering
 from gateway.storage.redis import scripts as lua
 from gateway.storage.redis.codec import (
     DETAIL,
@@ -142,12 +143,7 @@ class RedisConfirmationStore(ConfirmationStore):
         pool = BlockingConnectionPool.from_url(
             url, max_connections=max_connections, timeout=pool_timeout_seconds, **client_kwargs
         )
-        client = Redis.from_pool(pool)
-        try:
-            await client.ping()
-        except BaseException:
-            await client.aclose()
-            raise
+        client = await answering(Redis.from_pool(pool))
         return cls(
             client, prefix=prefix, finished_ttl_seconds=finished_ttl_seconds, close_client=True
         )

@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 
 from gateway.confirm.model import Grant, GrantEvent
 from gateway.storage.grants import GrantStore
+from gateway.storage.redis import answering
 
 # The longest grant (30 days) and a week after it.
 EVENTS_KEPT_SECONDS = 37 * 24 * 3600
@@ -42,12 +43,7 @@ class RedisGrantStore(GrantStore):
 
     @classmethod
     async def from_url(cls, url: str, *, prefix: str, **client_kwargs: Any) -> RedisGrantStore:
-        client: Redis = Redis.from_url(url, **client_kwargs)
-        try:
-            await client.ping()
-        except BaseException:
-            await client.aclose()
-            raise
+        client = await answering(Redis.from_url(url, **client_kwargs))
         return cls(client, prefix=prefix, close_client=True)
 
     async def close(self) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from gateway.storage.redis import answering
 from gateway.storage.undo import UndoSnapshot, UndoStore
 
 _BACKSTOP_SECONDS = 24 * 3600
@@ -45,12 +46,7 @@ class RedisUndoStore(UndoStore):
 
     @classmethod
     async def from_url(cls, url: str, *, prefix: str, **client_kwargs: Any) -> RedisUndoStore:
-        client: Redis = Redis.from_url(url, **client_kwargs)
-        try:
-            await client.ping()
-        except BaseException:
-            await client.aclose()
-            raise
+        client = await answering(Redis.from_url(url, **client_kwargs))
         return cls(client, prefix=prefix, close_client=True)
 
     async def close(self) -> None:

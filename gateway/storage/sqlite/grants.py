@@ -12,6 +12,7 @@ import aiosqlite
 
 from gateway.confirm.model import Grant, GrantEvent
 from gateway.storage.grants import GrantStore
+from gateway.storage.sqlite import connect
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS grants (
@@ -44,16 +45,7 @@ class SqliteGrantStore(GrantStore):
 
     @classmethod
     async def open(cls, path: Path, *, busy_timeout_ms: int = 5000) -> SqliteGrantStore:
-        conn = await aiosqlite.connect(str(path), isolation_level=None)
-        try:
-            await conn.execute("PRAGMA journal_mode = WAL")
-            await conn.execute("PRAGMA synchronous = FULL")
-            await conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            await conn.executescript(_SCHEMA)
-        except BaseException:
-            await conn.close()
-            raise
-        return cls(conn)
+        return cls(await connect(path, _SCHEMA, busy_timeout_ms=busy_timeout_ms))
 
     async def close(self) -> None:
         await self._conn.close()

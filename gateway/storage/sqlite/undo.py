@@ -9,6 +9,7 @@ from pathlib import Path
 
 import aiosqlite
 
+from gateway.storage.sqlite import connect
 from gateway.storage.undo import UndoSnapshot, UndoStore
 
 _SCHEMA = """
@@ -29,16 +30,7 @@ class SqliteUndoStore(UndoStore):
 
     @classmethod
     async def open(cls, path: Path, *, busy_timeout_ms: int = 5000) -> SqliteUndoStore:
-        conn = await aiosqlite.connect(str(path), isolation_level=None)
-        try:
-            await conn.execute("PRAGMA journal_mode = WAL")
-            await conn.execute("PRAGMA synchronous = FULL")
-            await conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            await conn.executescript(_SCHEMA)
-        except BaseException:
-            await conn.close()
-            raise
-        return cls(conn)
+        return cls(await connect(path, _SCHEMA, busy_timeout_ms=busy_timeout_ms))
 
     async def close(self) -> None:
         await self._conn.close()
