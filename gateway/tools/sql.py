@@ -76,6 +76,8 @@ _CLIENT_GRACE_SECONDS = 2.0
 # The kinds whose row count is rows changed. DDL's is -1 or, on MariaDB, 0: it is said to
 # have run, never "? rows" or "0 rows" (issue 26).
 _ROW_COUNTED = frozenset({"INSERT", "UPDATE", "DELETE", "MERGE", "SELECT INTO"})
+# Whose count of rows touched is the approved total (an INSERT may touch fewer: ON CONFLICT).
+_HELD_TO_COUNT = frozenset({"UPDATE", "DELETE"})
 
 
 class StatementTimeoutError(ToolFailedError, TimeoutError):
@@ -275,13 +277,16 @@ class SqlDatabase:
         try:
             async with self.writer.begin() as conn:
                 for index, s in enumerate(analysis.statements):
+                    now = None
                     if approved is not None:
-                        await self._check_drift(conn, s, index, seen, checks)
+                        now = await self._check_drift(conn, s, index, seen, checks)
                     sql = s.sql if keeper is None else await keeper.before(conn, index, s)
                     result = await asyncio.wait_for(
                         conn.exec_driver_sql(sql), timeout=self.timeout_seconds
                     )
                     n = result.rowcount if s.kind in _ROW_COUNTED and result.rowcount >= 0 else None
+                    if now is not None and n is not None:
+                        self._check_touched(s, index, seen, n, now, checks)
                     if keeper is not None:
                         returned = await keeper.after(conn, index, s, result)
                         n = n if returned is None else returned  # INSERT ... RETURNING
@@ -316,12 +321,13 @@ class SqlDatabase:
         index: int,
         approved: Sequence[Mapping[str, Any]],
         checks: list[dict[str, Any]],
-    ) -> None:
+    ) -> list[Effect] | None:
         """Read statement ``index``'s effect again, just before it runs, and raise
-        EffectChangedError if it is not what was approved (``checks`` gets what was found)."""
+        EffectChangedError if it is not what was approved (``checks`` gets what was found).
+        The effect read, or None when there was nothing to compare with."""
         was = [e for e in approved if e.get("statement") == index and checkable(e)]
         if not was:
-            return  # nothing was shown to compare with: the approver saw "cannot preview"
+            return None  # nothing was shown to compare with: the approver saw "cannot preview"
         try:
             now = await self._effect_reader(conn).effects(statement, index)
         except NoSuchTableError:  # gone since approval: nothing to compare is a change too
@@ -335,6 +341,40 @@ class SqlDatabase:
                 detail=f"statement {index}: {changed}",
                 effect=now,
             )
+        return now
+
+    def _check_touched(
+        self,
+        statement: SqlStatement,
+        index: int,
+        approved: Sequence[Mapping[str, Any]],
+        touched: int,
+        now: list[Effect],
+        checks: list[dict[str, Any]],
+    ) -> None:
+        """Hold what a DELETE or UPDATE touched to the approved total as well: the drift
+        check and the change share a transaction but not a lock, so on PostgreSQL and MariaDB
+        another session may commit between them; the rows the change itself counted show it.
+        Beyond ``drift_tolerance`` it raises EffectChangedError and everything rolls back."""
+        was = [e for e in approved if e.get("statement") == index and checkable(e)]
+        if statement.kind not in _HELD_TO_COUNT or len(was) != 1:
+            return
+        total = int(was[0]["total"])
+        if abs(touched - total) <= self.drift_tolerance:
+            return
+        check = {
+            "statement": index,
+            "kind": statement.kind,
+            "table": was[0].get("table"),
+            "approved": total,
+            "now": touched,
+            "touched": True,  # counted by the change, not by the check before it
+            "changed": True,
+        }
+        checks.append(check)
+        raise EffectChangedError(
+            texts.effect_changed([check]), detail=f"statement {index}: {check}", effect=now
+        )
 
 
 def _hold(blocked: Sequence[str], analysis: SqlAnalysis) -> str | None:

@@ -221,3 +221,65 @@ async def test_two_approved_changes_at_once_both_run(db: Db) -> None:
             f"INSERT INTO {table} (id, customer, amount, status) "
             "VALUES (2, 'Bob', 80, 1), (3, 'Carol', 45.25, 1)"
         )
+
+
+async def _waits_for_a_row_lock(db: Db, table: str) -> None:
+    """Until a statement on ``table`` waits for a row lock another session holds."""
+    query = {
+        "postgresql": "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+        f" AND position('{table}' in query) > 0",
+        "mariadb": "SELECT COUNT(*) FROM information_schema.INNODB_TRX"
+        f" WHERE trx_state = 'LOCK WAIT' AND INSTR(trx_query, '{table}') > 0",
+    }[db.kind]
+    for _ in range(100):
+        if (await db.rows(query))[0][0]:
+            return
+        # MariaDB fills INNODB_TRX from a cache it refreshes when 0.1 s old: read it slower.
+        await asyncio.sleep(0.15)
+    raise AssertionError(f"nothing on {table} waited for the row lock")
+
+
+async def test_a_row_committed_between_the_check_and_the_change_rolls_it_back(db: Db) -> None:
+    """The check and the change share a transaction, not a lock: on PostgreSQL and MariaDB
+    another session can commit between them. Here it holds a lock on an approved row, so the
+    approved DELETE (its check passed: 3 rows) waits at that row; then it moves the row out of
+    the WHERE and commits. The DELETE touches 2 rows, not the 3 approved: everything rolls
+    back. (SQLite's writer holds the whole database from BEGIN: nobody commits between.)"""
+    if db.kind == "sqlite":
+        pytest.skip("SQLite's approved change holds the database lock from BEGIN")
+    table = await orders(db)
+    sql = f"DELETE FROM {table} WHERE status = 1"  # rows 2, 3 and 6
+    t, approved, notes = await approve(db, sql)
+    async with db.sql.engine.connect() as other:
+        await other.begin()
+        await other.exec_driver_sql(f"UPDATE {table} SET customer = 'held' WHERE id = 2")
+        run = asyncio.create_task(t.run_approved(t.parse_args({"sql": sql}), approved))
+        await _waits_for_a_row_lock(db, table)
+        await other.exec_driver_sql(f"UPDATE {table} SET status = 0 WHERE id = 2")
+        await other.commit()
+    with pytest.raises(EffectChangedError) as raised:
+        await run
+    assert "3 rows approved, 2 now" in str(raised.value)
+    assert await db.rows(f"SELECT COUNT(*) FROM {table}") == [(6,)]  # nothing went
+    [(kind, detail)] = notes.lines
+    assert (kind, detail["outcome"]) == ("drift_checked", "changed")
+    assert detail["checks"][-1] == {
+        "statement": 0,
+        "kind": "DELETE",
+        "table": table,
+        "approved": 3,
+        "now": 2,
+        "touched": True,
+        "changed": True,
+    }
+
+
+async def test_an_update_that_leaves_some_rows_as_they_were_runs(db: Db) -> None:
+    """The change's own count is of rows matched, not rows whose values moved (MariaDB
+    counts the latter unless asked otherwise): setting rows to what some already hold is
+    the approved change and runs."""
+    table = await orders(db)
+    sql = f"UPDATE {table} SET amount = 80 WHERE status = 1"  # row 2 already holds 80
+    t, approved, notes = await approve(db, sql)
+    assert await t.run_approved(t.parse_args({"sql": sql}), approved) == "UPDATE: 3 行 / 3 rows"
+    assert notes.lines[0][1]["outcome"] == "ok"
