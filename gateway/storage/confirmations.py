@@ -31,8 +31,9 @@ from gateway.runtime import ServiceUnavailable, retrying
 Confirmations = list[Confirmation]
 
 # requested: a pending record was created; resolved: its status ended (``finish``);
-# executed: its approved call ended (``finish_execution``: succeeded, failed, interrupted).
-FeedKind = Literal["requested", "resolved", "executed"]
+# executed: its approved call ended (``finish_execution``: succeeded, failed, interrupted);
+# voted: an approval was counted and the record still waits for more (``vote``).
+FeedKind = Literal["requested", "resolved", "executed", "voted"]
 
 
 @dataclass(frozen=True, slots=True)

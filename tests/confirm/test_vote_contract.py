@@ -172,13 +172,16 @@ class TestVoteContract:
             seen.add(final.status)
         assert seen  # at least one way; usually both across the rounds
 
-    async def test_only_the_approving_vote_is_announced(self, backend: Backend) -> None:
+    async def test_each_counted_vote_then_the_approval_is_announced(self, backend: Backend) -> None:
+        """Another replica's admin feed and cards hear of a vote short of the count
+        (``voted``) as of the last one (``resolved``); a refused second vote is no change."""
         watching = await backend.open()
         voting = await backend.open() if watching.shared else watching
         await watching.create(needs("AN01", 2))
+        local = voting is watching
         async with watching.lifecycle_feed() as feed:
             await voting.vote("AN01", vote("bob"))
             await voting.vote("AN01", vote("bob", at=T0 + 2))  # already voted
             await voting.vote("AN01", vote("carol", at=T0 + 3))
-            got = await asyncio.wait_for(anext(feed), timeout=5)
-            assert got == FeedEntry("AN01", "resolved", voting is watching)
+            got = [await asyncio.wait_for(anext(feed), timeout=5) for _ in range(2)]
+            assert got == [FeedEntry("AN01", "voted", local), FeedEntry("AN01", "resolved", local)]

@@ -158,3 +158,42 @@ async def test_an_expiry_on_the_asking_replica_shows_on_the_other_when_it_happen
     kind, cid, remote, event = await heard_b.next()
     assert (kind, cid, remote) == ("resolved", conf.id, True)
     assert event.confirmation.status is Status.EXPIRED
+
+
+async def test_a_vote_counted_on_one_replica_reaches_the_other_once() -> None:
+    """A call that takes two approvals: bob's vote reaches replica B; A's listeners (its
+    admin feed's ``confirmation.voted``, its copies) hear it as a remote ``voted`` with the
+    tally on the record, once; then carol's vote on B approves, heard once as ``resolved``."""
+    async with redis_prefix() as prefix:
+        stores = [await RedisConfirmationStore.from_url(REDIS_URL, prefix=prefix) for _ in "ab"]
+        a, b = (Harness(store=s, timeout=DEADLINE, approvers=("bob", "carol")) for s in stores)
+        try:
+            for h in (a, b):
+                await h.service.recover()
+            heard_a, heard_b = Heard(a.service), Heard(b.service)
+            task, conf = await a.ask(approvals=2, is_group=True)
+            assert (await heard_a.next())[:3] == ("requested", conf.id, False)
+
+            await b.reply("确认", sender="bob", is_group=True)
+            kind, cid, remote, event = await heard_a.next()
+            assert (kind, cid, remote) == ("voted", conf.id, True)
+            assert event.confirmation.status is Status.PENDING
+            assert [v.actor for v in event.confirmation.votes] == ["bob"]
+            assert (await heard_b.next())[:3] == ("requested", conf.id, True)
+            assert (await heard_b.next())[:3] == ("voted", conf.id, False)
+
+            await b.reply("确认", sender="carol", is_group=True)
+            kind, cid, remote, event = await heard_a.next()
+            assert (kind, cid, remote) == ("resolved", conf.id, True)
+            assert [v.actor for v in event.confirmation.votes] == ["bob", "carol"]
+            assert (await task).status is Status.APPROVED
+            # A marker: the next event A hears is about it, so neither vote came twice.
+            marker_task, marker = await a.ask()
+            assert (await heard_a.next())[:3] == ("requested", marker.id, False)
+            await a.service.cancel(marker.id, reason="test")
+            await marker_task
+        finally:
+            for h in (a, b):
+                await h.service.shutdown()
+            for s in stores:
+                await s.close()

@@ -143,6 +143,7 @@ class MemoryConfirmationStore(ConfirmationStore):
         if outcome is VoteOutcome.COUNTED:
             self._items[confirmation_id] = done
             self._add_events(events)
+            self._feed.announce(confirmation_id, "voted")
             return done, outcome
         # The last vote: the same end as finish(approved), votes and all.
         self._items[confirmation_id] = replace(current, votes=done.votes)

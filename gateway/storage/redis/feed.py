@@ -1,6 +1,7 @@
 """The cross-replica lifecycle feed: a Redis Stream read from a remembered last id.
 
-Each entry says which record changed, how (``requested``, ``resolved``, ``executed``) and
+Each entry says which record changed, how (``requested``, ``resolved``, ``executed``,
+``voted``) and
 which store handle wrote it, so a reader can tell its own process's changes from the
 other replicas'.
 
@@ -97,7 +98,7 @@ def _translated(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitabl
     return call
 
 
-_KINDS: dict[str, FeedKind] = {"requested": "requested", "executed": "executed"}
+_KINDS: dict[str, FeedKind] = {"requested": "requested", "executed": "executed", "voted": "voted"}
 
 
 def entry_of(fields: dict[Any, Any], writer: str) -> FeedEntry | None:

@@ -18,7 +18,8 @@ Layout (``P`` = the store's prefix; see ``RedisKeys``):
 - ``P:instances`` hash (id -> JSON) and ``P:alive:{id}`` (a key with TTL = the lease).
 - ``P:finished`` stream, the lifecycle feed (feed.py reads it): one entry
   ``id, kind, from`` per pending record created (``requested``), successful ``finish``
-  (``resolved``) and ``finish_execution`` (``executed``); ``from`` names the store handle
+  (``resolved``), ``finish_execution`` (``executed``) and vote counted short of the
+  approvals asked for (``voted``; the last one is ``resolved``); ``from`` names the store handle
   (the process) that wrote it. The name predates ``requested`` and ``executed``; it stays
   so that replicas of different versions share one feed during a rolling upgrade.
 
@@ -146,7 +147,10 @@ end
 local n = redis.call('HINCRBY', rec, 'votes_n', 1)
 redis.call('HSET', rec, 'vote:' .. n, ARGV[5], 'voter:' .. ARGV[4], '1')
 add_events(p, id, rec, ARGV[11])
-if n < tonumber(f[3] or '0') then return {1, redis.call('HGETALL', rec)} end
+if n < tonumber(f[3] or '0') then
+  announce(ARGV[8], ARGV[9], id, 'voted', ARGV[10])
+  return {1, redis.call('HGETALL', rec)}
+end
 end_pending(p, id, rec, 'approved', now, ARGV[6], ARGV[7], ARGV[12], ARGV[8], ARGV[9],
             ARGV[10])
 return {3, redis.call('HGETALL', rec)}

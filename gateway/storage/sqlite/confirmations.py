@@ -35,6 +35,7 @@ from gateway.storage.confirmations import (
     ConfirmationExistsError,
     ConfirmationStore,
     FeedEntry,
+    FeedKind,
     LocalFeed,
     PendingLimits,
     check_edit,
@@ -66,6 +67,8 @@ _MAY_CLAIM = (
     f" AND {IN_FLIGHT} AND attempts = 1 AND lease_until IS NOT NULL AND lease_until <= ?))"
 )
 _FINAL = frozenset({ExecState.SUCCEEDED, ExecState.FAILED, ExecState.INTERRUPTED})
+# What a vote tells the feed: a counted one, and the last one's end.
+_FED: dict[VoteOutcome, FeedKind] = {VoteOutcome.COUNTED: "voted", VoteOutcome.APPROVED: "resolved"}
 
 
 def _pending_sessions(conn: sqlite3.Connection) -> builtins.list[str]:
@@ -276,8 +279,8 @@ class SqliteConfirmationStore(ConfirmationStore):
             return written, outcome
 
         current, outcome = await self._db.run(lambda conn: transaction(conn, cast))
-        if outcome is VoteOutcome.APPROVED:
-            self._feed.announce(confirmation_id, "resolved")
+        if outcome in _FED:
+            self._feed.announce(confirmation_id, _FED[outcome])
         return current, outcome
 
     def lifecycle_feed(self) -> AbstractAsyncContextManager[AsyncIterator[FeedEntry]]:
