@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import signal
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -285,3 +286,10 @@ def drop_demo_orders(settings: Settings) -> None:
     it runs, after it was asked and approved."""
     with sqlite3.connect(settings.data_dir / "demo.db") as conn:
         conn.execute("DROP TABLE orders")
+
+
+def ctrl_c_delivered() -> None:
+    """``preexec_fn`` of a child on a pty (pexpect): Ctrl-C reaches it as SIGINT even when
+    the test run itself was started with SIGINT ignored (``nohup``, a background job of a
+    script), a disposition the child would otherwise inherit and keep."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -14,6 +14,7 @@ import pytest
 
 from config.settings import DEFAULT_KEYWORDS_FILE
 from tests.fakes.openai_server import FakeOpenAI, text, tool_calls
+from tests.support import ctrl_c_delivered
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,6 +42,7 @@ def chat(tmp_path: Path, fake_llm: FakeOpenAI) -> Iterator[pexpect.spawn]:
         cwd=str(tmp_path),
         env=env,
         encoding="utf-8",
+        preexec_fn=ctrl_c_delivered,
         timeout=30,
     )
     child.expect("Ctrl-D")

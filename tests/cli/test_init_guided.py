@@ -22,6 +22,7 @@ import pytest
 from tests.cli.support import ROOT
 from tests.fakes.dingtalk.server import FakeDingTalk
 from tests.fakes.feishu.server import FakeFeishu
+from tests.support import ctrl_c_delivered
 
 
 @pytest.fixture
@@ -49,6 +50,7 @@ class Session:
             cwd=str(cwd),
             env=clean,
             encoding="utf-8",
+            preexec_fn=ctrl_c_delivered,
             timeout=30,
         )
         self.child.logfile_read = self.screen

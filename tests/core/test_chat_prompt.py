@@ -19,6 +19,7 @@ from gateway.bus import InboundMessage, MessageBus, OutboundKind, OutboundMessag
 from gateway.confirm.model import Status
 from tests.core.test_texts import NOW, confirmation
 from tests.fakes.openai_server import FakeOpenAI, hold, text
+from tests.support import ctrl_c_delivered
 
 ROOT = Path(__file__).resolve().parents[2]
 UP = "\x1b[A"
@@ -43,6 +44,7 @@ def spawn_chat(tmp_path: Path, **env: str) -> pexpect.spawn:
         cwd=str(tmp_path),
         env=clean,
         encoding="utf-8",
+        preexec_fn=ctrl_c_delivered,
         timeout=30,
         dimensions=(40, 160),
     )

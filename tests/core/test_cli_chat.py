@@ -12,6 +12,7 @@ import pexpect
 import pytest
 
 from config.settings import DEFAULT_KEYWORDS_FILE
+from tests.support import ctrl_c_delivered
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,6 +33,7 @@ def spawn_chat(tmp_path: Path) -> pexpect.spawn:
         cwd=str(tmp_path),
         env=env,
         encoding="utf-8",
+        preexec_fn=ctrl_c_delivered,
         timeout=30,
     )
     child.expect("Ctrl-D")
