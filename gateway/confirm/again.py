@@ -11,7 +11,10 @@ Two things ask a call again (issue 25 item 4, issue 24 item 2):
 Both are this one mechanism. The first record is linked once, by the store's
 compare-and-set (``details["asked_again"]``: the new id, who, how, what it came to; an
 ``asked_again`` audit event), so two presses, on one replica or two, make one new question;
-a second ask is told where the first went. The new record carries
+a second ask is told where the first went. A link a process left ``asking`` when it died
+(between the link and the new question, or before the link said what it came to) is
+mended by the next ask once it is plainly given up: pointed at the question if one was
+made, else released so the ask is made again. The new record carries
 ``details["asked_again_from"]`` and an ``asked_again_from`` event. Between the two, the call
 is evaluated again — the tool's preview and the policy, the way the model's call was — by
 the tools layer (``ToolRunner.ask_again``, handed in with ``use``): this package judges who
@@ -60,6 +63,12 @@ LINK = "asked_again"
 FROM = "asked_again_from"
 
 Outcome = Literal["asked", "asking", "ran", "denied", "manual", "failed", "cancelled"]
+
+# A link still ``asking`` this long after it was written was cut short: the process that
+# wrote it died before the new question was made or before the link said so. The next ask
+# finishes it (``_mend``). Far longer than an ask takes (a preview is bounded by the SQL
+# tool's statement timeout), so a live ask is never taken for a dead one.
+ASKING_GIVEN_UP_SECONDS = 300.0
 
 # "重新发起 K7Q2", "retry K7Q2", "ask again K7Q2" (重试, 再问一次), with 请 / please before.
 _REPLY = re.compile(
@@ -181,6 +190,9 @@ class AskAgain:
         if first is None:
             return AgainResult(False, texts.unknown_id(cid))
         link = link_of(first)
+        if link is not None and link.get("outcome") == "asking":
+            first = await self._mend(first, link)
+            link = link_of(first)
         if link is not None and not released(link):
             return AgainResult(False, words.again_already(first, link))
         if first.status is Status.PENDING:
@@ -261,6 +273,28 @@ class AskAgain:
         if settled is not None:
             await self._update_cards(settled)
         return AgainResult(True, words.again_outcome(first.id, final), reasked)
+
+    async def _mend(self, first: Confirmation, link: Mapping[str, Any]) -> Confirmation:
+        """A link left ``asking`` by a process that died (``ASKING_GIVEN_UP_SECONDS``): if
+        the new question was made, the link now says so; if not, the ask is released and
+        may be made again. Compare-and-set from the link found, so one replica mends it."""
+        if self.clock() - float(link.get("at") or 0.0) < ASKING_GIVEN_UP_SECONDS:
+            return first  # still being asked, for all anyone knows: said so
+        made = await self.store.get(str(link.get("id") or ""))
+        outcome = "asked" if made is not None else "failed"
+        value = {**link, "outcome": outcome, "id": made.id if made is not None else None}
+        line = self.audit.event(
+            first.id, "asked_again_outcome", actor="gateway", outcome=outcome, id=value["id"]
+        )
+        mended, changed = await self.store.swap_detail(
+            first.id, LINK, expected=link, value=value, events=(line,)
+        )
+        if mended is None:
+            return first
+        if changed:
+            log.warning("confirm.again_mended", confirmation_id=first.id, outcome=outcome)
+            await self._update_cards(mended)
+        return mended
 
     async def _update_cards(self, first: Confirmation) -> None:
         """The first call's cards lose their button and say where it went."""

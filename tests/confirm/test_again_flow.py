@@ -21,7 +21,7 @@ from config.policy_settings import PolicySettings
 from config.settings import Settings
 from gateway.app import Gateway, build
 from gateway.bus import InboundMessage, OutboundKind
-from gateway.confirm.again import FROM, LINK
+from gateway.confirm.again import ASKING_GIVEN_UP_SECONDS, FROM, LINK
 from gateway.confirm.model import Confirmation, ExecState, Status, ToolCall
 from gateway.tools.policy import Policy
 from tests.services import REDIS_URL, redis_prefix
@@ -302,3 +302,56 @@ async def test_an_ask_refused_by_the_pending_cap_can_be_made_again_later(
         assert new is not None and new.details[FROM] == first.id
         linked = await gw.confirmations.get(first.id)
         assert linked is not None and linked.details[LINK]["id"] == new.id
+
+
+async def _leave_asking(chat: Chat, first: Confirmation, new_id: str, *, age: float) -> None:
+    """The link as a process leaves it when killed after writing it and before writing
+    what the ask came to: ``asking``, ``age`` seconds ago."""
+    current = await chat.gw.confirmations.get(first.id)
+    assert current is not None
+    asking = {"id": new_id, "by": "alice", "via": "text", "at": chat.clock() - age}
+    _, changed = await chat.gw.confirmations.store.swap_detail(
+        first.id, LINK, expected=current.details.get(LINK), value={**asking, "outcome": "asking"}
+    )
+    assert changed
+
+
+async def test_an_ask_cut_short_by_a_dead_process_is_made_again(chat: Chat) -> None:
+    """Killed between the link and the new question: no question exists. While that could
+    still be a live ask, a retry is told it is being asked; once it is plainly given up,
+    the retry asks the call again, and the link points at the new question."""
+    first = await chat.expired_call()
+    await _leave_asking(chat, first, "ZZ99", age=10)
+    chat.channel.skip_sent()
+    await chat.say(f"retry {first.id}")
+    told = await chat.channel.next(OutboundKind.TEXT)
+    assert "being asked again as ZZ99" in told.text
+    assert await chat.gw.confirmations.list(status=Status.PENDING) == []
+
+    await _leave_asking(chat, first, "ZZ99", age=ASKING_GIVEN_UP_SECONDS + 1)
+    await chat.say(f"retry {first.id}")
+    new = (await chat.channel.next(OutboundKind.CONFIRMATION)).confirmation
+    assert new is not None and new.details[FROM] == first.id
+    linked = await chat.gw.confirmations.get(first.id)
+    assert linked is not None
+    assert (linked.details[LINK]["id"], linked.details[LINK]["outcome"]) == (new.id, "asked")
+    events = [e.kind for e in await chat.gw.confirmations.store.events(first.id)]
+    assert events.count("asked_again_outcome") == 2  # the mend, then the new ask's end
+
+
+async def test_an_ask_whose_last_word_was_lost_points_at_its_question(chat: Chat) -> None:
+    """Killed after the new question was made, before the link said so: the next retry
+    finds the question, mends the link to it and says where it went; nothing is asked twice."""
+    first = await chat.expired_call()
+    await chat.say(f"retry {first.id}")
+    new = (await chat.channel.next(OutboundKind.CONFIRMATION)).confirmation
+    assert new is not None
+    await _leave_asking(chat, first, new.id, age=ASKING_GIVEN_UP_SECONDS + 1)
+    chat.channel.skip_sent()
+    await chat.say(f"retry {first.id}")
+    told = await chat.channel.next(OutboundKind.TEXT, contains="asked again already")
+    assert f"asked again as {new.id}" in told.text
+    linked = await chat.gw.confirmations.get(first.id)
+    assert linked is not None and linked.details[LINK]["outcome"] == "asked"
+    pending = await chat.gw.confirmations.list(status=Status.PENDING)
+    assert [c.id for c in pending] == [new.id]
