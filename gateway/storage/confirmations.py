@@ -191,11 +191,6 @@ class ConfirmationStore(ABC):
         """Remember where a prompt was sent (e.g. a card's message id) for later updates."""
 
     @abstractmethod
-    async def list_all_pending(self) -> Confirmations:
-        """Every pending confirmation, in one listing (the adoption at start walks ``page``:
-        100,000 records took 18 s and 300 MB to list at once)."""
-
-    @abstractmethod
     def lifecycle_feed(self) -> AbstractAsyncContextManager[AsyncIterator[FeedEntry]]:
         """Changes of records as they happen, from entering the context on.
 

@@ -30,10 +30,6 @@ class CountingStore(MemoryConfirmationStore):
         self.calls["count"] += 1
         return await super().count(status)
 
-    async def list_all_pending(self) -> list[Confirmation]:
-        self.calls["list_all_pending"] += 1
-        return await super().list_all_pending()
-
     async def list(self, **kwargs: Any) -> list[Confirmation]:
         self.calls["list"] += 1
         return await super().list(**kwargs)

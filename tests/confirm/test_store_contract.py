@@ -152,13 +152,13 @@ class TestStoreContract:
         assert [c.id for c in await store.list(limit=2)] == ["DD44", "CC33"]
         assert [c.id for c in await store.list(status=Status.REJECTED)] == []
 
-    async def test_list_all_pending_spans_sessions(self, store: ConfirmationStore) -> None:
+    async def test_pending_listing_spans_sessions(self, store: ConfirmationStore) -> None:
         await store.create(make("AA11", created_at=T0))
         await store.create(make("BB22", session="webchat:bob", created_at=T0 + 1))
         await store.create(make("CC33", session="feishu:oc_x", created_at=T0 + 2))
         await store.finish("CC33", Status.CANCELLED, by=None, via="shutdown", reason=None, now=T0)
-        assert sorted(c.id for c in await store.list_all_pending()) == ["AA11", "BB22"]
-        assert all(c.status is Status.PENDING for c in await store.list_all_pending())
+        assert [c.id for c in await store.list(status=Status.PENDING)] == ["BB22", "AA11"]
+        assert await store.count(Status.PENDING) == 2
 
     async def test_finish_unknown_id(self, store: ConfirmationStore) -> None:
         assert await store.finish(
@@ -207,7 +207,7 @@ class TestStoreContract:
         ]
         results = await asyncio.gather(*calls)
         assert sum(changed for _, changed in results) == len(ids)
-        assert await replicas[1].list_all_pending() == []
+        assert await replicas[1].list(status=Status.PENDING) == []
 
     async def test_decision_refused_at_and_after_deadline(self, store: ConfirmationStore) -> None:
         c = make("EXP1", timeout=10)
@@ -406,7 +406,7 @@ async def test_records_survive_close_and_reopen(backend: Backend) -> None:
 
     second = await backend.open()
     assert await second.get(c.id) == done
-    pending = await second.list_all_pending()
+    pending = await second.list(status=Status.PENDING)
     assert [p.id for p in pending] == ["PEND"]
     assert dict(pending[0].prompt_refs) == {"console": "7", "feishu_dm:ou_bob": "om_9"}
     # The reopened store still enforces first-wins on what it found.

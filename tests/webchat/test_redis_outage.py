@@ -167,7 +167,7 @@ async def test_a_full_pool_queues_callers_then_fails_closed(prefix: str) -> None
     try:
         # Backpressure: 300 concurrent writers on 2 connections wait their turn; none fails.
         await asyncio.gather(*(store.create(make(f"Q{n:03d}")) for n in range(300)))
-        assert len(await store.list_all_pending()) == 300
+        assert await store.count(Status.PENDING) == 300
 
         tight = await RedisConfirmationStore.from_url(
             REDIS_URL, prefix=prefix, max_connections=2, pool_timeout_seconds=0.2

@@ -86,9 +86,6 @@ class MemoryConfirmationStore(ConfirmationStore):
             return []
         return [self._items[i] for i in ids]
 
-    async def list_all_pending(self) -> Confirmations:
-        return [self._items[i] for ids in self._pending_by_session.values() for i in ids]
-
     async def finish(
         self,
         confirmation_id: str,

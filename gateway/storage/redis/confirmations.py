@@ -256,9 +256,6 @@ class RedisConfirmationStore(ConfirmationStore):
     async def list_pending(self, session_key: str) -> builtins.list[Confirmation]:
         return await self._pending(self._keys.session_pending(session_key))
 
-    async def list_all_pending(self) -> builtins.list[Confirmation]:
-        return await self._pending(self._keys.all_pending)
-
     async def _pending(self, key: str) -> builtins.list[Confirmation]:
         found = await load(self._redis, self._keys, key, await self._redis.zrange(key, 0, -1))
         return [c for c in found if c.status is Status.PENDING]

@@ -168,10 +168,6 @@ class SqliteConfirmationStore(ConfirmationStore):
             del self._pending_sessions[session_key]
         return found
 
-    async def list_all_pending(self) -> Confirmations:
-        sql = f"{rows.SELECT} WHERE status = 'pending' ORDER BY seq"
-        return await self._db.run(lambda conn: rows.many(conn, sql, ()))
-
     async def finish(
         self,
         confirmation_id: str,
