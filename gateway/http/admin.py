@@ -264,7 +264,6 @@ class AdminApi:
         if body.arguments is not None:
             result = await self._approve_edited(cid, body, actor=actor, reason=reason)
         else:
-            grant = body.grant
             result = await self.confirmations.answer(
                 Answer(
                     confirmation_id=cid,
@@ -272,11 +271,7 @@ class AdminApi:
                     actor=actor,
                     via="admin",
                     reason=reason,
-                    grant=None
-                    if grant is None
-                    else GrantAsk(
-                        grant.scope, grant.minutes, pin=grant.pin, single_use=grant.single_use
-                    ),
+                    grant=asked_grant(body.grant),
                 )
             )
         status = DECISION_STATUS[result.outcome]
@@ -301,18 +296,13 @@ class AdminApi:
         if body.decision != "approve":
             raise ApiError(400, "arguments go only with approve", field="arguments")
         try:
-            grant = body.grant
             return await self.editor.approve(
                 cid,
                 body.arguments,
                 actor=actor,
                 via="admin",
                 reason=reason,
-                grant=None
-                if grant is None
-                else GrantAsk(
-                    grant.scope, grant.minutes, pin=grant.pin, single_use=grant.single_use
-                ),
+                grant=asked_grant(body.grant),
             )
         except EditRefusedError as exc:
             if exc.kind == "invalid":
