@@ -57,12 +57,10 @@ async def test_events_and_heartbeats_expire(backend: Backend) -> None:
     try:
         await store.create(make("EVT1"))
         await store.add_event(AuditEvent(confirmation_id="EVT1", at=T0, kind="requested"))
-        # Absolute expiry times (Redis >= 7): two PTTL reads a moment apart could differ
-        # by a millisecond of rounding and fail the comparison (seen in a full-suite run).
-        # The trail's expiry is the record's remaining PTTL set by PEXPIRE, and the two
-        # read the server's clock apart even inside one script: on a loaded machine the
-        # trail outlived its record by 1 ms (three suites at once). Within a second is the
-        # rule (a trail with no TTL, or a TTL of its own, is what this catches).
+        # Absolute expiry times (Redis >= 7), held within a second, not to the millisecond:
+        # the trail gets the record's remaining PTTL by PEXPIRE, and the two read the
+        # server's clock apart even inside one script (1 ms seen with three suites running
+        # at once). What this catches is a trail with no TTL, or one of its own.
         record_at = await admin.execute_command("PEXPIRETIME", f"{prefix}:c:EVT1")
         events_at = await admin.execute_command("PEXPIRETIME", f"{prefix}:ev:EVT1")
         assert 0 < events_at <= record_at + 1000
