@@ -11,14 +11,19 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from tests.channels.feishu.conftest import sent_texts
-from tests.fakes.feishu import FakeFeishu, message_event, webhook_request
+from channels.dingtalk.cards import out_track_id
+from gateway import texts
+from tests.channels.dingtalk.conftest import webhook_texts
+from tests.channels.feishu.conftest import card_sends, sent_texts
+from tests.fakes.dingtalk import FakeDingTalk
+from tests.fakes.feishu import FakeFeishu, card_action_event, message_event, webhook_request
 from tests.webchat.support import ServeProcess, eventually, order_exists, serve
 
 TOKEN = "hold-rules-admin-token-0123456789"
@@ -26,6 +31,7 @@ FOUR_EYES = json.dumps([{"name": "deletes", "tool": "sql_modify", "four_eyes": T
 ENCRYPT_KEY = "hold-rules-encrypt-key"
 VERIFICATION = "hold-rules-verification-token"
 ALICE = "ou_alice"
+BOB = "ou_bob"
 P2P = "oc_p2p_hold_rules"
 
 
@@ -162,10 +168,10 @@ async def _gone(daemon: ServeProcess, order_id: int) -> bool:
 # ---------------------------------------------------------------------- Feishu webhook
 
 
-@pytest.fixture
-def feishu_daemon(tmp_path: Path) -> Iterator[tuple[ServeProcess, FakeFeishu]]:
+@contextmanager
+def feishu_serve(tmp_path: Path, **env: str) -> Iterator[tuple[ServeProcess, FakeFeishu]]:
     """``gateway serve`` with the Feishu channel in webhook mode (signed, encrypted), its
-    replies going to the loopback fake Feishu."""
+    replies going to the loopback fake Feishu; ``env``: more settings."""
     with (
         FakeFeishu(app_id="cli_" + uuid.uuid4().hex[:10], bot_open_id="ou_bot") as fake,
         serve(
@@ -178,8 +184,15 @@ def feishu_daemon(tmp_path: Path) -> Iterator[tuple[ServeProcess, FakeFeishu]]:
             GATEWAY_CHANNELS__FEISHU__ENCRYPT_KEY=ENCRYPT_KEY,
             GATEWAY_CHANNELS__FEISHU__VERIFICATION_TOKEN=VERIFICATION,
             GATEWAY_CHANNELS__FEISHU__ALLOW_FROM='["*"]',
+            **env,
         ) as daemon,
     ):
+        yield daemon, fake
+
+
+@pytest.fixture
+def feishu_daemon(tmp_path: Path) -> Iterator[tuple[ServeProcess, FakeFeishu]]:
+    with feishu_serve(tmp_path) as (daemon, fake):
         yield daemon, fake
 
 
@@ -244,6 +257,171 @@ async def test_a_stale_feishu_request_is_refused_by_a_real_daemon(
             assert (await _post(http, *stale))[0] == 401
         await _only_pending_answered(fake, http)
     await _refused(daemon, "timestamp outside the replay window", 2)
+
+
+async def _pending_id(http: aiohttp.ClientSession) -> str:
+    """The id of the one pending call, read from the daemon's admin API."""
+
+    async def probe() -> str | None:
+        async with http.get("/api/confirmations", params={"status": "pending"}) as resp:
+            assert resp.status == 200, await resp.text()
+            found = (await resp.json())["confirmations"]
+        return str(found[0]["id"]) if found else None
+
+    return await eventually(probe, timeout=20)
+
+
+async def _status(http: aiohttp.ClientSession, cid: str) -> dict[str, Any]:
+    async with http.get(f"/api/confirmations/{cid}") as resp:
+        assert resp.status == 200, await resp.text()
+        record: dict[str, Any] = (await resp.json())["confirmation"]
+        return record
+
+
+async def test_four_eyes_holds_against_the_requesters_feishu_click_and_reply_on_a_real_daemon(
+    tmp_path: Path,
+) -> None:
+    """First test: tests/channels/feishu/test_direct_chats.py::
+    test_the_requester_cannot_approve_her_own_four_eyes_call_by_click_or_reply (long
+    connection, in process). Here signed, encrypted webhook requests to a real daemon: her
+    card click and her typed 确认 are refused; the approver's click on his copy runs it."""
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with feishu_serve(
+        tmp_path,
+        GATEWAY_ADMIN__TOKEN=TOKEN,
+        GATEWAY_POLICY__RULES=FOUR_EYES,
+        GATEWAY_CHANNELS__FEISHU__APPROVERS=json.dumps([BOB]),
+    ) as (daemon, fake):
+        async with aiohttp.ClientSession(base_url=daemon.url, headers=auth) as http:
+            asked = _event("/sql DELETE FROM orders WHERE id = 3")
+            assert (await _post(http, *webhook_request(asked, encrypt_key=ENCRYPT_KEY)))[0] == 200
+            cid = await _pending_id(http)
+            assert (await _status(http, cid))["four_eyes"] is True
+            card = await fake.wait_request(
+                lambda r: r in card_sends(fake) and r.body.get("receive_id") == P2P,
+                within=20,
+                what="the card in her chat",
+            )
+            copy = await fake.wait_request(
+                lambda r: r in fake.direct_sends(BOB), within=20, what="bob's direct copy"
+            )
+            assert card.message_id is not None and copy.message_id is not None
+
+            def click(operator: str, message_id: str, chat: str) -> dict[str, Any]:
+                value = {"confirmation_id": cid, "decision": "approve"}
+                return card_action_event(
+                    operator=operator,
+                    value=value,
+                    open_message_id=message_id,
+                    open_chat_id=chat,
+                    token=VERIFICATION,
+                )
+
+            # Her click on her card: a toast saying why, no new card.
+            hers = webhook_request(click(ALICE, card.message_id, P2P), encrypt_key=ENCRYPT_KEY)
+            status, body = await _post_card(http, *hers)
+            assert status == 200, body
+            answer = json.loads(body)
+            assert answer["toast"]["content"] == texts.FOUR_EYES
+            assert "card" not in answer
+            # Her typed 确认: told the same in her chat.
+            typed = webhook_request(_event("确认"), encrypt_key=ENCRYPT_KEY)
+            assert (await _post(http, *typed))[0] == 200
+            await fake.wait_until(
+                lambda: texts.FOUR_EYES in sent_texts(fake), within=20, what="the notice"
+            )
+            record = await _status(http, cid)
+            assert (record["status"], record["decided_by"]) == ("pending", None)
+            assert order_exists(daemon.data_dir, 3)
+            assert fake.patches(card.message_id) == []
+            # Bob's click on his copy is the second person's.
+            bobs = click(BOB, copy.message_id, fake.p2p_chat(BOB))
+            status, body = await _post_card(http, *webhook_request(bobs, encrypt_key=ENCRYPT_KEY))
+            assert status == 200, body
+            assert json.loads(body)["toast"]["type"] == "success"
+            await eventually(lambda: _gone(daemon, 3), timeout=20)
+            assert (await _status(http, cid))["decided_by"] == BOB
+    assert daemon.error_lines() == []
+
+
+async def _post_card(
+    http: aiohttp.ClientSession, headers: dict[str, str], body: bytes
+) -> tuple[int, str]:
+    async with http.post("/webhook/feishu/card", data=body, headers=headers) as resp:
+        return resp.status, await resp.text()
+
+
+# ---------------------------------------------------------------------- DingTalk stream
+
+DING_GROUP: dict[str, Any] = {
+    "conversation_type": "2",
+    "conversation_id": "cg-hold-rules",
+    "session": "g-hr",
+}
+
+
+async def test_four_eyes_holds_against_the_requesters_dingtalk_click_and_reply_on_a_real_daemon(
+    tmp_path: Path,
+) -> None:
+    """First test: tests/channels/dingtalk/test_direct_chats.py::
+    test_the_requester_cannot_approve_her_own_four_eyes_call_by_click_or_reply (in
+    process). Here a real daemon on the DingTalk stream (the real dingtalk-stream client
+    against the loopback fake): her card click and her typed 确认 are refused; the
+    approver's click runs it."""
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    with (
+        FakeDingTalk() as fake,
+        serve(
+            tmp_path,
+            GATEWAY_ADMIN__TOKEN=TOKEN,
+            GATEWAY_POLICY__RULES=FOUR_EYES,
+            GATEWAY_CHANNELS__DINGTALK__ENABLED="true",
+            GATEWAY_CHANNELS__DINGTALK__CLIENT_ID=fake.client_id,
+            GATEWAY_CHANNELS__DINGTALK__CLIENT_SECRET=fake.client_secret,
+            GATEWAY_CHANNELS__DINGTALK__OPENAPI_ENDPOINT=fake.url,
+            GATEWAY_CHANNELS__DINGTALK__ALLOW_FROM='["*"]',
+            GATEWAY_CHANNELS__DINGTALK__APPROVERS='["bob"]',
+            GATEWAY_CHANNELS__DINGTALK__WEBHOOK_HOSTS=json.dumps([f"127.0.0.1:{fake.port}"]),
+            GATEWAY_CHANNELS__DINGTALK__WEBHOOK_SCHEMES='["http"]',
+        ) as daemon,
+    ):
+        await fake.wait_connected(within=20)
+        async with aiohttp.ClientSession(base_url=daemon.url, headers=auth) as http:
+            fake.send_chatbot_message(
+                text="/sql DELETE FROM orders WHERE id = 3", sender_staff_id="alice", **DING_GROUP
+            )
+            cid = await _pending_id(http)
+            assert (await _status(http, cid))["four_eyes"] is True
+            group_track = out_track_id(cid)
+            await fake.wait_until(lambda: fake.card(group_track), within=20, what="group card")
+
+            def told() -> int:
+                return sum(texts.FOUR_EYES in t for t in webhook_texts(fake))
+
+            # Her click on the group card: told why, to her alone on the card and in chat.
+            frame = fake.send_card_callback(
+                out_track_id=group_track, user_id="alice", action_id="approve"
+            )
+            response = json.loads((await fake.wait_ack(frame, within=20))["data"])["response"]
+            assert "cardData" not in response
+            assert texts.FOUR_EYES in response["privateData"]["alice"]["cardParamMap"]["tips"]
+            await fake.wait_until(lambda: told() == 1, within=20, what="the click's notice")
+            # Her typed 确认: told the same.
+            fake.send_chatbot_message(text="确认", sender_staff_id="alice", **DING_GROUP)
+            await fake.wait_until(lambda: told() == 2, within=20, what="the reply's notice")
+            record = await _status(http, cid)
+            assert (record["status"], record["decided_by"]) == ("pending", None)
+            assert fake.card(group_track)["status"] == "pending"  # type: ignore[index]
+            assert order_exists(daemon.data_dir, 3)
+            # Bob's click is the second person's.
+            frame = fake.send_card_callback(
+                out_track_id=group_track, user_id="bob", action_id="approve"
+            )
+            response = json.loads((await fake.wait_ack(frame, within=20))["data"])["response"]
+            assert response["cardData"]["cardParamMap"]["status"] == "approved"
+            await eventually(lambda: _gone(daemon, 3), timeout=20)
+            assert (await _status(http, cid))["decided_by"] == "bob"
+    assert daemon.error_lines() == []
 
 
 async def _refused(daemon: ServeProcess, reason: str, count: int) -> None:
