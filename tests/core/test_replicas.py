@@ -133,7 +133,7 @@ async def test_a_failed_read_does_not_end_the_follower() -> None:
         require_service(f"Redis at {mask_url(REDIS_URL)}", exc)
     assert isinstance(store_a, _GetFailsOnce)
     store_b = await RedisConfirmationStore.from_url(REDIS_URL, prefix=prefix)
-    a, b = Harness(store=store_a, timeout=3.0), Harness(store=store_b)
+    a, b = Harness(store=store_a), Harness(store=store_b)
     try:
         await a.service.recover()
         await b.service.recover()
@@ -144,7 +144,7 @@ async def test_a_failed_read_does_not_end_the_follower() -> None:
         async with asyncio.timeout(10):
             assert (await b.ended(c1.id)).status is Status.APPROVED
         # The follower is still there: the next cross-replica decision reaches A's views.
-        _, c2 = await a.ask(chat="c2", timeout=300.0)
+        _, c2 = await a.ask(chat="c2")
         await b.reply("确认", chat="c2")
         async with asyncio.timeout(10):
             seen = await seen_at_a.get()
