@@ -1,7 +1,9 @@
 """A TCP proxy a test can stop and start: a service outage without touching the shared server.
 
 ``stop()`` closes the listener and cuts every open connection (as a crashed or restarted
-server would); ``start()`` listens again on the same port.
+server would); ``start()`` listens again on the same port. ``lose_next_reply()`` lets the
+next command through and cuts its connection instead of passing the reply back: the write
+happened, the client cannot know it (as a ``CLIENT KILL`` or a network cut at that moment).
 """
 
 from __future__ import annotations
@@ -18,6 +20,12 @@ class TcpProxy:
         self._pipes: set[asyncio.Task[None]] = set()
         self.port = 0
         self.accepted = 0
+        self._lose_reply = False
+        self.replies_lost = 0
+
+    def lose_next_reply(self) -> None:
+        """The next reply from the server is dropped and its connection cut."""
+        self._lose_reply = True
 
     @property
     def url_host(self) -> str:
@@ -58,7 +66,7 @@ class TcpProxy:
         self._writers.add(up_writer)
         pipes = [
             asyncio.create_task(self._pipe(reader, up_writer)),
-            asyncio.create_task(self._pipe(up_reader, writer)),
+            asyncio.create_task(self._replies(up_reader, writer)),
         ]
         self._pipes.update(pipes)
         try:
@@ -71,6 +79,17 @@ class TcpProxy:
             for w in (writer, up_writer):
                 self._writers.discard(w)
                 w.transport.abort()
+
+    async def _replies(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Server to client; a reply to lose ends the pipe (and so the connection) unsent."""
+        with contextlib.suppress(ConnectionError, OSError):
+            while data := await reader.read(65536):
+                if self._lose_reply:
+                    self._lose_reply = False
+                    self.replies_lost += 1
+                    return
+                writer.write(data)
+                await writer.drain()
 
     @staticmethod
     async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

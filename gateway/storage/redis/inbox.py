@@ -3,7 +3,8 @@
 Layout (``P`` = the confirmation store's prefix, one per deployment):
 
 - ``P:inbox`` stream, group ``gateway``: one entry per stored message (field ``m``: the
-  message as JSON). Each replica is a consumer named by its instance id. ``put`` adds the
+  message as JSON; ``t``: a token of the put that wrote it, read when that put's reply
+  was lost, ``_unsure_put``). Each replica is a consumer named by its instance id. ``put`` adds the
   entry and reads it into the putter's pending list in one script, so the replica that
   acknowledged a message processes it (no hop to another replica, and a reply is
   intercepted where the person's platform call waits). ``taken`` acknowledges (XACK) and
@@ -21,32 +22,40 @@ whose model thinks longer than the lease would have its message processed twice.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import math
 import time
+import uuid
 from collections.abc import Collection
 from typing import Any, ClassVar
 
+import structlog
 from redis.asyncio import Redis
 from redis.exceptions import ResponseError
 
 from gateway.bus import InboundMessage
 from gateway.storage.inbox import KEEP_TAKEN_SECONDS, Inbox, dump_message, load_message, message_key
 from gateway.storage.redis.codec import text
-from gateway.storage.redis.feed import fail_closed
+from gateway.storage.redis.feed import fail_closed, is_disconnect
+
+log = structlog.get_logger(__name__)
 
 GROUP = "gateway"
+# How long a put whose reply was lost asks Redis what became of it before it gives up and
+# says "not stored" (a Redis restart or a pause longer than this leaves it unknown).
+_UNSURE_PUT_SECONDS = 2.0
 # Entries read or claimed per round trip.
 _BATCH = 500
 
-# KEYS: stream, seen key. ARGV: group, consumer, seen ttl (s), body.
+# KEYS: stream, seen key. ARGV: group, consumer, seen ttl (s), body, this put's token.
 # Returns the entry id, or false when the message is already stored.
 _PUT = """
 if not redis.call('SET', KEYS[2], '-', 'NX', 'EX', ARGV[3]) then return false end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('XGROUP', 'CREATE', KEYS[1], ARGV[1], '0', 'MKSTREAM')
 end
-local id = redis.call('XADD', KEYS[1], '*', 'm', ARGV[4])
+local id = redis.call('XADD', KEYS[1], '*', 'm', ARGV[4], 't', ARGV[5])
 redis.call('SET', KEYS[2], id, 'KEEPTTL')
 redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', 1, 'STREAMS', KEYS[1], '>')
 return id
@@ -119,11 +128,44 @@ class RedisInbox(Inbox):
 
     async def put(self, msg: InboundMessage) -> bool:
         channel, message_id = message_key(msg)
-        entry = await self._put(
-            keys=[self._stream, self._seen(channel, message_id)],
-            args=[GROUP, self.owner, KEEP_TAKEN_SECONDS, dump_message(msg)],
-        )
+        seen, token = self._seen(channel, message_id), uuid.uuid4().hex
+        try:
+            entry = await self._put(
+                keys=[self._stream, seen],
+                args=[GROUP, self.owner, KEEP_TAKEN_SECONDS, dump_message(msg), token],
+            )
+        except Exception as exc:
+            if not is_disconnect(exc):
+                raise
+            return await self._unsure_put(seen, token, exc)
         return entry is not None
+
+    async def _unsure_put(self, seen: str, token: str, lost: Exception) -> bool:
+        """The connection broke under a put: the reply was lost, maybe not the write. Told
+        "not stored", a web client sends the text again and a platform redelivers, while the
+        stored entry waits in this live replica's pending list until it dies: one message,
+        two turns (the long chaos run, docs/performance.md). So ask Redis, for a few
+        seconds, what became of it: the seen key names the entry, and the entry carries the
+        token of the put that wrote it. Ours: stored, to be processed here (True). Another
+        put's: a redelivery (False). None: not stored, the error stands."""
+        deadline = time.monotonic() + _UNSURE_PUT_SECONDS
+        delay = 0.05
+        while True:
+            try:
+                entry = await self._redis.get(seen)
+                if entry is None or text(entry) == "-":
+                    raise lost
+                found = await self._redis.xrange(self._stream, text(entry), text(entry))
+            except Exception as exc:
+                if exc is lost or not is_disconnect(exc) or time.monotonic() > deadline:
+                    raise lost from (None if exc is lost else exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
+            fields = (found[0][1] or {}) if found else {}
+            mine = text(fields.get(b"t", fields.get("t", b""))) == token
+            log.warning("inbox.unsure_put_settled", stored_here=mine)
+            return mine
 
     async def taken(self, channel: str, message_id: str, *, at: float | None = None) -> None:
         when = time.time() if at is None else at
