@@ -99,76 +99,51 @@ async def test_the_stream_gone_is_made_again(redis: Redis, prefix: str) -> None:
     assert await inbox.untaken() == []
 
 
-async def test_redis_down_refuses_to_store(prefix: str) -> None:
+@pytest.fixture
+async def through_proxy(proxy: TcpProxy, prefix: str) -> AsyncIterator[RedisConfirmationStore]:
+    """A store whose client reaches the shared Redis through ``proxy``."""
     parts = urlsplit(REDIS_URL)
-    proxy = TcpProxy(parts.hostname or "127.0.0.1", parts.port or 6379)
-    await proxy.start()
     store = await RedisConfirmationStore.from_url(
         parts._replace(netloc=proxy.url_host).geturl(), prefix=prefix
     )
-    try:
-        inbox = await inbox_of(store.client, prefix, "A")
-        await proxy.stop()
-        with pytest.raises(StoreUnavailableError):
-            await inbox.put(said("hi", "m1"))
-        await proxy.start()
-        assert await inbox.put(said("hi", "m1")) is True  # not stored before: welcome now
-    finally:
-        await proxy.stop()
-        await store.close()
+    yield store
+    await store.close()
+
+
+async def test_redis_down_refuses_to_store(
+    proxy: TcpProxy, through_proxy: RedisConfirmationStore, prefix: str
+) -> None:
+    """Redis gone before the command went out, and still gone when the put asks what
+    became of it: the error stands, nothing was stored, and the message is welcome once
+    Redis is back."""
+    inbox = await inbox_of(through_proxy.client, prefix, "A")
+    await proxy.stop()
+    with pytest.raises(StoreUnavailableError):
+        await inbox.put(said("hi", "m1"))
+    await proxy.start()
+    assert await inbox.untaken() == []
+    assert await inbox.put(said("hi", "m1")) is True
 
 
 async def test_a_put_whose_reply_was_lost_is_known_stored_and_a_redelivery_is_not(
-    prefix: str,
+    proxy: TcpProxy, through_proxy: RedisConfirmationStore, prefix: str
 ) -> None:
     """The write happened, the connection broke before its reply: the put asks Redis and
     says stored (the message is processed here, not told "not stored" and sent again);
     a later redelivery of it is a duplicate. Found by the long chaos run: a web chat POST
     answered 503, its message sat in the live replica's pending list, the client sent it
     again, and one message made two calls."""
-    parts = urlsplit(REDIS_URL)
-    proxy = TcpProxy(parts.hostname or "127.0.0.1", parts.port or 6379)
-    await proxy.start()
-    store = await RedisConfirmationStore.from_url(
-        parts._replace(netloc=proxy.url_host).geturl(), prefix=prefix
-    )
-    try:
-        inbox = await inbox_of(store.client, prefix, "A")
-        proxy.lose_next_reply()
-        assert await inbox.put(said("hi", "m1")) is True
-        assert proxy.replies_lost == 1
-        assert [m.message_id for m in await inbox.untaken()] == ["m1"]
-        assert await inbox.put(said("hi", "m1")) is False  # the redelivery
-        # Another put's entry (a redelivery that won) is not this put's: a duplicate.
-        other = await inbox_of(store.client, prefix, "B")
-        await other.put(said("hi", "m2"))
-        proxy.lose_next_reply()
-        assert await inbox.put(said("hi", "m2")) is False
-    finally:
-        await proxy.stop()
-        await store.close()
-
-
-async def test_a_put_that_never_reached_redis_is_not_stored(prefix: str) -> None:
-    """Redis gone before the command went out, and still gone when the put asks what
-    became of it: the error stands, and nothing was stored (welcome once Redis is back)."""
-    parts = urlsplit(REDIS_URL)
-    proxy = TcpProxy(parts.hostname or "127.0.0.1", parts.port or 6379)
-    await proxy.start()
-    store = await RedisConfirmationStore.from_url(
-        parts._replace(netloc=proxy.url_host).geturl(), prefix=prefix
-    )
-    try:
-        inbox = await inbox_of(store.client, prefix, "A")
-        await proxy.stop()
-        with pytest.raises(StoreUnavailableError):
-            await inbox.put(said("hi", "m1"))
-        await proxy.start()
-        assert await inbox.untaken() == []
-        assert await inbox.put(said("hi", "m1")) is True
-    finally:
-        await proxy.stop()
-        await store.close()
+    inbox = await inbox_of(through_proxy.client, prefix, "A")
+    proxy.lose_next_reply()
+    assert await inbox.put(said("hi", "m1")) is True
+    assert proxy.replies_lost == 1
+    assert [m.message_id for m in await inbox.untaken()] == ["m1"]
+    assert await inbox.put(said("hi", "m1")) is False  # the redelivery
+    # Another put's entry (a redelivery that won) is not this put's: a duplicate.
+    other = await inbox_of(through_proxy.client, prefix, "B")
+    await other.put(said("hi", "m2"))
+    proxy.lose_next_reply()
+    assert await inbox.put(said("hi", "m2")) is False
 
 
 # ---------------------------------------------------------------------- through gateways
