@@ -277,16 +277,16 @@ class SqlDatabase:
         try:
             async with self.writer.begin() as conn:
                 for index, s in enumerate(analysis.statements):
-                    now = None
-                    if approved is not None:
-                        now = await self._check_drift(conn, s, index, seen, checks)
+                    # What the approver was shown of this statement, to hold the run to.
+                    was = [e for e in seen if e.get("statement") == index and checkable(e)]
+                    now = await self._check_drift(conn, s, index, was, checks) if was else None
                     sql = s.sql if keeper is None else await keeper.before(conn, index, s)
                     result = await asyncio.wait_for(
                         conn.exec_driver_sql(sql), timeout=self.timeout_seconds
                     )
                     n = result.rowcount if s.kind in _ROW_COUNTED and result.rowcount >= 0 else None
                     if now is not None and n is not None:
-                        self._check_touched(s, index, seen, n, now, checks)
+                        self._check_touched(s, index, was, n, now, checks)
                     if keeper is not None:
                         returned = await keeper.after(conn, index, s, result)
                         n = n if returned is None else returned  # INSERT ... RETURNING
@@ -319,15 +319,13 @@ class SqlDatabase:
         conn: AsyncConnection,
         statement: SqlStatement,
         index: int,
-        approved: Sequence[Mapping[str, Any]],
+        was: Sequence[Mapping[str, Any]],
         checks: list[dict[str, Any]],
-    ) -> list[Effect] | None:
+    ) -> list[Effect]:
         """Read statement ``index``'s effect again, just before it runs, and raise
-        EffectChangedError if it is not what was approved (``checks`` gets what was found).
-        The effect read, or None when there was nothing to compare with."""
-        was = [e for e in approved if e.get("statement") == index and checkable(e)]
-        if not was:
-            return None  # nothing was shown to compare with: the approver saw "cannot preview"
+        EffectChangedError if it is not ``was``, what the approver was shown of it (``checks``
+        gets what was found); the effect read. Not called where nothing was shown: the
+        approver saw "cannot preview"."""
         try:
             now = await self._effect_reader(conn).effects(statement, index)
         except NoSuchTableError:  # gone since approval: nothing to compare is a change too
@@ -347,7 +345,7 @@ class SqlDatabase:
         self,
         statement: SqlStatement,
         index: int,
-        approved: Sequence[Mapping[str, Any]],
+        was: Sequence[Mapping[str, Any]],
         touched: int,
         now: list[Effect],
         checks: list[dict[str, Any]],
@@ -356,7 +354,6 @@ class SqlDatabase:
         check and the change share a transaction but not a lock, so on PostgreSQL and MariaDB
         another session may commit between them; the rows the change itself counted show it.
         Beyond ``drift_tolerance`` it raises EffectChangedError and everything rolls back."""
-        was = [e for e in approved if e.get("statement") == index and checkable(e)]
         if statement.kind not in _HELD_TO_COUNT or len(was) != 1:
             return
         total = int(was[0]["total"])

@@ -1,9 +1,8 @@
 """The cross-replica lifecycle feed: a Redis Stream read from a remembered last id.
 
 Each entry says which record changed, how (``requested``, ``resolved``, ``executed``,
-``voted``) and
-which store handle wrote it, so a reader can tell its own process's changes from the
-other replicas'.
+``voted``) and which store handle wrote it, so a reader can tell its own process's changes
+from the other replicas'.
 
 Pub/sub forgets what it sent while a subscriber was away, and redis-py's subscriber ends
 for good on a dropped connection: one ``CLIENT KILL`` or Redis restart left every later

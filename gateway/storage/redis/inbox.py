@@ -3,12 +3,12 @@
 Layout (``P`` = the confirmation store's prefix, one per deployment):
 
 - ``P:inbox`` stream, group ``gateway``: one entry per stored message (field ``m``: the
-  message as JSON; ``t``: a token of the put that wrote it, read when that put's reply
-  was lost, ``_unsure_put``). Each replica is a consumer named by its instance id. ``put`` adds the
-  entry and reads it into the putter's pending list in one script, so the replica that
-  acknowledged a message processes it (no hop to another replica, and a reply is
-  intercepted where the person's platform call waits). ``taken`` acknowledges (XACK) and
-  deletes (XDEL) it: the stream holds only what is still to be processed.
+  message as JSON; ``t``: a token of the put that wrote it, read when that put's reply was
+  lost, ``_unsure_put``). Each replica is a consumer named by its instance id. ``put`` adds
+  the entry and reads it into the putter's pending list in one script, so the replica that
+  acknowledged a message processes it (no hop to another replica, and a reply is intercepted
+  where the person's platform call waits). ``taken`` acknowledges (XACK) and deletes (XDEL)
+  it: the stream holds only what is still to be processed.
 - ``P:inbox-seen:{channel}:{message_id}``: the dedupe key, set NX in the same script as the
   XADD (its value is the entry id). It lives ``KEEP_TAKEN_SECONDS`` from put, then as
   long again from taken: a late platform redelivery is still a duplicate, and nothing
@@ -147,7 +147,8 @@ class RedisInbox(Inbox):
         two turns (the long chaos run, docs/performance.md). So ask Redis, for a few
         seconds, what became of it: the seen key names the entry, and the entry carries the
         token of the put that wrote it. Ours: stored, to be processed here (True). Another
-        put's: a redelivery (False). None: not stored, the error stands."""
+        put's: a redelivery (False). Nothing there, or no answer in time: ``lost`` is raised
+        again (not stored, as far as anyone can tell)."""
         deadline = time.monotonic() + _UNSURE_PUT_SECONDS
         delay = 0.05
         while True:
