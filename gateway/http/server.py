@@ -357,8 +357,28 @@ class HttpServer:
 
     async def stop(self) -> None:
         if self._runner is not None:
-            await self._runner.cleanup()
+            await stop_runner(self._runner)
             self._runner = None
+
+
+async def stop_runner(runner: web.AppRunner) -> None:
+    """Clean ``runner`` up without leaving open a connection accepted as it stops.
+
+    asyncio accepts a connection in one loop turn and gives it a transport in a later one;
+    a server closed in between never closes that socket (Python 3.11's transport fails to
+    attach to the closed server, and nothing closes the accepted socket). So stop accepting
+    first, give the accepted connections their turns, then clean up: aiohttp then closes
+    every connection it was handed.
+    """
+    loop = asyncio.get_running_loop()
+    for site in runner.sites:
+        server = site._server  # aiohttp keeps the asyncio server it started private
+        if isinstance(server, asyncio.Server):
+            for sock in server.sockets:
+                loop.remove_reader(sock.fileno())
+    for _ in range(3):
+        await asyncio.sleep(0)
+    await runner.cleanup()
 
 
 def local_url(host: str, port: int) -> str:

@@ -26,6 +26,8 @@ from typing import Any
 
 from aiohttp import web
 
+from gateway.http.server import stop_runner
+
 
 @dataclass(frozen=True, slots=True)
 class RecordedRequest:
@@ -247,7 +249,7 @@ class FakeOpenAI:
         if self._release is not None:
             self._release.set()
         if self._runner is not None:
-            await self._runner.cleanup()
+            await stop_runner(self._runner)
 
     def _run(self, ready: Future[None]) -> None:
         loop = asyncio.new_event_loop()

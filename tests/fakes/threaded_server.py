@@ -25,6 +25,8 @@ from typing import Any, Generic, Self, TypeVar
 
 from aiohttp import web
 
+from gateway.http.server import stop_runner
+
 T = TypeVar("T")
 
 BODY: web.RequestKey[Any] = web.RequestKey("body", object)
@@ -161,7 +163,7 @@ class ThreadedServer(Generic[R]):
         for ws in self.live_sockets():
             await ws.close()
         if self._runner is not None:
-            await self._runner.cleanup()
+            await stop_runner(self._runner)
 
     # ---- recording and injected failures -----------------------------------------------
 
