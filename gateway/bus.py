@@ -177,7 +177,7 @@ class MessageBus:
 
     async def _deliver(self, msg: InboundMessage) -> PublishResult:
         async with self._intake.hold(msg.session_key):
-            if self._interceptor is not None and not msg.from_bot:
+            if self._interceptor is not None and not msg.from_bot and msg.resumes is None:
                 intercepted = await self._interceptor(msg)
             else:
                 intercepted = False

@@ -48,6 +48,10 @@ class InboundMessage:
     from_bot: bool = False
     metadata: Mapping[str, Any] = field(default_factory=lambda: _EMPTY)
     received_at: float = field(default_factory=time.time)
+    # Not a person's message: the id of an ended call whose waiting turn goes on from here
+    # (gateway/agent/loop.py). Stored in the inbox like one, so that when the process taking
+    # it dies before the turn said anything, a replica or the next start goes on instead.
+    resumes: str | None = None
 
     def __post_init__(self) -> None:
         if not self.session_key:
@@ -70,6 +74,7 @@ class InboundMessage:
             "from_bot": self.from_bot,
             "metadata": dict(self.metadata),
             "received_at": self.received_at,
+            "resumes": self.resumes,
         }
 
     @classmethod
@@ -87,6 +92,7 @@ class InboundMessage:
             from_bot=bool(data.get("from_bot", False)),
             metadata=MappingProxyType(dict(data.get("metadata") or {})),
             received_at=float(data.get("received_at") or time.time()),
+            resumes=data.get("resumes"),
         )
 
 

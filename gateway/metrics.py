@@ -143,6 +143,8 @@ class Metrics:
         self.pending.set(count)
 
     def on_inbound(self, msg: InboundMessage, result: PublishResult) -> None:
+        if msg.resumes is not None:
+            return  # a waiting turn going on, not a message from a chat
         self.inbound.labels(channel=msg.channel, result=result.value).inc()
 
     def on_confirmation(self, event: ConfirmationEvent) -> None:

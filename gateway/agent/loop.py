@@ -4,6 +4,13 @@ A turn that asks for a decision ends there (its call is stored with the turn's
 continuation). Whatever ends that call, in this process, hands the record to ``resume``:
 the one path that goes on from it — claim, run, record (gateway/tools/runner.settle), then
 the turn again — under the same per-member order as new messages.
+
+Going on is stored before it starts: ``resume`` puts a message that resumes the call
+(``InboundMessage.resumes``, its id the call's) in the inbox, and the turn goes on when
+that message comes off the bus, taken once the turn says something or ends, like a
+person's message. A process that dies before then leaves it in its inbox: the replica
+that adopts its messages, or its next start, goes on with the turn, on this same path.
+Two processes going on from one record store one message: the turn goes on once.
 """
 
 from __future__ import annotations
@@ -11,13 +18,12 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
-from functools import partial
 from typing import Protocol
 
 import structlog
 
 from gateway import texts
-from gateway.bus import InboundMessage, MessageBus, OutboundMessage
+from gateway.bus import InboundMessage, MessageBus, OutboundMessage, PublishResult
 from gateway.confirm.events import ConfirmationEvent
 from gateway.confirm.model import Confirmation
 from gateway.confirm.service import ConfirmationService
@@ -69,6 +75,8 @@ class AgentLoop:
         self._intake = BackgroundTasks("agent-intake")
         self._turn_listeners: list[TurnListener] = []
         self._resuming: Counter[str] = Counter()  # resumed turns scheduled, per serial key
+        self._resuming_ids: dict[str, str] = {}  # the calls counted there, to their key
+        self._stopping = False
         self._ended = asyncio.Event()  # a call or a resumed turn ended: parked turns look again
         confirmations.subscribe(self._on_confirmation)
         confirmations.on_settled(self.resume)
@@ -122,30 +130,79 @@ class AgentLoop:
             if msg.from_bot:
                 continue  # the bot's own echo: never a turn
             # Spawned in arrival order; each waits for its session's turn before it.
-            self._turns.spawn(self._turn(msg), name=f"turn-{msg.session_key}")
+            if msg.resumes is not None:
+                self._count_resuming(msg.resumes, serial_key(msg))
+                self._turns.spawn(self._resume(msg), name=f"resume-{msg.resumes}")
+            elif not self._stopping:
+                self._turns.spawn(self._turn(msg), name=f"turn-{msg.session_key}")
 
     def resume(self, confirmation: Confirmation) -> None:
         """Go on from an ended call, in its member's turn order (the service calls this for
-        every record this process ended, and adoption for approved calls left unclaimed)."""
-        key = _serial_key(confirmation.session_key, confirmation.requester, confirmation.is_group)
-        self._resuming[key] += 1
-        self._turns.spawn(self._resume(confirmation, key), name=f"resume-{confirmation.id}")
+        every record this process ended, and adoption for approved calls left unclaimed):
+        stored first, then gone on with as it comes off the bus (module doc)."""
+        msg = resume_message(confirmation)
+        # Counted now: a member's next message waits for it, though it is not stored yet.
+        self._count_resuming(confirmation.id, serial_key(msg))
+        self._turns.spawn(self._store_resume(msg), name=f"resume-{confirmation.id}")
 
-    async def _resume(self, confirmation: Confirmation, key: str) -> None:
-        say = partial(self.confirmations.say_to_chat, confirmation)
+    async def _store_resume(self, msg: InboundMessage) -> None:
         try:
-            async with self._sessions.hold(key):
-                with structlog.contextvars.bound_contextvars(session=confirmation.session_key):
+            result = await self.bus.publish_inbound(msg)
+        except Exception as exc:  # not stored (the store is down): told, never silent
+            log.exception("agent.resume_not_stored", confirmation_id=msg.resumes)
+            await self._say_to(msg, texts.turn_failed(exc))
+            self._resumed(msg)
+            return
+        if result is PublishResult.DUPLICATE:  # stored already: it goes on from there
+            self._resumed(msg)
+
+    async def _resume(self, msg: InboundMessage) -> None:
+        taken = False
+
+        async def say(text: str) -> None:
+            nonlocal taken
+            if not taken:  # the turn shows something: a crash from here does not redo it
+                taken = True
+                await self.bus.mark_taken(msg)
+            await self._say_to(msg, text)
+
+        try:
+            async with self._sessions.hold(serial_key(msg)):
+                with structlog.contextvars.bound_contextvars(session=msg.session_key):
                     try:
-                        await self.agent.resume(confirmation, say)
+                        confirmation = await self.confirmations.store.get(msg.resumes or "")
+                        if confirmation is not None:
+                            await self.agent.resume(confirmation, say)
+                        else:
+                            log.warning("agent.resume_unknown", confirmation_id=msg.resumes)
                     except Exception as exc:  # told to the chat, never lost
-                        log.exception("agent.resume_failed", confirmation_id=confirmation.id)
+                        log.exception("agent.resume_failed", confirmation_id=msg.resumes)
                         await say(texts.turn_failed(exc))
+                    if not taken:
+                        taken = True
+                        await self.bus.mark_taken(msg)
         finally:
+            self._resumed(msg)
+
+    async def _say_to(self, msg: InboundMessage, text: str) -> None:
+        await self.bus.publish_outbound(
+            OutboundMessage(
+                channel=msg.channel, chat_id=msg.chat_id, session_key=msg.session_key, text=text
+            )
+        )
+
+    def _count_resuming(self, confirmation_id: str, key: str) -> None:
+        if confirmation_id not in self._resuming_ids:
+            self._resuming_ids[confirmation_id] = key
+            self._resuming[key] += 1
+
+    def _resumed(self, msg: InboundMessage) -> None:
+        key = self._resuming_ids.pop(msg.resumes or "", None)
+        if key is not None:
             self._resuming[key] -= 1
             if not self._resuming[key]:
                 del self._resuming[key]
-            self._signal_ended()
+        self._signal_ended()
 
     def _on_confirmation(self, event: ConfirmationEvent) -> None:
         if event.kind != "requested":
@@ -205,7 +262,10 @@ class AgentLoop:
                 await take()
 
     async def stop_intake(self) -> None:
-        await self._intake.cancel()
+        """No new message starts a turn from here on (each stays stored: the next start, or
+        the replica that adopts this one's messages, answers it); calls that end while the
+        gateway stops still go on (a cancelled call's turn stops and keeps its history)."""
+        self._stopping = True
 
     async def wait_idle(self, timeout: float) -> bool:
         """Wait for running turns to finish; True when all did in time."""
@@ -213,11 +273,36 @@ class AgentLoop:
 
     async def stop(self, timeout: float = 5.0) -> None:
         await self.stop_intake()
-        await self._turns.stop(timeout)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        await self._turns.drain(timeout)
+        await self._intake.cancel()
+        # What the intake had not taken yet: the turns that go on from calls ended by now.
+        while not self.bus.inbound.empty():
+            msg = self.bus.inbound.get_nowait()
+            if msg.resumes is not None:
+                self._count_resuming(msg.resumes, serial_key(msg))
+                self._turns.spawn(self._resume(msg), name=f"resume-{msg.resumes}")
+        await self._turns.stop(max(0.0, deadline - loop.time()))
 
 
 async def _nothing() -> None:
     return
+
+
+def resume_message(confirmation: Confirmation) -> InboundMessage:
+    """What the inbox stores for ``confirmation``'s waiting turn to go on (one per call)."""
+    c = confirmation
+    return InboundMessage(
+        channel=c.channel,
+        chat_id=c.chat_id,
+        sender_id=c.requester,
+        text="",
+        message_id=f"resume:{c.id}",
+        is_group=c.is_group,
+        session_key=c.session_key,
+        resumes=c.id,
+    )
 
 
 def serial_key(msg: InboundMessage) -> str:

@@ -26,11 +26,18 @@ async def test_a_single_use_grant_pinned_to_the_arguments_from_the_page(
     url = base_url(gateway)
     page = await open_admin(browser, url, page_errors)
     await say(url, "ops9", "carol", ARCHIVE)
-    card = page.locator("#pending-list .card")
+    cid = await page.locator("#pending-list .card").get_attribute("data-id")
+    card = page.locator(f'#pending-list .card[data-id="{cid}"]')
     shape = card.locator("details.grant-shape")
     await shape.locator("summary").click()
     await shape.locator(".grant-length").select_option("once")
     await shape.locator(".grant-pin").select_option("args")
+    # Another call's event redraws the list: the shape stays open, as it was chosen.
+    await say(url, "ops8", "dave", "/sql DELETE FROM orders WHERE id = 8")
+    await expect(page.locator("#pending-list .card")).to_have_count(2)
+    await expect(shape).to_have_attribute("open", "")
+    await expect(shape.locator(".grant-length")).to_have_value("once")
+    await expect(shape.locator(".grant-pin")).to_have_value("args")
     widest = await page.evaluate(WIDEST)
     assert widest[0] <= 360, f"wider than the phone: {widest}"
     await page.screenshot(path=str(ARTIFACTS / "admin-360-grant-shape.png"), full_page=True)
@@ -54,5 +61,6 @@ async def test_a_single_use_grant_pinned_to_the_arguments_from_the_page(
     assert await gateway.confirmations.list_pending("webchat:ops9") == []
     # ... so the third time it is asked.
     await say(url, "ops9", "carol", ARCHIVE)
-    await expect(page.locator("#pending-list .card")).to_have_count(1)
+    asked = page.locator("#pending-list .card").filter(has_text="webchat:ops9")
+    await expect(asked).to_have_count(1)
     await page.context.close()

@@ -146,6 +146,33 @@ async def test_a_put_whose_reply_was_lost_is_known_stored_and_a_redelivery_is_no
     assert await inbox.put(said("hi", "m2")) is False
 
 
+async def test_a_put_redis_executes_after_it_gave_up_stores_nothing(
+    proxy: TcpProxy, prefix: str, redis: Redis
+) -> None:
+    """Redis paused past the client's read timeout: the put gave up unanswered, and Redis
+    executes it when the pause ends. Said "not stored", it must not be: the late put
+    refuses itself, the seen key stays free, and the platform's redelivery is stored (the
+    long chaos run: two calls from one message, each behind a Redis pause)."""
+    url = urlsplit(REDIS_URL)._replace(netloc=proxy.url_host).geturl()
+    store = await RedisConfirmationStore.from_url(url, prefix=prefix, socket_timeout=0.3)
+    try:
+        inbox = await inbox_of(store.client, prefix, "A")
+        proxy.hold_next_command(b"held-back")
+        with pytest.raises(StoreUnavailableError):
+            await inbox.put(said("held-back", "m1"))
+        assert proxy.held.is_set()
+        given_up = [k async for k in redis.scan_iter(f"{prefix}:inbox-given-up:*")]
+        assert len(given_up) == 1
+        proxy.release()  # the pause ends: Redis executes the put now
+        await asyncio.wait_for(proxy.held_answered.wait(), 10)
+        assert await redis.exists(f"{prefix}:inbox-seen:rec:m1") == 0
+        assert await inbox.untaken() == []
+        assert await inbox.put(said("held-back", "m1")) is True  # the redelivery
+        assert [m.message_id for m in await inbox.untaken()] == ["m1"]
+    finally:
+        await store.close()
+
+
 # ---------------------------------------------------------------------- through gateways
 
 

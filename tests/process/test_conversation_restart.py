@@ -5,18 +5,22 @@ room reads as it was, its page going on after the number it had.
 
 Before conversations were stored the history lived in the process: the restarted gateway
 sent the model the new message alone, and the room started again empty, numbered from 1.
+
+A turn whose call ended just before a ``kill -9`` (the model not yet answered) goes on
+after the restart: going on is stored in the inbox before it starts.
 """
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from tests.fakes.openai_server import FakeOpenAI, text
-from tests.process.replica_support import chat_lines, say
+from tests.fakes.openai_server import FakeOpenAI, hold, text
+from tests.process.replica_support import PLUGIN, chat_lines, decide, pending_id, respond, say
 from tests.webchat.support import ServeProcess, eventually, next_frame
 
 FIRST = "记住了：蓝色 / noted: blue"
@@ -109,3 +113,47 @@ async def test_a_restarted_gateway_shows_the_room_as_it_was(tmp_path: Path) -> N
                 assert (mine["seq"], mine["text"]) == (last + 1, "/help")  # numbers go on
     finally:
         assert second.stop() == 0, "".join(second.lines)
+
+
+async def test_a_turn_cut_off_by_kill_9_before_it_went_on_goes_on_after_the_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    (tmp_path / "replica_tools.py").write_text(PLUGIN, encoding="utf-8")
+    (tmp_path / "runs").mkdir()
+    home = tmp_path / "home"
+    home.mkdir()
+    with FakeOpenAI() as fake:
+        # The ask; going on after the rejection (never answered: killed); after the restart.
+        fake.script(respond, hold(), respond)
+        env = {
+            "PYTHONPATH": str(tmp_path),
+            "REPLICA_RUNS_DIR": str(tmp_path / "runs"),
+            "GATEWAY_CONFIRMATION__STORE": "sqlite",
+            "GATEWAY_TOOLS__PLUGINS": '["replica_tools"]',
+            "GATEWAY_LLM__BASE_URL": fake.base_url,
+            "GATEWAY_LLM__API_KEY": fake.api_key,
+            "GATEWAY_LLM__MODEL": "fake-model",
+        }
+        first = ServeProcess(tmp_path=home, env=env)
+        first.start(timeout=60)
+        try:
+            async with aiohttp.ClientSession(base_url=first.url) as http:
+                await say(http, "k", "write k1")
+                await decide(http, await pending_id(http, "k"), "reject")
+            await fake.wait_requests(2)  # the turn went on: its model call is under way
+        finally:
+            assert first.proc is not None
+            first.proc.send_signal(signal.SIGKILL)
+            assert first.stop() == -signal.SIGKILL
+        second = ServeProcess(tmp_path=home, env=env)
+        second.start(timeout=60)
+        try:
+            await eventually(lambda: answered(second.url, "k", "done: "), timeout=30)
+            async with aiohttp.ClientSession(base_url=second.url) as http:
+                lines = [str(m.get("text")) for m in await chat_lines(http, "k")]
+            assert sum("done: " in line for line in lines) == 1
+            assert fake.requests[2].messages[-1]["role"] == "tool"
+        finally:
+            assert second.stop() == 0, "".join(second.lines)

@@ -4,6 +4,9 @@ Three real ``gateway serve`` replicas on one Redis: A asks for a call and is kil
 ``SIGKILL``; B adopts it, the call is approved there and B's model turn goes on with the
 result. A follow-up then reaches C, started afterwards: the model is sent the whole turn
 as B finished it. Before conversations were stored, C started from the follow-up alone.
+
+And a turn whose call ended on a replica that died before the turn said anything goes on
+on another: before going on was stored, nobody did (the long chaos run).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from tests.fakes.openai_server import Answer, FakeOpenAI, text
+from tests.fakes.openai_server import Answer, FakeOpenAI, hold, text
 from tests.process.replica_support import (
     ReplicaSet,
     chat_lines,
@@ -89,3 +92,36 @@ async def test_a_follow_up_on_a_third_replica_carries_the_turn_resumed_on_anothe
     assert sent.messages[4]["content"] == "done: wrote c1"
     assert b.stop() == 0 and c.stop() == 0
     assert b.errors() == [] and c.errors() == []
+
+
+async def test_a_turn_whose_replica_died_before_it_went_on_goes_on_on_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+    with FakeOpenAI() as fake:
+        # The ask; A going on after the rejection (never answered: A dies); B going on.
+        fake.script(respond, hold(), respond)
+        async with redis_prefix() as prefix:
+            group = ReplicaSet(tmp_path, redis_url=REDIS_URL, prefix=prefix, fake=fake, lease=LEASE)
+            try:
+                a, b = group.start("a"), group.start("b")
+                async with aiohttp.ClientSession(base_url=a.url) as on_a:
+                    await say(on_a, "gone", "write g1")
+                    cid = await pending_id(on_a, "gone")
+                    await decide(on_a, cid, "reject")
+                await fake.wait_requests(2)  # A went on: its model call is under way
+                a.kill_9()
+                async with aiohttp.ClientSession(base_url=b.url) as on_b:
+                    await eventually(lambda: said(on_b, "gone", "done: "), timeout=LEASE + 20)
+                    answers = [
+                        m for m in await chat_lines(on_b, "gone") if "done: " in str(m.get("text"))
+                    ]
+                assert len(answers) == 1
+                went_on = fake.requests[2]
+                assert went_on.messages[-1]["role"] == "tool"
+                assert "reject" in str(went_on.messages[-1]["content"]).lower()
+                assert b.stop() == 0
+                assert b.errors() == []
+            finally:
+                group.stop()

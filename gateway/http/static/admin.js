@@ -103,17 +103,21 @@ async function refresh(name, target) {
   restoreTyped(box, typed);
 }
 
-// What a person is typing in a pending card (an argument edit, a reason) survives the
-// refresh that another call's event triggers while they type.
+// What a person is typing or choosing in a pending card (an argument edit, a reason, a
+// grant's shape) survives the refresh that another call's event triggers meanwhile.
 function typedIn(box) {
   const found = new Map();
   for (const card of box.querySelectorAll(".card[data-id]")) {
     const editor = $("details.edit", card);
+    const shape = $("details.grant-shape", card);
     found.set(card.dataset.id, {
       open: editor ? editor.open : false,
       args: editor ? $(".edit-args", editor).value : null,
       error: editor ? $(".edit-error", editor).textContent : "",
       reason: $(".reason", card) ? $(".reason", card).value : "",
+      shape: shape && shape.open
+        ? { length: $(".grant-length", shape).value, pin: $(".grant-pin", shape).value }
+        : null,
     });
   }
   return found;
@@ -130,6 +134,12 @@ function restoreTyped(box, typed) {
       showEditError(editor, was.error);
     }
     if ($(".reason", card)) $(".reason", card).value = was.reason;
+    const shape = $("details.grant-shape", card);
+    if (shape && was.shape) {
+      shape.open = true;
+      $(".grant-length", shape).value = was.shape.length;
+      $(".grant-pin", shape).value = was.shape.pin;
+    }
   }
 }
 

@@ -13,6 +13,8 @@ Layout (``P`` = the confirmation store's prefix, one per deployment):
   XADD (its value is the entry id). It lives ``KEEP_TAKEN_SECONDS`` from put, then as
   long again from taken: a late platform redelivery is still a duplicate, and nothing
   needs purging.
+- ``P:inbox-given-up:{token}``: a put whose reply never came and that said "not stored"
+  (``_unsure_put``); the put, should Redis still execute it, finds it and stores nothing.
 
 Adoption claims a dead consumer's pending entries (XPENDING for that consumer, then XCLAIM
 with min-idle = the instance lease, in one script, so two adopters never split one entry
@@ -42,15 +44,17 @@ from gateway.storage.redis.feed import fail_closed, is_disconnect
 log = structlog.get_logger(__name__)
 
 GROUP = "gateway"
-# How long a put whose reply was lost asks Redis what became of it before it gives up and
-# says "not stored" (a Redis restart or a pause longer than this leaves it unknown).
+# How long a put whose reply was lost tries to settle what became of it (``_GIVE_UP``)
+# before it says "not stored" unsettled (Redis unreachable all that time).
 _UNSURE_PUT_SECONDS = 2.0
 # Entries read or claimed per round trip.
 _BATCH = 500
 
-# KEYS: stream, seen key. ARGV: group, consumer, seen ttl (s), body, this put's token.
-# Returns the entry id, or false when the message is already stored.
+# KEYS: stream, seen key, this put's given-up key. ARGV: group, consumer, seen ttl (s),
+# body, this put's token. Returns the entry id, or false when the message is already
+# stored (or this put was given up: it arrives after its caller said "not stored").
 _PUT = """
+if redis.call('EXISTS', KEYS[3]) == 1 then return false end
 if not redis.call('SET', KEYS[2], '-', 'NX', 'EX', ARGV[3]) then return false end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('XGROUP', 'CREATE', KEYS[1], ARGV[1], '0', 'MKSTREAM')
@@ -59,6 +63,25 @@ local id = redis.call('XADD', KEYS[1], '*', 'm', ARGV[4], 't', ARGV[5])
 redis.call('SET', KEYS[2], id, 'KEEPTTL')
 redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', 1, 'STREAMS', KEYS[1], '>')
 return id
+"""
+
+# KEYS: seen key, stream, a put's given-up key. ARGV: that put's token, ttl (s).
+# What became of the put: 'stored' (its entry is there), 'duplicate' (another put's
+# entry, or one taken already), or 'refused': not stored, and now never will be, whenever
+# Redis executes the put (it finds its given-up key). Either order of the two is settled.
+_GIVE_UP = """
+local id = redis.call('GET', KEYS[1])
+if id then
+  local found = redis.call('XRANGE', KEYS[2], id, id)
+  if #found == 0 then return 'duplicate' end
+  local fields = found[1][2]
+  for i = 1, #fields, 2 do
+    if fields[i] == 't' and fields[i + 1] == ARGV[1] then return 'stored' end
+  end
+  return 'duplicate'
+end
+redis.call('SET', KEYS[3], '1', 'EX', ARGV[2])
+return 'refused'
 """
 
 # KEYS: stream, seen key. ARGV: group, when the seen key expires (epoch ms).
@@ -104,6 +127,7 @@ class RedisInbox(Inbox):
         self._stream = f"{prefix}:inbox"
         self._claim_idle_ms = max(0, math.ceil(claim_idle_seconds * 1000))
         self._put = redis.register_script(_PUT)
+        self._give_up = redis.register_script(_GIVE_UP)
         self._taken = redis.register_script(_TAKEN)
         self._adopt = redis.register_script(_ADOPT)
 
@@ -126,12 +150,15 @@ class RedisInbox(Inbox):
     def _seen(self, channel: str, message_id: str) -> str:
         return f"{self._prefix}:inbox-seen:{channel}:{message_id}"
 
+    def _given_up(self, token: str) -> str:
+        return f"{self._prefix}:inbox-given-up:{token}"
+
     async def put(self, msg: InboundMessage) -> bool:
         channel, message_id = message_key(msg)
         seen, token = self._seen(channel, message_id), uuid.uuid4().hex
         try:
             entry = await self._put(
-                keys=[self._stream, seen],
+                keys=[self._stream, seen, self._given_up(token)],
                 args=[GROUP, self.owner, KEEP_TAKEN_SECONDS, dump_message(msg), token],
             )
         except Exception as exc:
@@ -141,32 +168,33 @@ class RedisInbox(Inbox):
         return entry is not None
 
     async def _unsure_put(self, seen: str, token: str, lost: Exception) -> bool:
-        """The connection broke under a put: the reply was lost, maybe not the write. Told
-        "not stored", a web client sends the text again and a platform redelivers, while the
-        stored entry waits in this live replica's pending list until it dies: one message,
-        two turns (the long chaos run, docs/performance.md). So ask Redis, for a few
-        seconds, what became of it: the seen key names the entry, and the entry carries the
-        token of the put that wrote it. Ours: stored, to be processed here (True). Another
-        put's: a redelivery (False). Nothing there, or no answer in time: ``lost`` is raised
-        again (not stored, as far as anyone can tell)."""
+        """The put got no reply (a broken connection, a read timeout while Redis paused):
+        it may have been executed, or be executed yet. Told "not stored", a web client
+        sends the text again and a platform redelivers, while a stored entry waits in this
+        live replica's pending list until it dies: one message, two turns (the long chaos
+        run, docs/performance.md). So settle it, in one script whichever runs first:
+        stored by this put (True: processed here), by another (False: a duplicate), or
+        refused for good (``lost`` raised again: "not stored" is then true). Redis silent
+        for ``_UNSURE_PUT_SECONDS`` more leaves it unsettled: ``lost`` too."""
         deadline = time.monotonic() + _UNSURE_PUT_SECONDS
         delay = 0.05
         while True:
             try:
-                entry = await self._redis.get(seen)
-                if entry is None or text(entry) == "-":
-                    raise lost
-                found = await self._redis.xrange(self._stream, text(entry), text(entry))
+                outcome = await self._give_up(
+                    keys=[seen, self._stream, self._given_up(token)],
+                    args=[token, KEEP_TAKEN_SECONDS],
+                )
             except Exception as exc:
-                if exc is lost or not is_disconnect(exc) or time.monotonic() > deadline:
-                    raise lost from (None if exc is lost else exc)
+                if not is_disconnect(exc) or time.monotonic() > deadline:
+                    raise lost from exc
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
                 continue
-            fields = (found[0][1] or {}) if found else {}
-            mine = text(fields.get(b"t", fields.get("t", b""))) == token
-            log.warning("inbox.unsure_put_settled", stored_here=mine)
-            return mine
+            settled = text(outcome)
+            log.warning("inbox.unsure_put_settled", outcome=settled)
+            if settled == "refused":
+                raise lost
+            return settled == "stored"
 
     async def taken(self, channel: str, message_id: str, *, at: float | None = None) -> None:
         when = time.time() if at is None else at
