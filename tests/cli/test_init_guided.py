@@ -22,7 +22,7 @@ import pytest
 from tests.cli.support import ROOT
 from tests.fakes.dingtalk.server import FakeDingTalk
 from tests.fakes.feishu.server import FakeFeishu
-from tests.support import ctrl_c_delivered
+from tests.support import ctrl_c_delivered, wait_reading_input
 
 
 @pytest.fixture
@@ -216,6 +216,7 @@ def test_an_unreachable_platform_is_not_checked_and_ctrl_c_writes_nothing(
     init.child.expect_exact(f"not checked: {closed} could not be reached")
     init.child.expect_exact("`gateway serve` will try them")
     init.child.expect_exact("DingTalk approvers")
+    wait_reading_input(init.child.pid)  # not while the prompt is still being printed
     init.child.sendintr()
     init.child.expect_exact("stopped; nothing was written")
     assert init.finish() == 130
