@@ -177,17 +177,24 @@ class ServeProcess:
     def stop(self, timeout: float = 15.0) -> int | None:
         if self.proc is None:
             return None
-        if self.proc.poll() is None:
+        how = f"exited {self.proc.poll()} before the stop"
+        if self.proc.returncode is None:
             self.proc.send_signal(signal.SIGTERM)
+            how = "stopped on SIGTERM"
             try:
                 self.proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout)
+                how = f"did not stop within {timeout} s of SIGTERM: killed"
         if self._reader is not None:
             self._reader.join(timeout)
         if self.proc.stdout is not None:
             self.proc.stdout.close()
+        if self.proc.returncode != 0:
+            # Shown with a failing test's output: where the process stood when it ended.
+            print(f"gateway serve {how}, exit {self.proc.returncode}; its last lines:")
+            print("".join(self.lines[-60:]))
         return self.proc.returncode
 
     def error_lines(self) -> list[str]:
