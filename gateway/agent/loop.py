@@ -131,8 +131,7 @@ class AgentLoop:
                 continue  # the bot's own echo: never a turn
             # Spawned in arrival order; each waits for its session's turn before it.
             if msg.resumes is not None:
-                self._count_resuming(msg.resumes, serial_key(msg))
-                self._turns.spawn(self._resume(msg), name=f"resume-{msg.resumes}")
+                self._start_resume(msg)
             elif not self._stopping:
                 self._turns.spawn(self._turn(msg), name=f"turn-{msg.session_key}")
 
@@ -155,6 +154,11 @@ class AgentLoop:
             return
         if result is PublishResult.DUPLICATE:  # stored already: it goes on from there
             self._resumed(msg)
+
+    def _start_resume(self, msg: InboundMessage) -> None:
+        """Go on with the turn a resume message names, in its member's turn order."""
+        self._count_resuming(msg.resumes or "", serial_key(msg))
+        self._turns.spawn(self._resume(msg), name=f"resume-{msg.resumes}")
 
     async def _resume(self, msg: InboundMessage) -> None:
         taken = False
@@ -281,8 +285,7 @@ class AgentLoop:
         while not self.bus.inbound.empty():
             msg = self.bus.inbound.get_nowait()
             if msg.resumes is not None:
-                self._count_resuming(msg.resumes, serial_key(msg))
-                self._turns.spawn(self._resume(msg), name=f"resume-{msg.resumes}")
+                self._start_resume(msg)
         await self._turns.stop(max(0.0, deadline - loop.time()))
 
 
