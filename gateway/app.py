@@ -179,29 +179,40 @@ class Gateway:
         if self._stopping:
             return
         self._stopping = True
-        await self.loop.stop_intake()
-        await self.retention.stop()
-        await self.confirmations.stop_asking()
-        await self.executor.stop(self.settings.confirmation.stop_timeout_seconds)
-        await self.loop.stop(timeout=TURN_STOP_SECONDS)
-        await self.confirmations.close()
-        await close_agent(self.agent)
-        await self.channels.stop(drain_timeout=OUTBOUND_DRAIN_SECONDS)
-        if self.http is not None:
-            await self.http.stop()
-        await self.keywords.stop_watching()
-        await self.bus.stop()
-        await self.store.close()
-        await self.confirmations.grants.store.close()
-        await self.conversations.close()
-        await self.rooms.close()
-        if self.undo is not None:
-            await self.undo.close()
-        await self.sql_db.close()
+        steps: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+            ("intake", self.loop.stop_intake),
+            ("retention", self.retention.stop),
+            ("pending calls", self.confirmations.stop_asking),
+            (
+                "running calls",
+                lambda: self.executor.stop(self.settings.confirmation.stop_timeout_seconds),
+            ),
+            ("turns", lambda: self.loop.stop(timeout=TURN_STOP_SECONDS)),
+            ("confirmations", self.confirmations.close),
+            ("agent", lambda: close_agent(self.agent)),
+            ("channels", lambda: self.channels.stop(drain_timeout=OUTBOUND_DRAIN_SECONDS)),
+            ("http", self.http.stop if self.http is not None else _nothing),
+            ("keywords", self.keywords.stop_watching),
+            ("bus", self.bus.stop),
+            ("store", self.store.close),
+            ("grants", self.confirmations.grants.store.close),
+            ("conversations", self.conversations.close),
+            ("rooms", self.rooms.close),
+            ("undo", self.undo.close if self.undo is not None else _nothing),
+            ("sql", self.sql_db.close),
+        ]
+        for name, step in steps:
+            # Where a stop stands, should one take longer than the supervisor waits.
+            log.debug("gateway.stop_step", step=name)
+            await step()
         if self.data_lock is not None:
             self.data_lock.release()  # last: the store is closed, the next owner may come
         self._started = False
         self.stopped.set()
+
+
+async def _nothing() -> None:
+    return
 
 
 async def build(
