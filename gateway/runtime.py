@@ -26,6 +26,9 @@ log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 
+# How long a cancelled task may take to end before it is cancelled again.
+_CANCEL_AGAIN_SECONDS = 1.0
+
 
 class ServiceUnavailable(Exception):
     """A service the gateway relies on (Redis) is down for now: expected, and whoever
@@ -75,11 +78,18 @@ class BackgroundTasks:
         return True
 
     async def cancel(self) -> None:
-        """Cancel every task and wait until each has ended."""
-        tasks = list(self._tasks)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        """Cancel every task and wait until each has ended.
+
+        A task still running a second after its cancel is cancelled again: Python 3.11's
+        ``asyncio.wait_for`` drops a cancel that lands as its inner call completes, and
+        redis-py sends every command through it, so a loop of Redis calls can go on after
+        one cancel (a replica's stop hung on its feed reader that way).
+        """
+        running = set(self._tasks)
+        while running:
+            for task in running:
+                task.cancel()
+            _, running = await asyncio.wait(running, timeout=_CANCEL_AGAIN_SECONDS)
 
     async def stop(self, timeout: float) -> None:
         """Let tasks finish for up to ``timeout`` seconds, then cancel the rest."""

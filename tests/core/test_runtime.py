@@ -42,6 +42,27 @@ async def test_stop_lets_quick_tasks_finish_and_cancels_slow_ones() -> None:
     assert len(tasks) == 0
 
 
+async def test_cancel_ends_a_task_that_went_on_after_its_first_cancel() -> None:
+    # Python 3.11's asyncio.wait_for returns its inner call's result when a cancel lands as
+    # that call completes: a loop of Redis commands (each sent through wait_for) goes on.
+    tasks = BackgroundTasks("test")
+    swallowed = asyncio.Event()
+
+    async def goes_on_once() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            swallowed.set()
+        await asyncio.sleep(3600)
+
+    task = tasks.spawn(goes_on_once(), name="reader")
+    await asyncio.sleep(0)
+    async with asyncio.timeout(10):
+        await tasks.cancel()
+    assert swallowed.is_set() and task.cancelled()
+    assert len(tasks) == 0
+
+
 async def test_keyed_serial_runs_one_at_a_time_per_key_and_forgets_idle_keys() -> None:
     serial = KeyedSerial()
     order: list[str] = []
