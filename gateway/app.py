@@ -50,7 +50,7 @@ from gateway.http.page import AdminPage
 from gateway.http.server import HttpServer, admin_token_problem
 from gateway.http.sessions import AdminSessions, LoginLimiter
 from gateway.metrics import Metrics
-from gateway.stop_budget import OUTBOUND_DRAIN_SECONDS, TURN_STOP_SECONDS
+from gateway.stop_budget import OUTBOUND_DRAIN_SECONDS, SLOW_STOP_STEP_SECONDS, TURN_STOP_SECONDS
 from gateway.storage.backends import (
     open_conversations,
     open_grant_store,
@@ -202,9 +202,11 @@ class Gateway:
             ("sql", self.sql_db.close),
         ]
         for name, step in steps:
-            # Where a stop stands, should one take longer than the supervisor waits.
-            log.debug("gateway.stop_step", step=name)
-            await step()
+            running = asyncio.ensure_future(step())
+            # A slow stop says where it stands, before a supervisor's kill cuts it short.
+            if not (await asyncio.wait([running], timeout=SLOW_STOP_STEP_SECONDS))[0]:
+                log.info("gateway.stop_waiting", step=name, seconds=SLOW_STOP_STEP_SECONDS)
+            await running
         if self.data_lock is not None:
             self.data_lock.release()  # last: the store is closed, the next owner may come
         self._started = False

@@ -23,6 +23,8 @@ TURN_STOP_SECONDS = 5.0
 OUTBOUND_DRAIN_SECONDS = 5.0
 # Closing the stores, the HTTP server and the database pools.
 CLOSE_MARGIN_SECONDS = 5.0
+# A step of the stop still running after this long is logged with its name.
+SLOW_STOP_STEP_SECONDS = 5.0
 
 
 def stop_budget_seconds(settings: Settings) -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from config.settings import Settings
 from gateway.app import Gateway, build
@@ -183,6 +184,50 @@ async def test_shutdown_cancels_pending_and_tells_chat(
     assert updates[0].confirmation is not None
     assert updates[0].confirmation.status is Status.CANCELLED
     assert rows(gw.settings, "id = 8") == 1
+
+
+HELD = asyncio.Event()
+
+
+@tool(requires_confirmation=True, risk="high")
+async def slow_restart(name: str) -> str:
+    """Restart a service that takes its time (test plugin: waits for HELD)."""
+    await HELD.wait()
+    return f"restarted {name}"
+
+
+async def test_a_stop_waiting_on_a_running_call_says_so(
+    make_settings: Callable[..., Settings], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+    import types
+
+    import gateway.app
+
+    module = types.ModuleType("gw_slow_plugin")
+    module.slow_restart = slow_restart  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "gw_slow_plugin", module)
+    monkeypatch.setattr(gateway.app, "SLOW_STOP_STEP_SECONDS", 0.05)
+    settings = make_settings(
+        tools={"plugins": ["gw_slow_plugin"]},
+        confirmation={"store": "memory", "stop_timeout_seconds": 0.5},
+    )
+    gw = await build(settings, serve_http=False)
+    rec = RecordingChannel()
+    gw.channels.add(rec)
+    await gw.start()
+    turn = gw.loop.turn_for(InboundMessage(channel="rec", chat_id="c1", sender_id="alice", text=""))
+    await gw.runner.invoke(ToolCall(name="slow_restart", args={"name": "db"}, call_id="c-1"), turn)
+    await rec.next(OutboundKind.CONFIRMATION)
+    await gw.bus.publish_inbound(
+        InboundMessage(channel="rec", chat_id="c1", sender_id="alice", text="确认", message_id="r1")
+    )
+    while not gw.executor.running:
+        await asyncio.sleep(0.01)
+    with structlog.testing.capture_logs() as logs:
+        await gw.stop()
+    waiting = [e["step"] for e in logs if e["event"] == "gateway.stop_waiting"]
+    assert waiting.count("running calls") == 1
 
 
 CALLS: list[dict[str, Any]] = []

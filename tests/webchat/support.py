@@ -144,8 +144,6 @@ class ServeProcess:
             "GATEWAY_KEYWORDS__FILE": str(copy_keywords(self.tmp_path)),
             "GATEWAY_CONFIRMATION__STORE": store_for_subprocess(),
             "GATEWAY_LOG__FORMAT": "json",
-            # The stop logs its steps at debug: a stuck stop shows where it stands.
-            "GATEWAY_LOG__LEVEL": "debug",
             "NO_PROXY": "127.0.0.1,localhost",
             "no_proxy": "127.0.0.1,localhost",
             **self.env,
