@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
 import signal
 import time
@@ -201,12 +202,19 @@ class Gateway:
             ("undo", self.undo.close if self.undo is not None else _nothing),
             ("sql", self.sql_db.close),
         ]
+        loop = asyncio.get_running_loop()
         for name, step in steps:
-            running = asyncio.ensure_future(step())
             # A slow stop says where it stands, before a supervisor's kill cuts it short.
-            if not (await asyncio.wait([running], timeout=SLOW_STOP_STEP_SECONDS))[0]:
-                log.info("gateway.stop_waiting", step=name, seconds=SLOW_STOP_STEP_SECONDS)
-            await running
+            slow = loop.call_later(
+                SLOW_STOP_STEP_SECONDS,
+                functools.partial(
+                    log.info, "gateway.stop_waiting", step=name, seconds=SLOW_STOP_STEP_SECONDS
+                ),
+            )
+            try:
+                await step()
+            finally:
+                slow.cancel()
         if self.data_lock is not None:
             self.data_lock.release()  # last: the store is closed, the next owner may come
         self._started = False
