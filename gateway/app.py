@@ -195,11 +195,12 @@ class Gateway:
             ("http", self.http.stop if self.http is not None else _nothing),
             ("keywords", self.keywords.stop_watching),
             ("bus", self.bus.stop),
-            ("store", self.store.close),
             ("grants", self.confirmations.grants.store.close),
             ("conversations", self.conversations.close),
             ("rooms", self.rooms.close),
             ("undo", self.undo.close if self.undo is not None else _nothing),
+            # Last of the stores: with Redis the others share its client, which this closes.
+            ("store", self.store.close),
             ("sql", self.sql_db.close),
         ]
         loop = asyncio.get_running_loop()

@@ -218,6 +218,24 @@ async def test_grants_share_the_bounded_pool(tmp_path: Path, prefix: str) -> Non
         await store.close()
 
 
+async def test_a_stop_closes_the_shared_client_last(tmp_path: Path, prefix: str) -> None:
+    # The confirmations store closed the Redis client it shares before the web chat rooms
+    # stopped following their feed: at every stop the rooms' reader logged a reconnect,
+    # and could leave a connection open.
+    settings = make_settings(
+        tmp_path,
+        confirmation={"store": "redis", "redis_url": REDIS_URL, "redis_prefix": prefix},
+    )
+    gw = await build(settings)
+    await gw.start()
+    async with aiohttp.ClientSession(base_url=base_url(gw)) as http:
+        await say(http, "room", "alice", "/sql SELECT 1")
+        await wait_for_kind(http, "room", "text")
+    with structlog.testing.capture_logs() as logs:
+        await gw.stop()
+    assert [e for e in logs if e["log_level"] in ("warning", "error")] == []
+
+
 async def test_stop_with_redis_down_returns_and_leaves_the_call_to_the_next_start(
     tmp_path: Path, prefix: str, proxy: TcpProxy
 ) -> None:
