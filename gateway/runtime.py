@@ -26,8 +26,10 @@ log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 
-# How long a cancelled task may take to end before it is cancelled again.
-_CANCEL_AGAIN_SECONDS = 1.0
+# How long a cancelled task may take to end before it is cancelled again: longer than the
+# cleanup a task runs on its way out (the Feishu socket's close is given 2 s), which a
+# second cancel would cut short.
+CANCEL_AGAIN_SECONDS = 5.0
 
 
 class ServiceUnavailable(Exception):
@@ -77,19 +79,19 @@ class BackgroundTasks:
             await asyncio.wait(set(self._tasks), timeout=left)
         return True
 
-    async def cancel(self) -> None:
+    async def cancel(self, *, again_after: float = CANCEL_AGAIN_SECONDS) -> None:
         """Cancel every task and wait until each has ended.
 
-        A task still running a second after its cancel is cancelled again: Python 3.11's
-        ``asyncio.wait_for`` drops a cancel that lands as its inner call completes, and
-        redis-py sends every command through it, so a loop of Redis calls can go on after
-        one cancel (a replica's stop hung on its feed reader that way).
+        A task still running ``again_after`` seconds after its cancel is cancelled again:
+        Python 3.11's ``asyncio.wait_for`` drops a cancel that lands as its inner call
+        completes, and redis-py sends every command through it, so a loop of Redis calls
+        can go on after one cancel and hold a stop until the supervisor kills it.
         """
         running = set(self._tasks)
         while running:
             for task in running:
                 task.cancel()
-            _, running = await asyncio.wait(running, timeout=_CANCEL_AGAIN_SECONDS)
+            _, running = await asyncio.wait(running, timeout=again_after)
 
     async def stop(self, timeout: float) -> None:
         """Let tasks finish for up to ``timeout`` seconds, then cancel the rest."""

@@ -58,9 +58,27 @@ async def test_cancel_ends_a_task_that_went_on_after_its_first_cancel() -> None:
     task = tasks.spawn(goes_on_once(), name="reader")
     await asyncio.sleep(0)
     async with asyncio.timeout(10):
-        await tasks.cancel()
+        await tasks.cancel(again_after=0.05)
     assert swallowed.is_set() and task.cancelled()
     assert len(tasks) == 0
+
+
+async def test_cancel_lets_a_task_finish_its_cleanup() -> None:
+    # A second cancel would cut short what a task does on its way out (a socket's close).
+    tasks = BackgroundTasks("test")
+    closed = asyncio.Event()
+
+    async def connection() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            await asyncio.sleep(2.0)  # closing the socket, within its own bound (Feishu's)
+            closed.set()
+
+    tasks.spawn(connection(), name="connection")
+    await asyncio.sleep(0)
+    await tasks.cancel()
+    assert closed.is_set()
 
 
 async def test_keyed_serial_runs_one_at_a_time_per_key_and_forgets_idle_keys() -> None:

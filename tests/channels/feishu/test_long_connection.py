@@ -263,13 +263,25 @@ async def test_timeout_patches_open_card_to_expired(tmp_path, fake: FakeFeishu) 
 async def test_stop_ends_the_connection(settings: Settings, fake: FakeFeishu) -> None:
     gw = await build(settings)
     await gw.start()
-    await fake.wait_connected()
-    # The connection runs on the gateway's loop (issue 14: no thread of its own).
-    connection = [t for t in asyncio.all_tasks() if t.get_name().startswith("feishu-ws")]
-    names = {t.get_name() for t in connection}
-    assert {"feishu-ws", "feishu-ws-receive", "feishu-ws-ping"} <= names
-    await gw.stop()
-    assert all(t.done() for t in connection)
+    try:
+        await fake.wait_connected()
+
+        def connection() -> list[asyncio.Task[object]]:
+            return [t for t in asyncio.all_tasks() if t.get_name().startswith("feishu-ws")]
+
+        # The connection runs on the gateway's loop (issue 14: no thread of its own). The
+        # fake sees the socket before the gateway has started reading and pinging on it.
+        await wait_until(
+            lambda: (
+                {"feishu-ws", "feishu-ws-receive", "feishu-ws-ping"}
+                <= {t.get_name() for t in connection()}
+            ),
+            what="the connection's tasks",
+        )
+        running = connection()
+    finally:
+        await gw.stop()
+    assert all(t.done() for t in running)
     await wait_until(lambda: fake.live_connections == 0, what="socket closed")
 
 
