@@ -200,10 +200,8 @@ class Executor:
                 "finished", record.id, lambda: self._end(record, state, result, now, error=error)
             )
             final = record
-        name = record.tool_call.name
         if report:
-            line = texts.tool_result(name, output, record.id)
-            await say(line if state is ExecState.SUCCEEDED else texts.tool_failed(name, output))
+            await say(result_line(record, state, output))
         status: Literal["succeeded", "failed"] = (
             "succeeded" if state is ExecState.SUCCEEDED else "failed"
         )
@@ -294,3 +292,11 @@ class Executor:
             # another replica or the next start) reports those calls interrupted.
             log.warning("tool.ledger_left", count=len(self._later))
             await self._later.cancel()
+
+
+def result_line(record: Confirmation, state: ExecState, output: str) -> str:
+    """The chat's line for how a call it asked with a command ended."""
+    name = record.tool_call.name
+    if state is ExecState.SUCCEEDED:
+        return texts.tool_result(name, output, record.id)
+    return texts.tool_failed(name, output)

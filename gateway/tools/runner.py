@@ -29,7 +29,7 @@ from gateway.storage.confirmations import PendingLimitReached, StoreUnavailableE
 from gateway.storage.grants import MemoryGrantStore
 from gateway.texts import again as words_again
 from gateway.tools.base import ToolArgumentsError, ToolPreview, ToolRegistry, failure
-from gateway.tools.executor import Executor, Ran
+from gateway.tools.executor import Executor, Ran, result_line
 from gateway.tools.policy import Policy, PolicyDecision
 
 # (tool name, "ok" | "error", seconds): how the metrics see each run.
@@ -309,7 +309,7 @@ class ToolRunner:
             status = _ended(confirmation.status)
             return ToolOutcome(status, texts.outcome(confirmation), confirmation)
         if confirmation.execution.state is not ExecState.WAITING:
-            return None  # claimed already: whoever claimed it goes on
+            return await self._ran_already(confirmation, say, report=report)
         call = confirmation.tool_call
         tool = self.registry.get(call.name)
         refused: str | None = None
@@ -340,6 +340,25 @@ class ToolRunner:
             return await self._after_drift(ran, say, report=report)
         return ToolOutcome(
             "ok" if ran.status == "succeeded" else "error", ran.output, ran.record, decision
+        )
+
+    async def _ran_already(
+        self, confirmation: Confirmation, say: Callable[[str], Awaitable[None]], *, report: bool
+    ) -> ToolOutcome | None:
+        """The call was claimed before this: while it runs or after an interruption, None
+        (whoever claimed it goes on; an interrupted call's chat was told). Once it ran, its
+        turn comes here again only because the process going on from it died before the
+        turn said anything (its message came back, gateway/agent/loop.py): the turn goes on
+        from the stored result (the ledger's summary of the output), never a second run."""
+        ex = confirmation.execution
+        if ex.state not in (ExecState.SUCCEEDED, ExecState.FAILED):
+            return None
+        output = ex.result or ""
+        log.info("tool.went_on_from_record", confirmation_id=confirmation.id, state=ex.state)
+        if report:
+            await say(result_line(confirmation, ex.state, output))
+        return ToolOutcome(
+            "ok" if ex.state is ExecState.SUCCEEDED else "error", output, confirmation
         )
 
     async def _after_drift(

@@ -602,6 +602,15 @@ class ChaosRun:
             return all(told_interrupted(c, seen) for c in interrupted(records))
 
         await self._until(told, 10.0)
+
+        # A turn goes on after its record ended; one whose replica died first, where its
+        # message is taken up again: that replica's next start, or the one adopting it.
+        async def turns_went_on() -> bool:
+            seen.sent = {i for r in self.fake.requests for i in r.tool_results()}
+            v = judge(self.asks, seen)
+            return not (v[CONVERSATION_WENT_ON] or v[RESUMED_WENT_ON])
+
+        await self._until(turns_went_on, 4 * self.config.lease + 10)
         seen.sent = {i for r in self.fake.requests for i in r.tool_results()}
         return seen
 
@@ -712,12 +721,14 @@ def judge(asks: list[Ask], seen: Seen) -> dict[str, list[str]]:
         if not (asked and ask.by_model and goes_on(asked)):
             continue
         shown = any(s.startswith(went_on(ask.marker)) for s in seen.lines[ask.room])
-        if asked["tool_call"]["call_id"] in seen.sent and shown:
+        sent = asked["tool_call"]["call_id"] in seen.sent
+        if sent and shown:
             continue
         elsewhere = seen.elsewhere(asked)
         why = ("adopted" if seen.adopted(asked) else "its replica died") if elsewhere else ""
-        state = f"{asked['id']} {asked['status']}/{asked['execution']['state']} {why}"
-        v[RESUMED_WENT_ON if elsewhere else CONVERSATION_WENT_ON].append(state.strip())
+        missing = "the model was not sent its outcome" if not sent else "no page showed it"
+        state = f"{asked['id']} {asked['status']}/{asked['execution']['state']} {why}".strip()
+        v[RESUMED_WENT_ON if elsewhere else CONVERSATION_WENT_ON].append(f"{state}: {missing}")
     return v
 
 

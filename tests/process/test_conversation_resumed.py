@@ -6,7 +6,9 @@ result. A follow-up then reaches C, started afterwards: the model is sent the wh
 as B finished it. Before conversations were stored, C started from the follow-up alone.
 
 And a turn whose call ended on a replica that died before the turn said anything goes on
-on another: before going on was stored, nobody did (the long chaos run).
+on another: before going on was stored, nobody did (the long chaos run). For an approved
+call that ran there, the other goes on from the stored result without running it again:
+before, it found the call claimed already and said nothing (the loaded suite's chaos run).
 """
 
 from __future__ import annotations
@@ -94,33 +96,43 @@ async def test_a_follow_up_on_a_third_replica_carries_the_turn_resumed_on_anothe
     assert b.errors() == [] and c.errors() == []
 
 
+@pytest.mark.parametrize(
+    ("decision", "result"),
+    [("reject", "reject"), ("approve", "wrote g1")],
+)
 async def test_a_turn_whose_replica_died_before_it_went_on_goes_on_on_another(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, decision: str, result: str
 ) -> None:
+    """Rejected, or approved and run: A's model call with the outcome is under way when A
+    dies. B goes on from the stored outcome (an approved call is not run again)."""
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
     monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
     with FakeOpenAI() as fake:
-        # The ask; A going on after the rejection (never answered: A dies); B going on.
+        # The ask; A going on after the decision (never answered: A dies); B going on.
         fake.script(respond, hold(), respond)
         async with redis_prefix() as prefix:
             group = ReplicaSet(tmp_path, redis_url=REDIS_URL, prefix=prefix, fake=fake, lease=LEASE)
             try:
+                group.open_gate("g1")
                 a, b = group.start("a"), group.start("b")
                 async with aiohttp.ClientSession(base_url=a.url) as on_a:
                     await say(on_a, "gone", "write g1")
                     cid = await pending_id(on_a, "gone")
-                    await decide(on_a, cid, "reject")
+                    await decide(on_a, cid, decision)
                 await fake.wait_requests(2)  # A went on: its model call is under way
                 a.kill_9()
                 async with aiohttp.ClientSession(base_url=b.url) as on_b:
-                    await eventually(lambda: said(on_b, "gone", "done: "), timeout=LEASE + 20)
-                    answers = [
-                        m for m in await chat_lines(on_b, "gone") if "done: " in str(m.get("text"))
-                    ]
-                assert len(answers) == 1
+
+                    async def answers() -> list[str]:
+                        lines = [str(m.get("text")) for m in await chat_lines(on_b, "gone")]
+                        return [t for t in lines if t.startswith("done: ")]  # not the card's
+
+                    await eventually(answers, timeout=LEASE + 20)
+                    assert len(await answers()) == 1
                 went_on = fake.requests[2]
                 assert went_on.messages[-1]["role"] == "tool"
-                assert "reject" in str(went_on.messages[-1]["content"]).lower()
+                assert result in str(went_on.messages[-1]["content"]).lower()
+                assert group.runs_of() == (["g1"] if decision == "approve" else [])
                 assert b.stop() == 0
                 assert b.errors() == []
             finally:
