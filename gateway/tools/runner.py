@@ -25,7 +25,11 @@ from gateway.confirm.grants import GrantBook, covered_call
 from gateway.confirm.model import Confirmation, ExecState, Status, ToolCall
 from gateway.confirm.service import ConfirmationService
 from gateway.logs import RateLimitedLine
-from gateway.storage.confirmations import PendingLimitReached, StoreUnavailableError
+from gateway.storage.confirmations import (
+    PendingLimitReached,
+    StoreUnavailableError,
+    may_claim,
+)
 from gateway.storage.grants import MemoryGrantStore
 from gateway.texts import again as words_again
 from gateway.tools.base import ToolArgumentsError, ToolPreview, ToolRegistry, failure
@@ -308,7 +312,7 @@ class ToolRunner:
         if confirmation.status is not Status.APPROVED:
             status = _ended(confirmation.status)
             return ToolOutcome(status, texts.outcome(confirmation), confirmation)
-        if confirmation.execution.state is not ExecState.WAITING:
+        if not may_claim(confirmation, self.confirmations.clock()):
             return await self._ran_already(confirmation, say, report=report)
         call = confirmation.tool_call
         tool = self.registry.get(call.name)
@@ -345,7 +349,8 @@ class ToolRunner:
     async def _ran_already(
         self, confirmation: Confirmation, say: Callable[[str], Awaitable[None]], *, report: bool
     ) -> ToolOutcome | None:
-        """The call was claimed before this: while it runs or after an interruption, None
+        """The call was claimed before this and may not be claimed again (only an idempotent
+        call whose one claimer died may): while it runs or after an interruption, None
         (whoever claimed it goes on; an interrupted call's chat was told). Once it ran, its
         turn comes here again only because the process going on from it died before the
         turn said anything (its message came back, gateway/agent/loop.py): the turn goes on

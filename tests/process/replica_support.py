@@ -4,7 +4,8 @@ tests beside this file and bench/replicas_load.py.
 Each replica has its own directory (data dir, keywords file, inbox) and web chat; they
 share the Redis store under one prefix, the loopback OpenAI fake as their model, and a
 plugin tool, ``gated_write``, that appends its name to a runs file (to count its runs) and
-then waits until a gate file for that name exists (to hold a call mid-run).
+then waits until a gate file for that name exists (to hold a call mid-run), and the same
+tool promised idempotent, ``gated_put``.
 """
 
 from __future__ import annotations
@@ -39,18 +40,26 @@ def gated_write(name: str) -> str:
     while not (runs / f"gate-{name}").exists():
         time.sleep(0.02)
     return f"wrote {name}"
+
+
+@tool(requires_confirmation=True, idempotent=True)
+def gated_put(name: str) -> str:
+    """gated_write, promised idempotent: a call whose run was cut off may run once more."""
+    return gated_write(name)
 '''
 
-_ASKED = re.compile(r"write (\S+)")
+_ASKED = re.compile(r"\b(write|put) (\S+)")
 
 
 def respond(body: dict[str, Any]) -> Answer:
-    """The model: "write NAME" asks for ``gated_write(NAME)``; a tool result ends the turn."""
+    """The model: "write NAME" asks for ``gated_write(NAME)``, "put NAME" for
+    ``gated_put(NAME)``; a tool result ends the turn."""
     last = body["messages"][-1]
     if last["role"] == "tool":
         return text(f"done: {last['content']}")
     found = _ASKED.search(str(last.get("content") or ""))
-    return tool_calls(("gated_write", {"name": found.group(1) if found else "unnamed"}))
+    verb, name = found.groups() if found else ("write", "unnamed")
+    return tool_calls((f"gated_{verb}", {"name": name}))
 
 
 def script_model(fake: FakeOpenAI, requests: int) -> None:

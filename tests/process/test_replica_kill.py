@@ -4,7 +4,8 @@ Two real ``gateway serve`` processes share one Redis under this test's prefix, e
 its own web chat; replica A asks, replica A dies with ``SIGKILL``, and replica B must
 finish what A held: a pending call approved on B runs once, within the lease + 2 s (the
 issue's bound, waited for as B's ``executed`` event); a call A was running is reported
-interrupted in the chat; an approved call A never started is claimed and run once by B.
+interrupted in the chat, or, for a tool promised idempotent, run once more by B; an
+approved call A never started is claimed and run once by B.
 """
 
 from __future__ import annotations
@@ -105,6 +106,31 @@ async def test_a_call_running_on_a_killed_replica_is_reported_interrupted(
         kinds = await trail(on_b, cid)
         assert kinds.count("started") == 1 and kinds[-1] == "interrupted"
         assert replicas.runs_of() == ["k2"]  # never re-run
+    assert b.stop() == 0
+    assert b.errors() == []
+
+
+async def test_an_idempotent_call_running_on_a_killed_replica_runs_once_more_on_another(
+    replicas: ReplicaSet,
+) -> None:
+    a, b = replicas.start("a"), replicas.start("b")
+    async with (
+        aiohttp.ClientSession(base_url=a.url) as on_a,
+        aiohttp.ClientSession(base_url=b.url) as on_b,
+    ):
+        await say(on_a, "kill4", "put k4")  # idempotent; its gate shut until A is dead
+        cid = await pending_id(on_a, "kill4")
+        await decide(on_a, cid)
+        await eventually(lambda: _ran(replicas, ["k4"]), timeout=20)
+        async with on_b.get("/api/events") as feed_b:
+            a.kill_9()
+            replicas.open_gate("k4")
+            executed = await next_event(feed_b, "executed", cid=cid, timeout=LEASE + 10)
+        ex = executed["data"]["confirmation"]["execution"]
+        assert ex["state"] == "succeeded" and ex["attempts"] == 2
+        assert replicas.runs_of() == ["k4", "k4"]
+        # The model's turn goes on in B with the result.
+        await eventually(lambda: _said(on_b, "kill4", "done: wrote k4"), timeout=20)
     assert b.stop() == 0
     assert b.errors() == []
 
